@@ -1,0 +1,427 @@
+//! Proto ↔ domain conversions, in one place. Every conversion from the wire validates, and a
+//! failure names the field and why, so a gRPC handler can answer `InvalidArgument` precisely.
+
+use crate::ids::{IdError, Token, TrialId};
+use crate::proto as pb;
+use crate::resume::Conflict;
+use crate::row::{
+    Check, DriverIdentity, FailureKind, InfeasibleSource, Outcome, Phase, PhaseWalls, QuotaReading,
+    Row, Status, TokenUsage,
+};
+use crate::spec::{Campaign, CampaignSpec, MAX_TASKS, Payload, Task};
+use crate::state::{CampaignState, StopMode, StopReason};
+
+/// A wire message that does not convert to the domain.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("invalid {field}: {reason}")]
+pub struct ConvertError {
+    pub field: String,
+    pub reason: String,
+}
+
+impl ConvertError {
+    pub fn new(field: impl Into<String>, reason: impl Into<String>) -> Self {
+        Self {
+            field: field.into(),
+            reason: reason.into(),
+        }
+    }
+
+    fn id(field: &str, e: IdError) -> Self {
+        Self::new(field, e.to_string())
+    }
+
+    fn missing(field: &str) -> Self {
+        Self::new(field, "missing")
+    }
+}
+
+macro_rules! enum_map {
+    ($domain:ty, $wire:ty, $what:literal, $($d:ident <=> $w:ident),+ $(,)?) => {
+        impl From<$domain> for $wire {
+            fn from(v: $domain) -> Self {
+                match v { $(<$domain>::$d => <$wire>::$w),+ }
+            }
+        }
+
+        impl TryFrom<$wire> for $domain {
+            type Error = ConvertError;
+            fn try_from(v: $wire) -> Result<Self, ConvertError> {
+                match v {
+                    $(<$wire>::$w => Ok(<$domain>::$d),)+
+                    #[allow(unreachable_patterns)]
+                    _ => Err(ConvertError::new($what, "unspecified")),
+                }
+            }
+        }
+    };
+}
+
+enum_map!(Status, pb::Status, "status",
+    Completed <=> Completed, Timeout <=> Timeout, MaxTurns <=> MaxTurns,
+    AgentError <=> AgentError, Violation <=> Violation, InfraError <=> InfraError,
+    Blocked <=> Blocked, Cancelled <=> Cancelled, NotStarted <=> NotStarted);
+
+enum_map!(FailureKind, pb::FailureKind, "failure_kind",
+    RateLimit <=> RateLimit, Overloaded <=> Overloaded, Auth <=> Auth,
+    BootFailed <=> BootFailed, ResetUnverified <=> ResetUnverified, GuestLost <=> GuestLost,
+    DriverCrash <=> DriverCrash, EvaluatorError <=> EvaluatorError,
+    HarnessError <=> HarnessError, IdentityMismatch <=> IdentityMismatch,
+    Preflight <=> Preflight, LeaseExpired <=> LeaseExpired);
+
+enum_map!(Phase, pb::Phase, "phase",
+    Assigned <=> Assigned, Admit <=> Admit, Boot <=> Boot, Reset <=> Reset, Gate <=> Gate,
+    Agent <=> Agent, Evaluate <=> Evaluate, Publish <=> Publish);
+
+enum_map!(StopMode, pb::StopMode, "mode", Drain <=> Drain, Cancel <=> Cancel);
+
+enum_map!(StopReason, pb::StopReason, "stop_reason",
+    User <=> User, Time <=> Time, Budget <=> Budget, Auth <=> Auth, Quota <=> Quota);
+
+enum_map!(CampaignState, pb::CampaignState, "state",
+    Running <=> Running, Stopping <=> Stopping, Stopped <=> Stopped, Done <=> Done);
+
+enum_map!(InfeasibleSource, pb::InfeasibleSource, "infeasible_source",
+    Gate <=> Gate, Agent <=> Agent);
+
+/// Reads a proto enum field, refusing values this build does not know.
+pub fn wire_enum<W, D>(field: &str, raw: i32) -> Result<D, ConvertError>
+where
+    W: TryFrom<i32>,
+    D: TryFrom<W, Error = ConvertError>,
+{
+    let w = W::try_from(raw)
+        .map_err(|_| ConvertError::new(field, format!("unknown enum value {raw}")))?;
+    D::try_from(w).map_err(|e| ConvertError::new(field, e.reason))
+}
+
+/// Reads an optional proto enum field, where 0 (unspecified) means none.
+pub fn wire_enum_opt<W, D>(field: &str, raw: i32) -> Result<Option<D>, ConvertError>
+where
+    W: TryFrom<i32>,
+    D: TryFrom<W, Error = ConvertError>,
+{
+    if raw == 0 {
+        Ok(None)
+    } else {
+        wire_enum::<W, D>(field, raw).map(Some)
+    }
+}
+
+impl From<&Token> for pb::Token {
+    fn from(t: &Token) -> Self {
+        pb::Token {
+            trial_id: t.trial_id.to_string(),
+            attempt: t.attempt,
+        }
+    }
+}
+
+impl TryFrom<pb::Token> for Token {
+    type Error = ConvertError;
+    fn try_from(t: pb::Token) -> Result<Self, ConvertError> {
+        let trial_id =
+            TrialId::new(t.trial_id).map_err(|e| ConvertError::id("token.trial_id", e))?;
+        if t.attempt == 0 {
+            return Err(ConvertError::new("token.attempt", "attempts start at 1"));
+        }
+        Ok(Token {
+            trial_id,
+            attempt: t.attempt,
+        })
+    }
+}
+
+/// Reads a required token field.
+pub fn token(field: &str, t: Option<pb::Token>) -> Result<Token, ConvertError> {
+    Token::try_from(t.ok_or_else(|| ConvertError::missing(field))?)
+}
+
+impl From<DriverIdentity> for pb::DriverIdentity {
+    fn from(d: DriverIdentity) -> Self {
+        pb::DriverIdentity {
+            name: d.name,
+            version: d.version,
+            pins: d.pins.into_iter().collect(),
+        }
+    }
+}
+
+impl From<pb::DriverIdentity> for DriverIdentity {
+    fn from(d: pb::DriverIdentity) -> Self {
+        DriverIdentity {
+            name: d.name,
+            version: d.version,
+            pins: d.pins.into_iter().collect(),
+        }
+    }
+}
+
+fn non_empty(s: String) -> Option<String> {
+    (!s.is_empty()).then_some(s)
+}
+
+impl From<Outcome> for pb::Outcome {
+    fn from(o: Outcome) -> Self {
+        pb::Outcome {
+            token: Some(pb::Token::from(&o.token)),
+            lane: o.lane,
+            host: o.host,
+            worker: o.worker,
+            driver: o.driver.map(Into::into),
+            status: pb::Status::from(o.status) as i32,
+            failure_kind: o
+                .failure_kind
+                .map_or(0, |k| pb::FailureKind::from(k) as i32),
+            reset_epoch: o.reset_epoch,
+            score: o.score,
+            passed: o.passed,
+            checks: o
+                .checks
+                .into_iter()
+                .map(|c| pb::Check {
+                    name: c.name,
+                    passed: c.passed,
+                    score: c.score,
+                    detail: c.detail,
+                })
+                .collect(),
+            runtime_outcome: o.runtime_outcome.unwrap_or_default(),
+            infeasible_source: o
+                .infeasible_source
+                .map_or(0, |s| pb::InfeasibleSource::from(s) as i32),
+            final_text: o.final_text.unwrap_or_default(),
+            turns: o.turns.unwrap_or_default(),
+            tokens: o.tokens.map(|t| pb::Tokens {
+                input: t.input,
+                output: t.output,
+                cache_read: t.cache_read,
+                cache_write: t.cache_write,
+            }),
+            cost_usd: o.cost_usd,
+            quota: o.quota.map(|q| pb::Quota {
+                provider: q.provider,
+                utilisation: q.utilisation,
+                reset_epoch: q.reset_epoch,
+            }),
+            walls: Some(pb::PhaseWalls {
+                admit_s: o.walls.admit_s,
+                boot_s: o.walls.boot_s,
+                reset_s: o.walls.reset_s,
+                gate_s: o.walls.gate_s,
+                agent_s: o.walls.agent_s,
+                evaluate_s: o.walls.evaluate_s,
+                publish_s: o.walls.publish_s,
+            }),
+            lease_lost: o.lease_lost,
+            publication_errors: o.publication_errors,
+            artifacts: o.artifacts,
+            started_utc: o.started_utc.unwrap_or_default(),
+            ended_utc: o.ended_utc.unwrap_or_default(),
+            error: o.error.unwrap_or_default(),
+        }
+    }
+}
+
+impl TryFrom<pb::Outcome> for Outcome {
+    type Error = ConvertError;
+    fn try_from(o: pb::Outcome) -> Result<Self, ConvertError> {
+        let token = token("outcome.token", o.token)?;
+        let status: Status = wire_enum::<pb::Status, _>("outcome.status", o.status)?;
+        let walls = o.walls.unwrap_or_default();
+        let outcome = Outcome {
+            token,
+            lane: o.lane,
+            host: o.host,
+            worker: o.worker,
+            driver: o.driver.map(Into::into),
+            status,
+            failure_kind: wire_enum_opt::<pb::FailureKind, _>(
+                "outcome.failure_kind",
+                o.failure_kind,
+            )?,
+            reset_epoch: o.reset_epoch,
+            score: o.score,
+            passed: o.passed,
+            checks: o
+                .checks
+                .into_iter()
+                .map(|c| Check {
+                    name: c.name,
+                    passed: c.passed,
+                    score: c.score,
+                    detail: c.detail,
+                })
+                .collect(),
+            runtime_outcome: non_empty(o.runtime_outcome),
+            infeasible_source: wire_enum_opt::<pb::InfeasibleSource, _>(
+                "outcome.infeasible_source",
+                o.infeasible_source,
+            )?,
+            final_text: non_empty(o.final_text),
+            turns: (o.turns > 0).then_some(o.turns),
+            tokens: o.tokens.map(|t| TokenUsage {
+                input: t.input,
+                output: t.output,
+                cache_read: t.cache_read,
+                cache_write: t.cache_write,
+            }),
+            cost_usd: o.cost_usd,
+            quota: o.quota.map(|q| QuotaReading {
+                provider: q.provider,
+                utilisation: q.utilisation,
+                reset_epoch: q.reset_epoch,
+            }),
+            walls: PhaseWalls {
+                admit_s: walls.admit_s,
+                boot_s: walls.boot_s,
+                reset_s: walls.reset_s,
+                gate_s: walls.gate_s,
+                agent_s: walls.agent_s,
+                evaluate_s: walls.evaluate_s,
+                publish_s: walls.publish_s,
+            },
+            lease_lost: o.lease_lost,
+            publication_errors: o.publication_errors,
+            artifacts: o.artifacts,
+            started_utc: non_empty(o.started_utc),
+            ended_utc: non_empty(o.ended_utc),
+            error: non_empty(o.error),
+        };
+        outcome
+            .validate()
+            .map_err(|e| ConvertError::new("outcome", e.to_string()))
+    }
+}
+
+impl TryFrom<&Row> for pb::Row {
+    type Error = ConvertError;
+    fn try_from(r: &Row) -> Result<Self, ConvertError> {
+        Ok(pb::Row {
+            seq: r.seq,
+            json: serde_json::to_string(r).map_err(|e| ConvertError::new("row", e.to_string()))?,
+        })
+    }
+}
+
+impl TryFrom<pb::Row> for Row {
+    type Error = ConvertError;
+    fn try_from(r: pb::Row) -> Result<Self, ConvertError> {
+        let row: Row = serde_json::from_str(&r.json)
+            .map_err(|e| ConvertError::new("row.json", e.to_string()))?;
+        if row.seq != r.seq {
+            return Err(ConvertError::new(
+                "row.seq",
+                format!("{} differs from the row's own seq {}", r.seq, row.seq),
+            ));
+        }
+        Ok(row)
+    }
+}
+
+impl From<&Task> for pb::TaskSpec {
+    fn from(t: &Task) -> Self {
+        pb::TaskSpec {
+            id: t.id.to_string(),
+            group: t.group.clone().unwrap_or_default(),
+            tags: t.tags.clone(),
+            timeout_s: t.timeout_s,
+            max_turns: t.max_turns,
+            max_cost_usd: t.max_cost_usd,
+            payload_json: t.payload.json().to_owned(),
+        }
+    }
+}
+
+/// Converts the `i`-th task of a submission.
+pub fn task_from_wire(i: usize, t: pb::TaskSpec) -> Result<Task, ConvertError> {
+    let field = |f: &str| format!("tasks[{i}].{f}");
+    let id = crate::ids::TaskId::new(t.id).map_err(|e| ConvertError::id(&field("id"), e))?;
+    let value: serde_json::Value = if t.payload_json.is_empty() {
+        serde_json::Value::Object(Default::default())
+    } else {
+        serde_json::from_str(&t.payload_json)
+            .map_err(|e| ConvertError::new(field("payload_json"), e.to_string()))?
+    };
+    let payload = Payload::new(&value)
+        .map_err(|e| ConvertError::new(field("payload_json"), e.to_string()))?;
+    Ok(Task {
+        id,
+        group: non_empty(t.group),
+        tags: t.tags,
+        timeout_s: t.timeout_s,
+        max_turns: t.max_turns,
+        max_cost_usd: t.max_cost_usd,
+        payload,
+    })
+}
+
+impl TryFrom<&Campaign> for pb::SubmitRequest {
+    type Error = ConvertError;
+    fn try_from(c: &Campaign) -> Result<Self, ConvertError> {
+        Ok(pb::SubmitRequest {
+            spec_json: serde_json::to_string(&c.spec)
+                .map_err(|e| ConvertError::new("spec_json", e.to_string()))?,
+            tasks: c.tasks.iter().map(Into::into).collect(),
+        })
+    }
+}
+
+impl TryFrom<pb::SubmitRequest> for Campaign {
+    type Error = ConvertError;
+    fn try_from(r: pb::SubmitRequest) -> Result<Self, ConvertError> {
+        let spec: CampaignSpec = serde_json::from_str(&r.spec_json)
+            .map_err(|e| ConvertError::new("spec_json", e.to_string()))?;
+        if spec.arms.is_empty() {
+            return Err(ConvertError::new("spec_json.arms", "at least one arm"));
+        }
+        if spec.phase1_runs == 0 {
+            return Err(ConvertError::new(
+                "spec_json.phase1_runs",
+                "must be at least 1",
+            ));
+        }
+        if r.tasks.is_empty() || r.tasks.len() > MAX_TASKS {
+            return Err(ConvertError::new(
+                "tasks",
+                format!("between 1 and {MAX_TASKS} tasks, got {}", r.tasks.len()),
+            ));
+        }
+        let tasks = r
+            .tasks
+            .into_iter()
+            .enumerate()
+            .map(|(i, t)| task_from_wire(i, t))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut seen = std::collections::HashSet::with_capacity(tasks.len());
+        for (i, t) in tasks.iter().enumerate() {
+            if !seen.insert(t.id.as_str()) {
+                return Err(ConvertError::new(
+                    format!("tasks[{i}].id"),
+                    format!("duplicate task id {:?}", t.id.as_str()),
+                ));
+            }
+        }
+        Ok(Campaign { spec, tasks })
+    }
+}
+
+impl From<Conflict> for pb::Conflict {
+    fn from(c: Conflict) -> Self {
+        pb::Conflict {
+            field: c.field,
+            recorded: c.recorded,
+            submitted: c.submitted,
+        }
+    }
+}
+
+impl From<pb::Conflict> for Conflict {
+    fn from(c: pb::Conflict) -> Self {
+        Conflict {
+            field: c.field,
+            recorded: c.recorded,
+            submitted: c.submitted,
+        }
+    }
+}

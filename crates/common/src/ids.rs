@@ -1,0 +1,231 @@
+//! Newtype identifiers, validated on construction so an id can safely become a path or a key.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// An id that does not match its pattern.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{kind} id {value:?} does not match {pattern}")]
+pub struct IdError {
+    pub kind: &'static str,
+    pub value: String,
+    pub pattern: &'static str,
+}
+
+fn check(
+    kind: &'static str,
+    pattern: &'static str,
+    value: &str,
+    max: usize,
+    first: fn(u8) -> bool,
+    rest: fn(u8) -> bool,
+) -> Result<(), IdError> {
+    let b = value.as_bytes();
+    let ok = !b.is_empty() && b.len() <= max && first(b[0]) && b[1..].iter().all(|&c| rest(c));
+    if ok {
+        Ok(())
+    } else {
+        Err(IdError {
+            kind,
+            value: value.to_owned(),
+            pattern,
+        })
+    }
+}
+
+macro_rules! id_type {
+    ($(#[$doc:meta])* $name:ident, $kind:literal, $pattern:literal, $max:expr, $first:expr, $rest:expr) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[serde(try_from = "String", into = "String")]
+        pub struct $name(String);
+
+        impl $name {
+            pub const PATTERN: &'static str = $pattern;
+
+            pub fn new(value: impl Into<String>) -> Result<Self, IdError> {
+                let value = value.into();
+                check($kind, $pattern, &value, $max, $first, $rest)?;
+                Ok(Self(value))
+            }
+
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl TryFrom<String> for $name {
+            type Error = IdError;
+            fn try_from(value: String) -> Result<Self, IdError> {
+                Self::new(value)
+            }
+        }
+
+        impl From<$name> for String {
+            fn from(id: $name) -> String {
+                id.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl AsRef<str> for $name {
+            fn as_ref(&self) -> &str {
+                &self.0
+            }
+        }
+    };
+}
+
+fn lower_alnum(c: u8) -> bool {
+    c.is_ascii_lowercase() || c.is_ascii_digit()
+}
+fn alnum(c: u8) -> bool {
+    c.is_ascii_alphanumeric()
+}
+
+id_type!(
+    /// A campaign id: `^[a-z0-9][a-z0-9-]{0,62}$`.
+    CampaignId, "campaign", "^[a-z0-9][a-z0-9-]{0,62}$", 63,
+    lower_alnum, |c| lower_alnum(c) || c == b'-'
+);
+id_type!(
+    /// A task id: `^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`.
+    TaskId, "task", "^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$", 128,
+    alnum, |c| alnum(c) || matches!(c, b'.' | b'_' | b':' | b'-')
+);
+id_type!(
+    /// An arm id: `^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`. No dots, so a trial id splits cleanly.
+    ArmId, "arm", "^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$", 64,
+    alnum, |c| alnum(c) || matches!(c, b'_' | b'-')
+);
+
+/// A trial id, `<task>.r<run_index>.<arm>`. Built from validated parts or parsed strictly, so it
+/// never contains `/`, `..` as a component, or anything else that could escape a directory.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct TrialId(String);
+
+impl TrialId {
+    pub fn from_parts(task: &TaskId, run_index: u32, arm: &ArmId) -> Self {
+        Self(format!("{task}.r{run_index}.{arm}"))
+    }
+
+    /// Parses and validates `<task>.r<run_index>.<arm>`, returning its parts.
+    pub fn parse(value: &str) -> Result<(TaskId, u32, ArmId), IdError> {
+        let err = || IdError {
+            kind: "trial",
+            value: value.to_owned(),
+            pattern: "<task>.r<run_index>.<arm>",
+        };
+        let (rest, arm) = value.rsplit_once('.').ok_or_else(err)?;
+        let (task, run) = rest.rsplit_once(".r").ok_or_else(err)?;
+        let run_index: u32 = if run.is_empty()
+            || !run.bytes().all(|c| c.is_ascii_digit())
+            || (run.len() > 1 && run.starts_with('0'))
+        {
+            return Err(err());
+        } else {
+            run.parse().map_err(|_| err())?
+        };
+        let task = TaskId::new(task).map_err(|_| err())?;
+        let arm = ArmId::new(arm).map_err(|_| err())?;
+        Ok((task, run_index, arm))
+    }
+
+    pub fn new(value: impl Into<String>) -> Result<Self, IdError> {
+        let value = value.into();
+        Self::parse(&value)?;
+        Ok(Self(value))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for TrialId {
+    type Error = IdError;
+    fn try_from(value: String) -> Result<Self, IdError> {
+        Self::new(value)
+    }
+}
+
+impl From<TrialId> for String {
+    fn from(id: TrialId) -> String {
+        id.0
+    }
+}
+
+impl fmt::Display for TrialId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The fencing token of one attempt: `(trial_id, attempt)`, attempt issued by the store from 1.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Token {
+    pub trial_id: TrialId,
+    pub attempt: u32,
+}
+
+impl fmt::Display for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}#a{}", self.trial_id, self.attempt)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn campaign_ids() {
+        assert!(CampaignId::new("osworld-v2-sonnet").is_ok());
+        assert!(CampaignId::new("a").is_ok());
+        assert!(CampaignId::new("-a").is_err());
+        assert!(CampaignId::new("A").is_err());
+        assert!(CampaignId::new("").is_err());
+        assert!(CampaignId::new("a".repeat(63)).is_ok());
+        assert!(CampaignId::new("a".repeat(64)).is_err());
+    }
+
+    #[test]
+    fn task_and_arm_ids() {
+        assert!(TaskId::new("MB-01:x.y_z").is_ok());
+        assert!(TaskId::new(".hidden").is_err());
+        assert!(TaskId::new("a/b").is_err());
+        assert!(TaskId::new("a".repeat(129)).is_err());
+        assert!(ArmId::new("cc-cua_driver").is_ok());
+        assert!(ArmId::new("a.b").is_err());
+    }
+
+    #[test]
+    fn trial_ids_round_trip_and_reject_paths() {
+        let t = TrialId::from_parts(
+            &TaskId::new("t.r1").unwrap(),
+            12,
+            &ArmId::new("arm").unwrap(),
+        );
+        assert_eq!(t.as_str(), "t.r1.r12.arm");
+        let (task, run, arm) = TrialId::parse(t.as_str()).unwrap();
+        assert_eq!((task.as_str(), run, arm.as_str()), ("t.r1", 12, "arm"));
+        for bad in [
+            "../x.r0.a",
+            "x.r0.a/b",
+            "x.r.a",
+            "x.r01.a",
+            "x.r0.",
+            "x.r0.a.b",
+            "x",
+        ] {
+            assert!(TrialId::new(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,19 @@
+//! Lanes' domain model, with no I/O: ids, the campaign and its file format, the schedule,
+//! rows and outcomes, the spec hash, the policy (retries, gates, phase 2), resume, and the
+//! generated wire contract with its conversions.
+
+pub mod canonical;
+pub mod convert;
+pub mod ids;
+pub mod policy;
+pub mod proto;
+pub mod resume;
+pub mod row;
+pub mod schedule;
+pub mod spec;
+pub mod spec_hash;
+pub mod state;
+pub mod stats;
+pub mod utc;
+
+pub use ids::{ArmId, CampaignId, IdError, TaskId, Token, TrialId};

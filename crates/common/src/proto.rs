@@ -1,0 +1,9 @@
+//! The generated wire contract (`proto/lanes/v1`). Conversions to and from the domain types
+//! live in [`crate::convert`], and nowhere else.
+
+#[allow(unreachable_pub, clippy::all, clippy::pedantic, missing_docs)]
+pub mod v1 {
+    tonic::include_proto!("lanes.v1");
+}
+
+pub use v1::*;

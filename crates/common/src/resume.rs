@@ -1,0 +1,247 @@
+//! Resume and amendments (DESIGN §2): compare a recorded campaign with a resubmitted one.
+//!
+//! A resume is refused, with every conflict named field by field, when a measured option that
+//! applies to every trial changed, when an existing task changed or moved, or when a trial that
+//! already has rows would now be scheduled differently. It is an amendment when the schedule
+//! only grows (tasks appended, more runs). Operational options may always change.
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::schedule::{self, Trial};
+use crate::spec::{Campaign, CampaignSpec, Task};
+use crate::spec_hash::{measured_header, task_line};
+
+/// One refused difference.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Conflict {
+    /// A dotted path: `arms[0].config`, `retry.infra_retries`, `tasks[MB-01].payload_sha256`,
+    /// `trial MB-01.r3.a.phase`.
+    pub field: String,
+    pub recorded: String,
+    pub submitted: String,
+}
+
+/// What an accepted resubmission does.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResumePlan {
+    /// The schedule grew: the new spec hash must be recorded as an amendment.
+    pub amended: bool,
+    pub added_tasks: usize,
+    pub added_trials: u64,
+    /// Operational options that changed (always allowed), by name.
+    pub operational_changes: Vec<String>,
+}
+
+/// The parts of a recorded trial that must not change once it has rows.
+fn trial_fields(t: &Trial) -> [(&'static str, String); 11] {
+    [
+        ("task", t.task.to_string()),
+        ("arm", t.arm.to_string()),
+        ("run_index", t.run_index.to_string()),
+        ("phase", t.phase.to_string()),
+        ("block", t.block.clone()),
+        ("task_pos", t.task_pos.to_string()),
+        ("arm_slot", t.arm_slot.to_string()),
+        ("first_arm", t.first_arm.to_string()),
+        ("seed", t.seed.to_string()),
+        ("timeout_s", t.timeout_s.to_string()),
+        ("payload_sha256", t.payload_sha256.clone()),
+    ]
+}
+
+fn diff_values(prefix: &str, old: &Value, new: &Value, out: &mut Vec<Conflict>) {
+    match (old, new) {
+        (Value::Object(a), Value::Object(b)) => {
+            let mut keys: Vec<&String> = a.keys().chain(b.keys()).collect();
+            keys.sort();
+            keys.dedup();
+            for k in keys {
+                let null = Value::Null;
+                let field = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
+                diff_values(
+                    &field,
+                    a.get(k).unwrap_or(&null),
+                    b.get(k).unwrap_or(&null),
+                    out,
+                );
+            }
+        }
+        (a, b) if a != b => out.push(Conflict {
+            field: prefix.to_owned(),
+            recorded: a.to_string(),
+            submitted: b.to_string(),
+        }),
+        _ => {}
+    }
+}
+
+/// Compares the campaign-wide measured options. Run counts may only grow.
+fn measured_conflicts(old: &CampaignSpec, new: &CampaignSpec) -> Vec<Conflict> {
+    let strip = |spec: &CampaignSpec| {
+        let mut h = measured_header(spec);
+        let m = h.as_object_mut().expect("header is an object");
+        m.remove("phase1_runs");
+        m.remove("phase2_runs");
+        // Arms compare by position so the conflict names `arms[i].field`.
+        let arms = m.remove("arms").unwrap_or(Value::Null);
+        if let Value::Array(items) = arms {
+            for (i, a) in items.into_iter().enumerate() {
+                m.insert(format!("arms[{i}]"), a);
+            }
+        }
+        h
+    };
+    let mut out = Vec::new();
+    diff_values("", &strip(old), &strip(new), &mut out);
+    for (field, a, b) in [
+        ("phase1_runs", old.phase1_runs, new.phase1_runs),
+        ("phase2_runs", old.phase2_runs, new.phase2_runs),
+    ] {
+        if b < a {
+            out.push(Conflict {
+                field: field.into(),
+                recorded: a.to_string(),
+                submitted: format!("{b} (runs may only grow)"),
+            });
+        }
+    }
+    out
+}
+
+fn task_conflicts(old: &[Task], new: &[Task]) -> Vec<Conflict> {
+    let mut out = Vec::new();
+    if new.len() < old.len() {
+        out.push(Conflict {
+            field: "tasks".into(),
+            recorded: format!("{} tasks", old.len()),
+            submitted: format!("{} tasks (tasks may only be appended)", new.len()),
+        });
+    }
+    for (pos, (a, b)) in old.iter().zip(new).enumerate() {
+        if a.id != b.id {
+            out.push(Conflict {
+                field: format!("tasks[{pos}].id"),
+                recorded: a.id.to_string(),
+                submitted: format!("{} (tasks may only be appended)", b.id),
+            });
+            continue;
+        }
+        diff_values(
+            &format!("tasks[{}]", a.id),
+            &task_line(a),
+            &task_line(b),
+            &mut out,
+        );
+    }
+    out
+}
+
+fn operational_changes(old: &CampaignSpec, new: &CampaignSpec) -> Vec<String> {
+    let mut out = Vec::new();
+    let o = (&old.ops, &new.ops);
+    if o.0.lease_ttl_s != o.1.lease_ttl_s {
+        out.push("lease_ttl_s".to_owned());
+    }
+    if o.0.publish_grace_s != o.1.publish_grace_s {
+        out.push("publish_grace_s".to_owned());
+    }
+    if o.0.cutoff_utc != o.1.cutoff_utc {
+        out.push("cutoff_utc".to_owned());
+    }
+    if o.0.budget_cap_usd != o.1.budget_cap_usd {
+        out.push("budget_cap_usd".to_owned());
+    }
+    if o.0.quota_wait != o.1.quota_wait {
+        out.push("quota_wait".to_owned());
+    }
+    if o.0.quota_stop != o.1.quota_stop {
+        out.push("quota_stop".to_owned());
+    }
+    if old.driver != new.driver {
+        out.push("driver".to_owned());
+    }
+    for (i, (a, b)) in old.arms.iter().zip(&new.arms).enumerate() {
+        if a.provider != b.provider {
+            out.push(format!("arms[{i}].provider"));
+        }
+        if a.expected_cost_usd != b.expected_cost_usd {
+            out.push(format!("arms[{i}].expected_cost_usd"));
+        }
+    }
+    out
+}
+
+/// Compares the recorded campaign with a resubmission. `recorded_trials` are the trials that
+/// already have rows, as they were scheduled when their rows were written.
+pub fn compare<'a>(
+    old: &Campaign,
+    new: &Campaign,
+    recorded_trials: impl IntoIterator<Item = &'a Trial>,
+) -> Result<ResumePlan, Vec<Conflict>> {
+    let mut conflicts = measured_conflicts(&old.spec, &new.spec);
+    conflicts.extend(task_conflicts(&old.tasks, &new.tasks));
+    if old.spec.id != new.spec.id {
+        conflicts.push(Conflict {
+            field: "id".into(),
+            recorded: old.spec.id.to_string(),
+            submitted: new.spec.id.to_string(),
+        });
+    }
+    let recorded: Vec<&Trial> = recorded_trials.into_iter().collect();
+    if !recorded.is_empty() {
+        let wanted: HashMap<&str, &Trial> =
+            recorded.iter().map(|t| (t.trial_id.as_str(), *t)).collect();
+        let mut found = 0usize;
+        for t in schedule::trials(new) {
+            let Some(old_t) = wanted.get(t.trial_id.as_str()) else {
+                continue;
+            };
+            found += 1;
+            for ((name, a), (_, b)) in trial_fields(old_t).into_iter().zip(trial_fields(&t)) {
+                if a != b {
+                    conflicts.push(Conflict {
+                        field: format!("trial {}.{name}", t.trial_id),
+                        recorded: a,
+                        submitted: b,
+                    });
+                }
+            }
+        }
+        if found < wanted.len() {
+            let new_ids: std::collections::HashSet<String> = schedule::trials(new)
+                .map(|t| t.trial_id.to_string())
+                .collect();
+            let mut missing: Vec<&str> = wanted
+                .keys()
+                .copied()
+                .filter(|id| !new_ids.contains(*id))
+                .collect();
+            missing.sort_unstable();
+            for id in missing {
+                conflicts.push(Conflict {
+                    field: format!("trial {id}"),
+                    recorded: "has rows".into(),
+                    submitted: "not in the schedule".into(),
+                });
+            }
+        }
+    }
+    if !conflicts.is_empty() {
+        return Err(conflicts);
+    }
+    let old_count = schedule::trial_count(&old.spec, old.tasks.len());
+    let new_count = schedule::trial_count(&new.spec, new.tasks.len());
+    Ok(ResumePlan {
+        amended: new_count > old_count,
+        added_tasks: new.tasks.len() - old.tasks.len(),
+        added_trials: new_count - old_count,
+        operational_changes: operational_changes(&old.spec, &new.spec),
+    })
+}

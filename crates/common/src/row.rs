@@ -1,0 +1,629 @@
+//! Outcomes and rows (schema `lanes-row/1`).
+//!
+//! A lane sends an [`Outcome`]; only the store turns it into a [`Row`], because only the store
+//! knows the fields that decide the guarantee (`seq`, `counted`, `duplicate`, `late`, `final`,
+//! `excluded`, `spec_hash`). The two types are kept apart so a lane cannot set them.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{ArmId, CampaignId, TaskId, Token, TrialId};
+use crate::schedule::Trial;
+
+/// The row schema tag.
+pub const ROW_SCHEMA: &str = "lanes-row/1";
+/// `final_text` is cut to this many characters.
+pub const FINAL_TEXT_MAX_CHARS: usize = 2000;
+
+macro_rules! string_enum {
+    ($(#[$doc:meta])* $name:ident { $($(#[$vdoc:meta])* $variant:ident = $s:literal),+ $(,)? }) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[serde(rename_all = "snake_case")]
+        pub enum $name { $($(#[$vdoc])* $variant),+ }
+
+        impl $name {
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+
+            pub fn as_str(self) -> &'static str {
+                match self { $($name::$variant => $s),+ }
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = UnknownName;
+            fn from_str(s: &str) -> Result<Self, UnknownName> {
+                match s {
+                    $($s => Ok($name::$variant),)+
+                    _ => Err(UnknownName { what: stringify!($name), name: s.to_owned() }),
+                }
+            }
+        }
+    };
+}
+
+/// A status, kind or phase name that is not one of ours.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown {what} {name:?}")]
+pub struct UnknownName {
+    pub what: &'static str,
+    pub name: String,
+}
+
+string_enum!(
+    /// How an attempt ended (DESIGN §2).
+    Status {
+        /// The agent finished and was evaluated.
+        Completed = "completed",
+        Timeout = "timeout",
+        MaxTurns = "max_turns",
+        AgentError = "agent_error",
+        /// The harness ended the trial for breaking a rule: final, scored as failed.
+        Violation = "violation",
+        InfraError = "infra_error",
+        /// Preflight refused after the claim; nothing ran.
+        Blocked = "blocked",
+        /// A stop or a lost lease ended the attempt; re-queued at once, no budget used.
+        Cancelled = "cancelled",
+        /// A phase-2 trial refused by the phase-2 rule. Written by the store only.
+        NotStarted = "not_started",
+    }
+);
+
+impl Status {
+    /// Evaluated and counted: the agent's fault is a score, not an exclusion.
+    pub fn is_scored(self) -> bool {
+        matches!(
+            self,
+            Status::Completed
+                | Status::Timeout
+                | Status::MaxTurns
+                | Status::AgentError
+                | Status::Violation
+        )
+    }
+}
+
+string_enum!(
+    /// Why an unscored attempt failed.
+    FailureKind {
+        RateLimit = "rate_limit",
+        Overloaded = "overloaded",
+        Auth = "auth",
+        BootFailed = "boot_failed",
+        ResetUnverified = "reset_unverified",
+        /// The guest's health endpoint was unreachable past the grace window.
+        GuestLost = "guest_lost",
+        DriverCrash = "driver_crash",
+        EvaluatorError = "evaluator_error",
+        HarnessError = "harness_error",
+        /// The driver's identity differs from `[driver.expect]`.
+        IdentityMismatch = "identity_mismatch",
+        Preflight = "preflight",
+        /// Written by the reaper.
+        LeaseExpired = "lease_expired",
+    }
+);
+
+string_enum!(
+    /// The lifecycle phase an attempt last reported.
+    Phase {
+        /// Leased, not yet seen by a lane.
+        Assigned = "assigned",
+        Admit = "admit",
+        Boot = "boot",
+        Reset = "reset",
+        Gate = "gate",
+        Agent = "agent",
+        Evaluate = "evaluate",
+        Publish = "publish",
+    }
+);
+
+impl Phase {
+    /// Past evaluate: an outcome probably sits in an outbox.
+    pub fn is_after_evaluate(self) -> bool {
+        matches!(self, Phase::Publish)
+    }
+}
+
+string_enum!(
+    /// Who declared a task infeasible.
+    InfeasibleSource {
+        Gate = "gate",
+        Agent = "agent",
+    }
+);
+
+/// Why a final trial is not counted. Serialized as `infra_failure:<kind>` and so on.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ExcludedReason {
+    /// Infra retries spent on this kind.
+    InfraFailure(FailureKind),
+    /// `preflight_limit` blocks in a row.
+    PreflightLimit,
+    /// The phase-2 rule refused the trial's block.
+    Phase2Refused(Phase2Refusal),
+}
+
+/// Why the phase-2 rule refused a block.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Phase2Refusal {
+    /// The block would not end before the cutoff.
+    Cutoff,
+    /// The quota of this provider is not "go".
+    Quota(String),
+}
+
+impl fmt::Display for ExcludedReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ExcludedReason::InfraFailure(k) => write!(f, "infra_failure:{k}"),
+            ExcludedReason::PreflightLimit => f.write_str("preflight_limit"),
+            ExcludedReason::Phase2Refused(Phase2Refusal::Cutoff) => {
+                f.write_str("phase2_refused:cutoff")
+            }
+            ExcludedReason::Phase2Refused(Phase2Refusal::Quota(p)) => {
+                write!(f, "phase2_refused:quota:{p}")
+            }
+        }
+    }
+}
+
+impl FromStr for ExcludedReason {
+    type Err = UnknownName;
+    fn from_str(s: &str) -> Result<Self, UnknownName> {
+        let unknown = || UnknownName {
+            what: "excluded_reason",
+            name: s.to_owned(),
+        };
+        if s == "preflight_limit" {
+            return Ok(ExcludedReason::PreflightLimit);
+        }
+        if s == "phase2_refused:cutoff" {
+            return Ok(ExcludedReason::Phase2Refused(Phase2Refusal::Cutoff));
+        }
+        if let Some(p) = s.strip_prefix("phase2_refused:quota:") {
+            return Ok(ExcludedReason::Phase2Refused(Phase2Refusal::Quota(
+                p.to_owned(),
+            )));
+        }
+        if let Some(k) = s.strip_prefix("infra_failure:") {
+            return Ok(ExcludedReason::InfraFailure(
+                k.parse().map_err(|_| unknown())?,
+            ));
+        }
+        Err(unknown())
+    }
+}
+
+impl Serialize for ExcludedReason {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for ExcludedReason {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// What the driver answered to `initialize`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct DriverIdentity {
+    pub name: String,
+    pub version: String,
+    #[serde(default)]
+    pub pins: BTreeMap<String, String>,
+}
+
+/// One evaluator check.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Check {
+    pub name: String,
+    pub passed: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub score: Option<f64>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub detail: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct TokenUsage {
+    pub input: u64,
+    pub output: u64,
+    #[serde(default)]
+    pub cache_read: u64,
+    #[serde(default)]
+    pub cache_write: u64,
+}
+
+/// A provider's latest quota reading.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QuotaReading {
+    pub provider: String,
+    /// 0.0 ..= 1.0 (and above, when a provider overshoots).
+    pub utilisation: f64,
+    /// When the window resets, epoch seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reset_epoch: Option<i64>,
+}
+
+/// Wall time per lifecycle phase, seconds.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct PhaseWalls {
+    pub admit_s: f64,
+    pub boot_s: f64,
+    pub reset_s: f64,
+    pub gate_s: f64,
+    pub agent_s: f64,
+    pub evaluate_s: f64,
+    pub publish_s: f64,
+}
+
+impl PhaseWalls {
+    pub fn total(&self) -> f64 {
+        self.admit_s
+            + self.boot_s
+            + self.reset_s
+            + self.gate_s
+            + self.agent_s
+            + self.evaluate_s
+            + self.publish_s
+    }
+}
+
+/// What a lane reports for one attempt.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Outcome {
+    pub token: Token,
+    pub lane: String,
+    pub host: String,
+    #[serde(default)]
+    pub worker: String,
+    #[serde(default)]
+    pub driver: Option<DriverIdentity>,
+    pub status: Status,
+    #[serde(default)]
+    pub failure_kind: Option<FailureKind>,
+    /// For `rate_limit`: when the provider's window resets, epoch seconds.
+    #[serde(default)]
+    pub reset_epoch: Option<i64>,
+    #[serde(default)]
+    pub score: Option<f64>,
+    #[serde(default)]
+    pub passed: Option<bool>,
+    #[serde(default)]
+    pub checks: Vec<Check>,
+    /// The agent's own terminal reason, e.g. `budget_exhausted`, kept apart from `status`.
+    #[serde(default)]
+    pub runtime_outcome: Option<String>,
+    #[serde(default)]
+    pub infeasible_source: Option<InfeasibleSource>,
+    #[serde(default)]
+    pub final_text: Option<String>,
+    #[serde(default)]
+    pub turns: Option<u32>,
+    #[serde(default)]
+    pub tokens: Option<TokenUsage>,
+    #[serde(default)]
+    pub cost_usd: Option<f64>,
+    #[serde(default)]
+    pub quota: Option<QuotaReading>,
+    #[serde(default)]
+    pub walls: PhaseWalls,
+    #[serde(default)]
+    pub lease_lost: bool,
+    #[serde(default)]
+    pub publication_errors: Vec<String>,
+    #[serde(default)]
+    pub artifacts: Vec<String>,
+    #[serde(default)]
+    pub started_utc: Option<String>,
+    #[serde(default)]
+    pub ended_utc: Option<String>,
+    /// A short harness message for unscored outcomes.
+    #[serde(default)]
+    pub error: Option<String>,
+}
+
+/// An outcome that breaks the status rules.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum OutcomeError {
+    /// Only the store writes `not_started`.
+    #[error("a lane cannot report status not_started")]
+    StoreOnlyStatus,
+    /// A scored status needs a score, and an unscored one must not carry one.
+    #[error("status {status} {}", if *.has_score { "must not carry a score" } else { "needs a score" })]
+    Score { status: Status, has_score: bool },
+    /// The failure kind does not fit the status.
+    #[error("status {status} does not take failure kind {kind:?}")]
+    Kind {
+        status: Status,
+        kind: Option<FailureKind>,
+    },
+    /// A number that must be finite and in range is not.
+    #[error("{field} must be a finite number in range, got {value}")]
+    Number { field: &'static str, value: f64 },
+}
+
+impl Outcome {
+    /// A bare outcome of `status`, for builders and tests.
+    pub fn new(token: Token, lane: &str, host: &str, status: Status) -> Self {
+        Self {
+            token,
+            lane: lane.to_owned(),
+            host: host.to_owned(),
+            worker: String::new(),
+            driver: None,
+            status,
+            failure_kind: None,
+            reset_epoch: None,
+            score: None,
+            passed: None,
+            checks: Vec::new(),
+            runtime_outcome: None,
+            infeasible_source: None,
+            final_text: None,
+            turns: None,
+            tokens: None,
+            cost_usd: None,
+            quota: None,
+            walls: PhaseWalls::default(),
+            lease_lost: false,
+            publication_errors: Vec::new(),
+            artifacts: Vec::new(),
+            started_utc: None,
+            ended_utc: None,
+            error: None,
+        }
+    }
+
+    /// Checks the status rules and truncates `final_text`.
+    pub fn validate(mut self) -> Result<Self, OutcomeError> {
+        let status = self.status;
+        if status == Status::NotStarted {
+            return Err(OutcomeError::StoreOnlyStatus);
+        }
+        if status.is_scored() != self.score.is_some() {
+            return Err(OutcomeError::Score {
+                status,
+                has_score: self.score.is_some(),
+            });
+        }
+        let kind_ok = match status {
+            s if s.is_scored() => self.failure_kind.is_none(),
+            Status::Cancelled => self.failure_kind.is_none(),
+            Status::Blocked => matches!(
+                self.failure_kind,
+                Some(FailureKind::Preflight | FailureKind::IdentityMismatch)
+            ),
+            Status::InfraError => matches!(
+                self.failure_kind,
+                Some(k) if !matches!(k, FailureKind::Preflight | FailureKind::LeaseExpired)
+            ),
+            _ => false,
+        };
+        if !kind_ok {
+            return Err(OutcomeError::Kind {
+                status,
+                kind: self.failure_kind,
+            });
+        }
+        for (field, value) in [
+            ("score", self.score),
+            ("cost_usd", self.cost_usd),
+            (
+                "quota.utilisation",
+                self.quota.as_ref().map(|q| q.utilisation),
+            ),
+        ] {
+            if let Some(v) = value
+                && (!v.is_finite() || v < 0.0)
+            {
+                return Err(OutcomeError::Number { field, value: v });
+            }
+        }
+        if let Some(text) = &mut self.final_text {
+            truncate_chars(text, FINAL_TEXT_MAX_CHARS);
+        }
+        Ok(self)
+    }
+}
+
+fn truncate_chars(s: &mut String, max: usize) {
+    if let Some((i, _)) = s.char_indices().nth(max) {
+        s.truncate(i);
+    }
+}
+
+/// One ledger row. Fields below `// store` are set only by the store.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Row {
+    pub schema: String,
+    pub seq: u64,
+    pub campaign: CampaignId,
+    pub spec_hash: String,
+    // Trial identity.
+    pub trial_id: TrialId,
+    pub task: TaskId,
+    pub arm: ArmId,
+    pub run_index: u32,
+    pub phase: u8,
+    pub block: String,
+    pub order_index: u64,
+    pub seed: u64,
+    // Attempt.
+    pub attempt: u32,
+    pub lane: Option<String>,
+    pub host: Option<String>,
+    pub worker: Option<String>,
+    pub driver: Option<DriverIdentity>,
+    pub status: Status,
+    pub failure_kind: Option<FailureKind>,
+    pub reset_epoch: Option<i64>,
+    // Store.
+    #[serde(rename = "final")]
+    pub is_final: bool,
+    pub excluded: bool,
+    pub excluded_reason: Option<ExcludedReason>,
+    pub counted: bool,
+    pub duplicate: bool,
+    pub late: bool,
+    pub paired: bool,
+    // Result.
+    pub score: Option<f64>,
+    pub passed: Option<bool>,
+    pub checks: Vec<Check>,
+    pub runtime_outcome: Option<String>,
+    pub infeasible_source: Option<InfeasibleSource>,
+    pub final_text: Option<String>,
+    pub turns: Option<u32>,
+    pub tokens: Option<TokenUsage>,
+    pub cost_usd: Option<f64>,
+    pub quota: Option<QuotaReading>,
+    pub walls: PhaseWalls,
+    pub wall_s: f64,
+    pub lease_lost: bool,
+    pub publication_errors: Vec<String>,
+    pub artifacts: Vec<String>,
+    pub started_utc: Option<String>,
+    pub ended_utc: Option<String>,
+    pub error: Option<String>,
+    /// When the store wrote the row, RFC 3339.
+    pub written_utc: String,
+}
+
+/// The decision fields the store fills in when it writes a row.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct StoreFields {
+    pub seq: u64,
+    pub spec_hash: String,
+    pub is_final: bool,
+    pub excluded_reason: Option<ExcludedReason>,
+    pub counted: bool,
+    pub duplicate: bool,
+    pub late: bool,
+    pub paired: bool,
+    pub written_utc: String,
+}
+
+impl Row {
+    /// The row of a lane's outcome.
+    pub fn from_outcome(
+        campaign: &CampaignId,
+        trial: &Trial,
+        outcome: Outcome,
+        store: StoreFields,
+    ) -> Self {
+        let mut row = Self::bare(
+            campaign,
+            trial,
+            outcome.token.attempt,
+            outcome.status,
+            outcome.failure_kind,
+            store,
+        );
+        row.lane = Some(outcome.lane);
+        row.host = Some(outcome.host);
+        row.worker = (!outcome.worker.is_empty()).then_some(outcome.worker);
+        row.driver = outcome.driver;
+        row.reset_epoch = outcome.reset_epoch;
+        row.score = outcome.score;
+        row.passed = outcome.passed;
+        row.checks = outcome.checks;
+        row.runtime_outcome = outcome.runtime_outcome;
+        row.infeasible_source = outcome.infeasible_source;
+        row.final_text = outcome.final_text;
+        row.turns = outcome.turns;
+        row.tokens = outcome.tokens;
+        row.cost_usd = outcome.cost_usd;
+        row.quota = outcome.quota;
+        row.wall_s = outcome.walls.total();
+        row.walls = outcome.walls;
+        row.lease_lost = outcome.lease_lost;
+        row.publication_errors = outcome.publication_errors;
+        row.artifacts = outcome.artifacts;
+        row.started_utc = outcome.started_utc;
+        row.ended_utc = outcome.ended_utc;
+        row.error = outcome.error;
+        row
+    }
+
+    /// A row the store writes itself (reaps, cancellations, `not_started`).
+    pub fn bare(
+        campaign: &CampaignId,
+        trial: &Trial,
+        attempt: u32,
+        status: Status,
+        failure_kind: Option<FailureKind>,
+        store: StoreFields,
+    ) -> Self {
+        Self {
+            schema: ROW_SCHEMA.to_owned(),
+            seq: store.seq,
+            campaign: campaign.clone(),
+            spec_hash: store.spec_hash,
+            trial_id: trial.trial_id.clone(),
+            task: trial.task.clone(),
+            arm: trial.arm.clone(),
+            run_index: trial.run_index,
+            phase: trial.phase,
+            block: trial.block.clone(),
+            order_index: trial.order_index,
+            seed: trial.seed,
+            attempt,
+            lane: None,
+            host: None,
+            worker: None,
+            driver: None,
+            status,
+            failure_kind,
+            reset_epoch: None,
+            is_final: store.is_final,
+            excluded: store.excluded_reason.is_some(),
+            excluded_reason: store.excluded_reason,
+            counted: store.counted,
+            duplicate: store.duplicate,
+            late: store.late,
+            paired: store.paired,
+            score: None,
+            passed: None,
+            checks: Vec::new(),
+            runtime_outcome: None,
+            infeasible_source: None,
+            final_text: None,
+            turns: None,
+            tokens: None,
+            cost_usd: None,
+            quota: None,
+            walls: PhaseWalls::default(),
+            wall_s: 0.0,
+            lease_lost: false,
+            publication_errors: Vec::new(),
+            artifacts: Vec::new(),
+            started_utc: None,
+            ended_utc: None,
+            error: None,
+            written_utc: store.written_utc,
+        }
+    }
+
+    pub fn token(&self) -> Token {
+        Token {
+            trial_id: self.trial_id.clone(),
+            attempt: self.attempt,
+        }
+    }
+}

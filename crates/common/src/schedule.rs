@@ -1,0 +1,141 @@
+//! The pre-registered schedule (DESIGN §2): task-major blocks, phase 1 then phase 2, one run
+//! group per run, the first arm rotating by `(task_pos + run_index) mod n_arms`.
+//!
+//! The schedule is produced lazily, in order, so a 1M-task campaign never sits in memory twice.
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::ids::{ArmId, TaskId, TrialId};
+use crate::spec::{Campaign, CampaignSpec, Task};
+
+/// One cell (task, arm, run_index) of the schedule, with its identity and its place.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Trial {
+    pub trial_id: TrialId,
+    pub task: TaskId,
+    pub arm: ArmId,
+    /// 0-based across phases.
+    pub run_index: u32,
+    /// 1 or 2.
+    pub phase: u8,
+    /// `p<phase>-<task>`.
+    pub block: String,
+    /// Global position in the schedule, from 0.
+    pub order_index: u64,
+    pub task_pos: u32,
+    /// Position of this trial within its run group.
+    pub arm_slot: u32,
+    pub first_arm: ArmId,
+    pub seed: u64,
+    pub timeout_s: u32,
+    pub max_turns: u32,
+    pub max_cost_usd: Option<f64>,
+    pub payload_sha256: String,
+}
+
+impl Trial {
+    /// The run group this trial belongs to: `<task>.r<run_index>`.
+    pub fn group_id(&self) -> String {
+        format!("{}.r{}", self.task, self.run_index)
+    }
+}
+
+/// The seed of a run: the first 8 bytes, big-endian, of sha256(`<schedule_seed>:<task>:<run>`).
+pub fn run_seed(schedule_seed: u64, task: &TaskId, run_index: u32) -> u64 {
+    let digest = Sha256::digest(format!("{schedule_seed}:{task}:{run_index}").as_bytes());
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    u64::from_be_bytes(first)
+}
+
+/// The block name of a task in a phase.
+pub fn block_name(phase: u8, task: &TaskId) -> String {
+    format!("p{phase}-{task}")
+}
+
+/// The index into `arms` of the arm in `slot` of the run group `(task_pos, run_index)`.
+pub fn arm_index(task_pos: u32, run_index: u32, slot: u32, n_arms: u32) -> u32 {
+    ((u64::from(task_pos) + u64::from(run_index) + u64::from(slot)) % u64::from(n_arms)) as u32
+}
+
+/// Iterates the schedule in order.
+pub fn trials<'a>(campaign: &'a Campaign) -> impl Iterator<Item = Trial> + 'a {
+    trials_of(&campaign.spec, &campaign.tasks)
+}
+
+/// Iterates the schedule of `spec` over `tasks`, in order.
+pub fn trials_of<'a>(
+    spec: &'a CampaignSpec,
+    tasks: &'a [Task],
+) -> impl Iterator<Item = Trial> + 'a {
+    let n_arms = spec.arms.len() as u32;
+    let phases = [
+        (1u8, 0..spec.phase1_runs),
+        (2u8, spec.phase1_runs..spec.total_runs()),
+    ];
+    let mut order_index = 0u64;
+    phases
+        .into_iter()
+        .flat_map(move |(phase, runs)| {
+            tasks.iter().enumerate().flat_map(move |(task_pos, task)| {
+                let task_pos = task_pos as u32;
+                runs.clone().flat_map(move |run_index| {
+                    let seed = run_seed(spec.schedule_seed, &task.id, run_index);
+                    let first = arm_index(task_pos, run_index, 0, n_arms);
+                    (0..n_arms).map(move |slot| {
+                        let arm = &spec.arms[arm_index(task_pos, run_index, slot, n_arms) as usize];
+                        (phase, task_pos, task, run_index, seed, first, slot, arm)
+                    })
+                })
+            })
+        })
+        .map(
+            move |(phase, task_pos, task, run_index, seed, first, slot, arm)| {
+                let trial = Trial {
+                    trial_id: TrialId::from_parts(&task.id, run_index, &arm.id),
+                    task: task.id.clone(),
+                    arm: arm.id.clone(),
+                    run_index,
+                    phase,
+                    block: block_name(phase, &task.id),
+                    order_index,
+                    task_pos,
+                    arm_slot: slot,
+                    first_arm: spec.arms[first as usize].id.clone(),
+                    seed,
+                    timeout_s: task.timeout_s.unwrap_or(spec.defaults.timeout_s),
+                    max_turns: task.max_turns.unwrap_or(spec.defaults.max_turns),
+                    max_cost_usd: task.max_cost_usd.or(spec.defaults.max_cost_usd),
+                    payload_sha256: task.payload.sha256().to_owned(),
+                };
+                order_index += 1;
+                trial
+            },
+        )
+}
+
+/// The number of trials of a campaign, without building them.
+pub fn trial_count(spec: &CampaignSpec, n_tasks: usize) -> u64 {
+    n_tasks as u64 * u64::from(spec.total_runs()) * spec.arms.len() as u64
+}
+
+/// One run of one task: a trial per arm in slot order, sharing the run's seed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunGroup {
+    pub group_id: String,
+    pub trials: Vec<Trial>,
+}
+
+/// Iterates the schedule as run groups, in order.
+pub fn run_groups<'a>(campaign: &'a Campaign) -> impl Iterator<Item = RunGroup> + 'a {
+    let n = campaign.spec.arms.len();
+    let mut it = trials(campaign);
+    std::iter::from_fn(move || {
+        let trials: Vec<Trial> = it.by_ref().take(n).collect();
+        (!trials.is_empty()).then(|| RunGroup {
+            group_id: trials[0].group_id(),
+            trials,
+        })
+    })
+}

@@ -1,0 +1,218 @@
+//! The campaign: what a campaign file says once it is parsed and validated.
+//!
+//! Every option is either *measured* (it changes what a trial measures, and so the spec hash)
+//! or *operational* (it changes how the campaign is run). The split is structural: operational
+//! options live in [`Operational`] and in the driver's run-time fields, and the spec hash never
+//! reads them.
+
+mod error;
+mod load;
+mod tasks;
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{ArmId, CampaignId};
+use crate::row::{FailureKind, Status};
+use crate::utc::EpochMs;
+
+pub use error::{SpecError, SpecErrorKind};
+pub use load::{load_file, load_str};
+pub use tasks::{MAX_PAYLOAD_BYTES, Payload, Task, parse_tasks_jsonl};
+
+/// At most this many tasks in one campaign.
+pub const MAX_TASKS: usize = 1_000_000;
+/// At most this many arms in one campaign.
+pub const MAX_ARMS: usize = 64;
+
+/// A validated campaign: its spec and its tasks, in the given order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Campaign {
+    pub spec: CampaignSpec,
+    pub tasks: Vec<Task>,
+}
+
+/// Everything of a campaign except its tasks. Travels as JSON on the wire and in the store.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CampaignSpec {
+    pub id: CampaignId,
+    // Measured.
+    pub phase1_runs: u32,
+    pub phase2_runs: u32,
+    pub schedule_seed: u64,
+    pub pairing: Pairing,
+    pub gate: bool,
+    pub defaults: Defaults,
+    pub arms: Vec<Arm>,
+    pub retry: RetryPolicy,
+    /// `[driver.expect]`: identity pins checked at each lane's initialize (measured).
+    pub expect: BTreeMap<String, String>,
+    // Operational.
+    pub ops: Operational,
+    pub driver: DriverConfig,
+}
+
+impl CampaignSpec {
+    /// The runs of a task: phase 1 then phase 2.
+    pub fn total_runs(&self) -> u32 {
+        self.phase1_runs + self.phase2_runs
+    }
+
+    pub fn arm(&self, id: &ArmId) -> Option<&Arm> {
+        self.arms.iter().find(|a| &a.id == id)
+    }
+}
+
+/// How the trials of one run are scheduled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Pairing {
+    /// One lane runs a whole run group back to back, in slot order.
+    #[default]
+    Group,
+    /// Every trial is scheduled on its own.
+    None,
+}
+
+/// Per-task values unless the task sets its own.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Defaults {
+    pub timeout_s: u32,
+    pub max_turns: u32,
+    pub max_cost_usd: Option<f64>,
+}
+
+impl Default for Defaults {
+    fn default() -> Self {
+        Self {
+            timeout_s: 600,
+            max_turns: 30,
+            max_cost_usd: None,
+        }
+    }
+}
+
+/// One agent configuration. Arm order is the rotation order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Arm {
+    pub id: ArmId,
+    /// Opaque to lanes, handed to the driver (measured).
+    pub config: serde_json::Value,
+    /// Shared rate-limit pauses and quota (operational). Defaults to the arm id.
+    pub provider: String,
+    /// The budget reservation until the arm has rows of its own (operational).
+    pub expected_cost_usd: Option<f64>,
+}
+
+/// The retry policy table of DESIGN §2 (measured). Durations in seconds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RetryPolicy {
+    pub rate_limit_backoff_s: u64,
+    pub overloaded_retries: u32,
+    pub overloaded_backoff_s: u64,
+    pub auth_backoff_s: u64,
+    pub preflight_limit: u32,
+    pub infra_retries: u32,
+    pub infra_backoff_s: u64,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            rate_limit_backoff_s: 60,
+            overloaded_retries: 3,
+            overloaded_backoff_s: 30,
+            auth_backoff_s: 30,
+            preflight_limit: 3,
+            infra_retries: 1,
+            infra_backoff_s: 5,
+        }
+    }
+}
+
+/// Options that change how a campaign runs, never what it measures.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Operational {
+    pub lease_ttl_s: u32,
+    pub publish_grace_s: u32,
+    pub cutoff_utc: Option<EpochMs>,
+    pub budget_cap_usd: Option<f64>,
+    pub quota_wait: f64,
+    pub quota_stop: Option<f64>,
+}
+
+impl Default for Operational {
+    fn default() -> Self {
+        Self {
+            lease_ttl_s: 30,
+            publish_grace_s: 900,
+            cutoff_utc: None,
+            budget_cap_usd: None,
+            quota_wait: 0.95,
+            quota_stop: None,
+        }
+    }
+}
+
+/// The driver: operational, resolved on each worker host.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DriverConfig {
+    pub kind: DriverKind,
+    /// Payload keys that never reach rows, logs or spans.
+    pub secret_payload_keys: Vec<String>,
+    /// Env variables for the driver. A value `$NAME` is read from the worker's env; values are
+    /// never logged.
+    pub env: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DriverKind {
+    /// A child process speaking JSON-RPC over stdio; relative paths resolve on the worker.
+    Command(Vec<String>),
+    /// The built-in deterministic simulator.
+    Sim(SimConfig),
+}
+
+/// The sim driver's knobs. Durations in seconds; ranges are `[min, max]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SimConfig {
+    pub boot_s: f64,
+    pub reset_s: f64,
+    pub agent_s: [f64; 2],
+    pub evaluate_s: f64,
+    /// Probability of a pass, per arm id; `default_pass_rate` for the others.
+    pub pass_rate: BTreeMap<String, f64>,
+    pub default_pass_rate: f64,
+    /// Probability of each fault, keyed by failure kind or agent status.
+    pub faults: BTreeMap<SimFault, f64>,
+    /// Cost of one trial, `[min, max]` USD.
+    pub cost_usd: [f64; 2],
+    pub turns: [u32; 2],
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        Self {
+            boot_s: 0.0,
+            reset_s: 0.0,
+            agent_s: [0.0, 0.0],
+            evaluate_s: 0.0,
+            pass_rate: BTreeMap::new(),
+            default_pass_rate: 0.5,
+            faults: BTreeMap::new(),
+            cost_usd: [0.0, 0.0],
+            turns: [1, 10],
+        }
+    }
+}
+
+/// A fault the sim driver can inject: an infra failure kind or an agent outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum SimFault {
+    Kind(FailureKind),
+    Status(Status),
+}

@@ -1,0 +1,1 @@
+//! The Lanes coordinator: owns the queue and the "first scored attempt wins" state.

@@ -1,0 +1,1 @@
+//! The Lanes lane worker: runs claim → boot → reset → agent → evaluate → publish on a host.
