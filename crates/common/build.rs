@@ -6,7 +6,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ["types.proto", "campaign.proto", "lane.proto"].map(|p| root.join("lanes/v1").join(p));
     let mut config = tonic_prost_build::Config::new();
     config.protoc_executable(protoc_bin_vendored::protoc_bin_path()?);
-    tonic_prost_build::configure().compile_with_config(config, &protos, std::slice::from_ref(&root))?;
+    tonic_prost_build::configure().compile_with_config(
+        config,
+        &protos,
+        std::slice::from_ref(&root),
+    )?;
     println!("cargo:rerun-if-changed={}", root.display());
     Ok(())
 }

@@ -5,8 +5,8 @@ use crate::ids::{IdError, Token, TrialId};
 use crate::proto as pb;
 use crate::resume::Conflict;
 use crate::row::{
-    Check, DriverIdentity, FailureKind, InfeasibleSource, Outcome, Phase, PhaseWalls, QuotaReading,
-    Row, Status, TokenUsage,
+    Check, DriverIdentity, FailureKind, InfeasibleSource, Outcome, OutcomeError, Phase, PhaseWalls,
+    QuotaReading, Row, Status, TokenUsage,
 };
 use crate::spec::{Campaign, CampaignSpec, MAX_TASKS, Payload, Task};
 use crate::state::{CampaignState, StopMode, StopReason};
@@ -288,9 +288,16 @@ impl TryFrom<pb::Outcome> for Outcome {
             ended_utc: non_empty(o.ended_utc),
             error: non_empty(o.error),
         };
-        outcome
-            .validate()
-            .map_err(|e| ConvertError::new("outcome", e.to_string()))
+        outcome.validate().map_err(|e| {
+            // Name the field the rule is about, so the answer points at what to fix.
+            let field = match &e {
+                OutcomeError::StoreOnlyStatus => "outcome.status".to_owned(),
+                OutcomeError::Score { .. } => "outcome.score".to_owned(),
+                OutcomeError::Kind { .. } => "outcome.failure_kind".to_owned(),
+                OutcomeError::Number { field, .. } => format!("outcome.{field}"),
+            };
+            ConvertError::new(field, e.to_string())
+        })
     }
 }
 

@@ -17,8 +17,8 @@ use crate::spec_hash::{measured_header, task_line};
 /// One refused difference.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Conflict {
-    /// A dotted path: `arms[0].config`, `retry.infra_retries`, `tasks[MB-01].payload_sha256`,
-    /// `trial MB-01.r3.a.phase`.
+    /// A dotted path: `arms[0].config`, `retry.infra_retries`, `driver.expect.<pin>`,
+    /// `tasks[MB-01].payload_sha256`, `trial MB-01.r3.a.phase`.
     pub field: String,
     pub recorded: String,
     pub submitted: String,
@@ -95,6 +95,10 @@ fn measured_conflicts(old: &CampaignSpec, new: &CampaignSpec) -> Vec<Conflict> {
             for (i, a) in items.into_iter().enumerate() {
                 m.insert(format!("arms[{i}]"), a);
             }
+        }
+        // Name the pins as the campaign file does: `[driver.expect]`.
+        if let Some(expect) = m.remove("expect") {
+            m.insert("driver.expect".to_owned(), expect);
         }
         h
     };

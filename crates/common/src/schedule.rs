@@ -139,3 +139,110 @@ pub fn run_groups<'a>(campaign: &'a Campaign) -> impl Iterator<Item = RunGroup> 
         })
     })
 }
+
+/// The phase of a run index.
+pub fn phase_of(spec: &CampaignSpec, run_index: u32) -> u8 {
+    if run_index < spec.phase1_runs { 1 } else { 2 }
+}
+
+/// A trial's position in schedule order as a sortable integer that survives amendments
+/// (appending tasks or runs shifts `order_index`, never this): phase, task_pos, run_index and
+/// arm slot packed so that numeric order is schedule order. It fits in 41 bits, so it is exact
+/// as a Redis sorted-set score.
+pub fn position_key(phase: u8, task_pos: u32, run_index: u32, slot: u32) -> u64 {
+    debug_assert!(task_pos < (1 << 20) && run_index < (1 << 14) && slot < (1 << 6));
+    (u64::from(phase.saturating_sub(1)) << 40)
+        | (u64::from(task_pos) << 20)
+        | (u64::from(run_index) << 6)
+        | u64::from(slot)
+}
+
+/// Unpacks a [`position_key`] into (phase, task_pos, run_index, slot).
+pub fn from_position_key(key: u64) -> (u8, u32, u32, u32) {
+    (
+        ((key >> 40) & 1) as u8 + 1,
+        ((key >> 20) & 0xF_FFFF) as u32,
+        ((key >> 6) & 0x3FFF) as u32,
+        (key & 0x3F) as u32,
+    )
+}
+
+/// The trial at (task_pos, run_index, slot), computed directly, without walking the schedule.
+pub fn trial_at(
+    spec: &CampaignSpec,
+    n_tasks: usize,
+    task_pos: u32,
+    task: &Task,
+    run_index: u32,
+    slot: u32,
+) -> Trial {
+    let n_arms = spec.arms.len() as u32;
+    let n = u64::from(n_arms);
+    let phase = phase_of(spec, run_index);
+    let order_index = if phase == 1 {
+        (u64::from(task_pos) * u64::from(spec.phase1_runs) + u64::from(run_index)) * n
+            + u64::from(slot)
+    } else {
+        let phase1 = n_tasks as u64 * u64::from(spec.phase1_runs) * n;
+        phase1
+            + (u64::from(task_pos) * u64::from(spec.phase2_runs)
+                + u64::from(run_index - spec.phase1_runs))
+                * n
+            + u64::from(slot)
+    };
+    let arm = &spec.arms[arm_index(task_pos, run_index, slot, n_arms) as usize];
+    Trial {
+        trial_id: TrialId::from_parts(&task.id, run_index, &arm.id),
+        task: task.id.clone(),
+        arm: arm.id.clone(),
+        run_index,
+        phase,
+        block: block_name(phase, &task.id),
+        order_index,
+        task_pos,
+        arm_slot: slot,
+        first_arm: spec.arms[arm_index(task_pos, run_index, 0, n_arms) as usize]
+            .id
+            .clone(),
+        seed: run_seed(spec.schedule_seed, &task.id, run_index),
+        timeout_s: task.timeout_s.unwrap_or(spec.defaults.timeout_s),
+        max_turns: task.max_turns.unwrap_or(spec.defaults.max_turns),
+        max_cost_usd: task.max_cost_usd.or(spec.defaults.max_cost_usd),
+        payload_sha256: task.payload.sha256().to_owned(),
+    }
+}
+
+/// The arm slot of `arm_pos` (its index in `spec.arms`) in the run group (task_pos, run_index).
+pub fn slot_of(task_pos: u32, run_index: u32, arm_pos: u32, n_arms: u32) -> u32 {
+    let shift = ((u64::from(task_pos) + u64::from(run_index)) % u64::from(n_arms)) as u32;
+    (arm_pos + n_arms - shift) % n_arms
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn position_keys_round_trip_and_sort() {
+        let k = position_key(2, 999_999, 9_999, 63);
+        assert_eq!(from_position_key(k), (2, 999_999, 9_999, 63));
+        assert!(position_key(1, 5, 3, 1) < position_key(1, 5, 3, 2));
+        assert!(position_key(1, 5, 9, 0) < position_key(1, 6, 0, 0));
+        assert!(position_key(1, 999_999, 9_999, 63) < position_key(2, 0, 0, 0));
+        assert!(k < (1 << 53));
+    }
+
+    #[test]
+    fn slot_of_inverts_arm_index() {
+        for n in 1..6 {
+            for tp in 0..7 {
+                for run in 0..5 {
+                    for slot in 0..n {
+                        let arm = arm_index(tp, run, slot, n);
+                        assert_eq!(slot_of(tp, run, arm, n), slot);
+                    }
+                }
+            }
+        }
+    }
+}

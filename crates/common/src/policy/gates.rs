@@ -134,27 +134,22 @@ pub fn quota_gate(
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum BudgetGate {
     Go,
-    /// Spend plus reservations leave no room for one more trial, but reservations may settle.
+    /// Spend plus open reservations reached the cap, but the reservations may settle below it.
     Wait,
     /// Spend alone reached the cap.
     Stop,
 }
 
-/// The budget gate: `spend + reserved + next` must fit under the cap.
-pub fn budget_gate(cap: Option<f64>, spend: f64, reserved: f64, next: f64) -> BudgetGate {
-    let Some(cap) = cap else {
-        return BudgetGate::Go;
-    };
-    if spend >= cap {
-        BudgetGate::Stop
-    } else if reserved > 0.0 && spend + reserved + next > cap {
-        BudgetGate::Wait
-    } else if reserved <= 0.0 && spend + next > cap && next > 0.0 {
-        // Nothing is in flight to settle, and the next trial is expected to overshoot: stopping
-        // now is the only way to honour the cap.
-        BudgetGate::Stop
-    } else {
-        BudgetGate::Go
+/// The budget gate: a claim is admitted only while `spend + reserved` is below the cap. Once
+/// that sum reaches the cap, claims wait for the open reservations to settle; once the spend
+/// alone reaches it, the campaign stops (`STOPPED_BUDGET`). So N concurrent lanes overshoot the
+/// cap by at most the last admitted trials' actual overrun, never by N trials.
+pub fn budget_gate(cap: Option<f64>, spend: f64, reserved: f64) -> BudgetGate {
+    match cap {
+        None => BudgetGate::Go,
+        Some(cap) if spend >= cap => BudgetGate::Stop,
+        Some(cap) if spend + reserved >= cap => BudgetGate::Wait,
+        Some(_) => BudgetGate::Go,
     }
 }
 
@@ -175,8 +170,6 @@ pub struct GateInput<'a> {
     pub budget_cap_usd: Option<f64>,
     pub spend_usd: f64,
     pub reserved_usd: f64,
-    /// The reservation the next claim would make.
-    pub next_reservation_usd: f64,
     pub quota_wait: f64,
     pub quota_stop: Option<f64>,
     /// Latest reading per provider.
@@ -212,12 +205,7 @@ pub fn claim_gate(input: &GateInput<'_>) -> GateVerdict {
     if input.cutoff_ms.is_some_and(|c| input.now_ms >= c) {
         return GateVerdict::Stop(StopReason::Time);
     }
-    match budget_gate(
-        input.budget_cap_usd,
-        input.spend_usd,
-        input.reserved_usd,
-        input.next_reservation_usd,
-    ) {
+    match budget_gate(input.budget_cap_usd, input.spend_usd, input.reserved_usd) {
         BudgetGate::Go => {}
         BudgetGate::Wait => return GateVerdict::Wait(NoWorkReason::BudgetReserved),
         BudgetGate::Stop => return GateVerdict::Stop(StopReason::Budget),

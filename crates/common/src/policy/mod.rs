@@ -2,6 +2,7 @@
 //! backends call these, so a decision is made the same way everywhere and is tested once.
 
 pub mod gates;
+pub mod lease;
 pub mod phase2;
 pub mod retry;
 

@@ -6,13 +6,15 @@
 
 use std::collections::HashSet;
 
+use serde::{Deserialize, Serialize};
+
 use crate::row::{ExcludedReason, FailureKind, Row, Status};
 use crate::spec::RetryPolicy;
 use crate::state::StopReason;
 use crate::utc::EpochMs;
 
 /// Where a retry may run.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Placement {
     Any,
     /// Not on this lane (preflight blocks, identity mismatches).
@@ -61,7 +63,7 @@ pub struct NewResult<'a> {
 }
 
 /// What a trial's prior rows say, derived once.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TrialHistory {
     /// The winning attempt, if any row counted.
     pub winner: Option<u32>,
@@ -80,17 +82,22 @@ impl TrialHistory {
         let mut h = TrialHistory::default();
         let mut seen = HashSet::new();
         for row in rows {
-            if row.counted {
-                h.winner = Some(row.attempt);
-            }
-            h.is_final |= row.is_final;
             // Only the first row of a token counts toward budgets.
-            if !seen.insert(row.attempt) {
-                continue;
-            }
-            h.add_first_row(row.status, row.failure_kind);
+            let first = row.attempt == 0 || seen.insert(row.attempt);
+            h.add_row(row, first);
         }
         h
+    }
+
+    /// Folds in one row; `first_of_token` says whether it is its token's first row.
+    pub fn add_row(&mut self, row: &Row, first_of_token: bool) {
+        if row.counted {
+            self.winner = Some(row.attempt);
+        }
+        self.is_final |= row.is_final;
+        if first_of_token {
+            self.add_first_row(row.status, row.failure_kind);
+        }
     }
 
     /// Folds in the first row of a token.

@@ -1,0 +1,557 @@
+//! Proto ↔ domain conversions (`lanes_common::convert`): round trips are lossless, and invalid
+//! wire messages are refused with the field named.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use lanes_common::convert::ConvertError;
+use lanes_common::ids::{Token, TrialId};
+use lanes_common::proto as pb;
+use lanes_common::row::{
+    Check, DriverIdentity, ExcludedReason, FailureKind, InfeasibleSource, Outcome, PhaseWalls,
+    QuotaReading, Row, Status, StoreFields, TokenUsage,
+};
+use lanes_common::schedule::{self, Trial};
+use lanes_common::spec::{self, Campaign};
+use lanes_common::spec_hash::spec_hash;
+use proptest::prelude::*;
+
+const CAMPAIGN: &str = r#"
+id = "convert-test"
+phase1_runs = 2
+phase2_runs = 1
+schedule_seed = 20261005
+pairing = "none"
+gate = true
+lease_ttl_s = 12
+publish_grace_s = 60
+cutoff_utc = "2026-12-31T00:00:00Z"
+budget_cap_usd = 50.5
+quota_wait = 0.9
+quota_stop = 0.99
+
+[defaults]
+timeout_s = 30
+max_turns = 20
+max_cost_usd = 1.25
+
+[[arms]]
+id = "careful"
+config = { model = "sim-large", effort = "high", nested = { list = [1, 2.5, "x"], flag = true } }
+provider = "anthropic"
+expected_cost_usd = 0.05
+
+[[arms]]
+id = "quick"
+
+[tasks]
+items = [
+  { id = "MB-01", group = "g1", tags = ["a", "b"], timeout_s = 9, max_turns = 3, max_cost_usd = 0.5, payload = { instruction = "open", n = 3, f = 0.1, deep = { k = [true, false] } } },
+  { id = "osw:chrome.2" },
+]
+
+[driver]
+sim = { boot_s = 0.05, agent_s = [0.05, 0.2], pass_rate = { careful = 0.7 }, faults = { boot_failed = 0.03, rate_limit = 0.02, timeout = 0.05 }, cost_usd = [0.01, 0.06] }
+secret_payload_keys = ["vm_password"]
+env = { API_KEY = "$API_KEY" }
+
+[driver.expect]
+dataset_commit = "a1b2c3d"
+
+[retry]
+infra_retries = 2
+overloaded_backoff_s = 7
+"#;
+
+fn campaign(text: &str) -> Campaign {
+    spec::load_str(text, Path::new("x.toml"), Path::new(".")).unwrap()
+}
+
+fn trial() -> Trial {
+    schedule::trials(&campaign(CAMPAIGN)).nth(3).unwrap()
+}
+
+fn token(attempt: u32) -> Token {
+    Token {
+        trial_id: trial().trial_id,
+        attempt,
+    }
+}
+
+/// An outcome with every field set to a non-default value.
+fn full_outcome() -> Outcome {
+    let mut o = Outcome::new(token(3), "host-a/lane-2", "host-a", Status::Completed);
+    o.worker = "worker-7".into();
+    o.driver = Some(DriverIdentity {
+        name: "osworld".into(),
+        version: "1.2.3".into(),
+        pins: BTreeMap::from([
+            ("dataset_commit".to_string(), "a1b2c3d".to_string()),
+            ("agent_sha256".to_string(), "beef".to_string()),
+        ]),
+    });
+    o.score = Some(0.75);
+    o.passed = Some(true);
+    o.checks = vec![
+        Check {
+            name: "file_exists".into(),
+            passed: true,
+            score: Some(1.0),
+            detail: "found".into(),
+        },
+        Check {
+            name: "content".into(),
+            passed: false,
+            score: None,
+            detail: String::new(),
+        },
+    ];
+    o.runtime_outcome = Some("budget_exhausted".into());
+    o.infeasible_source = Some(InfeasibleSource::Agent);
+    o.final_text = Some("done — ünïcode".into());
+    o.turns = Some(17);
+    o.tokens = Some(TokenUsage {
+        input: 1000,
+        output: 200,
+        cache_read: 30,
+        cache_write: 4,
+    });
+    o.cost_usd = Some(0.1 + 0.2);
+    o.quota = Some(QuotaReading {
+        provider: "anthropic".into(),
+        utilisation: 0.42,
+        reset_epoch: Some(1_800_000_000),
+    });
+    o.walls = PhaseWalls {
+        admit_s: 0.01,
+        boot_s: 1.5,
+        reset_s: 0.3,
+        gate_s: 0.7,
+        agent_s: 42.123,
+        evaluate_s: 2.2,
+        publish_s: 0.05,
+    };
+    o.lease_lost = true;
+    o.publication_errors = vec!["attempt record: disk full".into()];
+    o.artifacts = vec!["a3/stderr.log".into(), "a3/screenshot.png".into()];
+    o.started_utc = Some("2026-12-02T10:00:00Z".into());
+    o.ended_utc = Some("2026-12-02T10:00:47Z".into());
+    o.error = Some("none really".into());
+    o
+}
+
+fn to_wire(o: &Outcome) -> pb::Outcome {
+    pb::Outcome::from(o.clone())
+}
+
+fn from_wire(o: pb::Outcome) -> Result<Outcome, ConvertError> {
+    Outcome::try_from(o)
+}
+
+fn wire_err(o: pb::Outcome) -> ConvertError {
+    match from_wire(o) {
+        Ok(o) => panic!("expected a conversion error, got {o:?}"),
+        Err(e) => e,
+    }
+}
+
+// ---- outcomes --------------------------------------------------------------------------------
+
+#[test]
+fn a_full_outcome_round_trips() {
+    let o = full_outcome();
+    assert_eq!(from_wire(to_wire(&o)).unwrap(), o);
+}
+
+#[test]
+fn unscored_outcomes_round_trip() {
+    let mut rate_limited = Outcome::new(token(1), "l", "h", Status::InfraError);
+    rate_limited.failure_kind = Some(FailureKind::RateLimit);
+    rate_limited.reset_epoch = Some(1_800_000_123);
+    let mut blocked = Outcome::new(token(2), "l", "h", Status::Blocked);
+    blocked.failure_kind = Some(FailureKind::Preflight);
+    let mut mismatch = Outcome::new(token(2), "l", "h", Status::Blocked);
+    mismatch.failure_kind = Some(FailureKind::IdentityMismatch);
+    let cancelled = Outcome::new(token(4), "l", "h", Status::Cancelled);
+    for o in [rate_limited, blocked, mismatch, cancelled] {
+        assert_eq!(from_wire(to_wire(&o)).unwrap(), o);
+    }
+}
+
+#[test]
+fn every_status_and_kind_round_trips() {
+    for &status in Status::ALL {
+        if status == Status::NotStarted {
+            continue;
+        }
+        let mut o = Outcome::new(token(1), "l", "h", status);
+        if status.is_scored() {
+            o.score = Some(0.0);
+        }
+        let kinds: Vec<Option<FailureKind>> = match status {
+            Status::InfraError => FailureKind::ALL
+                .iter()
+                .copied()
+                .filter(|k| !matches!(k, FailureKind::Preflight | FailureKind::LeaseExpired))
+                .map(Some)
+                .collect(),
+            Status::Blocked => vec![
+                Some(FailureKind::Preflight),
+                Some(FailureKind::IdentityMismatch),
+            ],
+            _ => vec![None],
+        };
+        for kind in kinds {
+            o.failure_kind = kind;
+            assert_eq!(from_wire(to_wire(&o)).unwrap(), o, "{status} {kind:?}");
+        }
+    }
+}
+
+#[test]
+fn unknown_status_enum_value_is_refused() {
+    let mut w = to_wire(&full_outcome());
+    w.status = 99;
+    let e = wire_err(w);
+    assert_eq!(e.field, "outcome.status");
+    assert!(e.reason.contains("99"), "{e}");
+
+    let mut w = to_wire(&full_outcome());
+    w.status = 0;
+    assert_eq!(wire_err(w).field, "outcome.status");
+}
+
+#[test]
+fn unknown_failure_kind_enum_value_is_refused() {
+    let mut o = Outcome::new(token(1), "l", "h", Status::InfraError);
+    o.failure_kind = Some(FailureKind::BootFailed);
+    let mut w = to_wire(&o);
+    w.failure_kind = 1234;
+    let e = wire_err(w);
+    assert_eq!(e.field, "outcome.failure_kind");
+    assert!(e.reason.contains("1234"), "{e}");
+}
+
+#[test]
+fn attempt_zero_is_refused() {
+    let mut w = to_wire(&full_outcome());
+    w.token.as_mut().unwrap().attempt = 0;
+    assert_eq!(wire_err(w).field, "token.attempt");
+}
+
+#[test]
+fn bad_trial_ids_are_refused() {
+    for bad in [
+        "../etc.r0.a",
+        "t.r0.a/b",
+        "t.r01.a",
+        "t.r0.a.b",
+        "",
+        "no-run",
+    ] {
+        let mut w = to_wire(&full_outcome());
+        w.token.as_mut().unwrap().trial_id = bad.into();
+        let e = wire_err(w);
+        assert_eq!(e.field, "token.trial_id", "{bad:?}: {e}");
+    }
+    let mut w = to_wire(&full_outcome());
+    w.token = None;
+    let e = wire_err(w);
+    assert_eq!(
+        (e.field.as_str(), e.reason.as_str()),
+        ("outcome.token", "missing")
+    );
+}
+
+#[test]
+fn a_scored_status_without_a_score_is_refused() {
+    for status in [
+        Status::Completed,
+        Status::Timeout,
+        Status::MaxTurns,
+        Status::AgentError,
+        Status::Violation,
+    ] {
+        let mut w = to_wire(&Outcome::new(token(1), "l", "h", status));
+        w.score = None;
+        let e = wire_err(w);
+        assert_eq!(e.field, "outcome.score", "{status}: {e}");
+        assert!(e.reason.contains("needs a score"), "{e}");
+    }
+    // And an unscored status must not carry one.
+    let mut o = Outcome::new(token(1), "l", "h", Status::Cancelled);
+    o.score = Some(1.0);
+    let e = wire_err(to_wire(&o));
+    assert_eq!(e.field, "outcome.score", "{e}");
+}
+
+#[test]
+fn a_failure_kind_that_does_not_fit_the_status_is_refused() {
+    let mut o = Outcome::new(token(1), "l", "h", Status::Completed);
+    o.score = Some(1.0);
+    o.failure_kind = Some(FailureKind::BootFailed);
+    assert_eq!(wire_err(to_wire(&o)).field, "outcome.failure_kind");
+    // Only the reaper writes lease_expired; an infra error needs a kind.
+    for kind in [Some(FailureKind::LeaseExpired), None] {
+        let mut o = Outcome::new(token(1), "l", "h", Status::InfraError);
+        o.failure_kind = kind;
+        assert_eq!(
+            wire_err(to_wire(&o)).field,
+            "outcome.failure_kind",
+            "{kind:?}"
+        );
+    }
+}
+
+#[test]
+fn a_lane_cannot_report_not_started() {
+    let o = Outcome::new(token(1), "l", "h", Status::NotStarted);
+    assert_eq!(wire_err(to_wire(&o)).field, "outcome.status");
+}
+
+#[test]
+fn numbers_out_of_range_are_refused() {
+    let mut o = full_outcome();
+    o.cost_usd = Some(-1.0);
+    assert_eq!(wire_err(to_wire(&o)).field, "outcome.cost_usd");
+    let mut o = full_outcome();
+    o.score = Some(f64::NAN);
+    assert_eq!(wire_err(to_wire(&o)).field, "outcome.score");
+    let mut o = full_outcome();
+    o.quota.as_mut().unwrap().utilisation = f64::INFINITY;
+    assert_eq!(wire_err(to_wire(&o)).field, "outcome.quota.utilisation");
+}
+
+// ---- rows ------------------------------------------------------------------------------------
+
+fn store_fields(seq: u64) -> StoreFields {
+    StoreFields {
+        seq,
+        spec_hash: "sha256:abc".into(),
+        is_final: true,
+        excluded_reason: None,
+        counted: true,
+        duplicate: false,
+        late: true,
+        paired: true,
+        written_utc: "2026-12-02T10:00:48.123Z".into(),
+    }
+}
+
+fn full_row() -> Row {
+    let c = campaign(CAMPAIGN);
+    Row::from_outcome(&c.spec.id, &trial(), full_outcome(), store_fields(41))
+}
+
+fn row_round_trip(row: &Row) -> Row {
+    let wire = pb::Row::try_from(row).unwrap();
+    assert_eq!(wire.seq, row.seq);
+    Row::try_from(wire).unwrap()
+}
+
+#[test]
+fn a_row_round_trips_through_the_wire() {
+    let row = full_row();
+    // The wall time is the sum of the phases, a value with no short decimal form.
+    assert_eq!(row.wall_s, full_outcome().walls.total());
+    assert_eq!(row_round_trip(&row), row);
+}
+
+#[test]
+fn store_written_rows_round_trip() {
+    let c = campaign(CAMPAIGN);
+    for (status, kind, reason) in [
+        (
+            Status::InfraError,
+            Some(FailureKind::LeaseExpired),
+            Some(ExcludedReason::InfraFailure(FailureKind::LeaseExpired)),
+        ),
+        (
+            Status::Blocked,
+            Some(FailureKind::Preflight),
+            Some(ExcludedReason::PreflightLimit),
+        ),
+        (
+            Status::NotStarted,
+            None,
+            Some(ExcludedReason::Phase2Refused(
+                lanes_common::row::Phase2Refusal::Quota("openai".into()),
+            )),
+        ),
+        (Status::Cancelled, None, None),
+    ] {
+        let row = Row::bare(
+            &c.spec.id,
+            &trial(),
+            2,
+            status,
+            kind,
+            StoreFields {
+                excluded_reason: reason,
+                counted: false,
+                ..store_fields(7)
+            },
+        );
+        assert_eq!(row_round_trip(&row), row, "{status}");
+    }
+}
+
+#[test]
+fn the_row_json_uses_the_documented_names() {
+    let c = campaign(CAMPAIGN);
+    let row = Row::bare(
+        &c.spec.id,
+        &trial(),
+        2,
+        Status::InfraError,
+        Some(FailureKind::BootFailed),
+        StoreFields {
+            excluded_reason: Some(ExcludedReason::InfraFailure(FailureKind::BootFailed)),
+            counted: false,
+            ..store_fields(9)
+        },
+    );
+    let wire = pb::Row::try_from(&row).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&wire.json).unwrap();
+    assert_eq!(v["schema"], "lanes-row/1");
+    assert_eq!(v["seq"], 9);
+    assert_eq!(v["final"], true);
+    assert_eq!(v["excluded"], true);
+    assert_eq!(v["excluded_reason"], "infra_failure:boot_failed");
+    assert_eq!(v["status"], "infra_error");
+    assert_eq!(v["failure_kind"], "boot_failed");
+    assert_eq!(v["trial_id"], trial().trial_id.as_str());
+}
+
+#[test]
+fn a_wire_row_whose_seq_disagrees_is_refused() {
+    let mut wire = pb::Row::try_from(&full_row()).unwrap();
+    wire.seq += 1;
+    assert_eq!(Row::try_from(wire).unwrap_err().field, "row.seq");
+    let wire = pb::Row {
+        seq: 1,
+        json: "{not json".into(),
+    };
+    assert_eq!(Row::try_from(wire).unwrap_err().field, "row.json");
+}
+
+proptest! {
+    /// Costs, scores and walls are arbitrary floats: the ledger's JSON must keep them exactly.
+    #[test]
+    fn row_floats_survive_the_wire(
+        cost in 0.0f64..1e6,
+        score in 0.0f64..1.0,
+        agent_s in 0.0f64..1e5,
+        utilisation in 0.0f64..1.5,
+    ) {
+        let mut o = full_outcome();
+        o.cost_usd = Some(cost);
+        o.score = Some(score);
+        o.walls.agent_s = agent_s;
+        o.quota.as_mut().unwrap().utilisation = utilisation;
+        prop_assert_eq!(from_wire(to_wire(&o)).unwrap(), o.clone());
+        let row = Row::from_outcome(&campaign(CAMPAIGN).spec.id, &trial(), o, store_fields(1));
+        prop_assert_eq!(row_round_trip(&row), row);
+    }
+}
+
+// ---- campaigns -------------------------------------------------------------------------------
+
+fn campaign_round_trip(c: &Campaign) -> Campaign {
+    let req = pb::SubmitRequest::try_from(c).unwrap();
+    assert_eq!(req.tasks.len(), c.tasks.len());
+    Campaign::try_from(req).unwrap()
+}
+
+#[test]
+fn a_campaign_round_trips_through_a_submit_request() {
+    let c = campaign(CAMPAIGN);
+    let back = campaign_round_trip(&c);
+    assert_eq!(back, c);
+    assert_eq!(
+        spec_hash(&back.spec, &back.tasks),
+        spec_hash(&c.spec, &c.tasks)
+    );
+    assert_eq!(
+        schedule::trials(&back).collect::<Vec<_>>(),
+        schedule::trials(&c).collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn a_command_driver_campaign_round_trips() {
+    let text = CAMPAIGN
+        .lines()
+        .map(|l| {
+            if l.starts_with("sim = ") {
+                r#"command = ["python3", "driver.py", "--flag"]"#
+            } else {
+                l
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let c = campaign(&text);
+    assert!(matches!(c.spec.driver.kind, spec::DriverKind::Command(_)));
+    assert_eq!(campaign_round_trip(&c), c);
+}
+
+#[test]
+fn invalid_submit_requests_name_the_field() {
+    let c = campaign(CAMPAIGN);
+    let good = pb::SubmitRequest::try_from(&c).unwrap();
+
+    let mut r = good.clone();
+    r.tasks[1].id = r.tasks[0].id.clone();
+    assert_eq!(Campaign::try_from(r).unwrap_err().field, "tasks[1].id");
+
+    let mut r = good.clone();
+    r.tasks[1].id = "bad/id".into();
+    assert_eq!(Campaign::try_from(r).unwrap_err().field, "tasks[1].id");
+
+    let mut r = good.clone();
+    r.tasks[0].payload_json = "{oops".into();
+    assert_eq!(
+        Campaign::try_from(r).unwrap_err().field,
+        "tasks[0].payload_json"
+    );
+
+    let mut r = good.clone();
+    r.tasks[0].payload_json = format!("{{\"s\":\"{}\"}}", "x".repeat(70_000));
+    assert_eq!(
+        Campaign::try_from(r).unwrap_err().field,
+        "tasks[0].payload_json"
+    );
+
+    let mut r = good.clone();
+    r.tasks.clear();
+    assert_eq!(Campaign::try_from(r).unwrap_err().field, "tasks");
+
+    let mut r = good.clone();
+    r.spec_json = "{}".into();
+    assert_eq!(Campaign::try_from(r).unwrap_err().field, "spec_json");
+
+    let mut spec = c.spec.clone();
+    spec.arms.clear();
+    let mut r = good.clone();
+    r.spec_json = serde_json::to_string(&spec).unwrap();
+    assert_eq!(Campaign::try_from(r).unwrap_err().field, "spec_json.arms");
+
+    let mut spec = c.spec.clone();
+    spec.phase1_runs = 0;
+    let mut r = good;
+    r.spec_json = serde_json::to_string(&spec).unwrap();
+    assert_eq!(
+        Campaign::try_from(r).unwrap_err().field,
+        "spec_json.phase1_runs"
+    );
+}
+
+#[test]
+fn tokens_convert_both_ways() {
+    let t = token(5);
+    let w = pb::Token::from(&t);
+    assert_eq!(w.trial_id, t.trial_id.as_str());
+    assert_eq!(Token::try_from(w).unwrap(), t);
+    assert!(TrialId::new(t.trial_id.as_str()).is_ok());
+}

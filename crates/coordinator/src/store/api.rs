@@ -1,0 +1,262 @@
+//! The types of the store's operations: requests, answers and errors.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use lanes_common::ids::{ArmId, CampaignId, Token, TrialId};
+use lanes_common::policy::NoWorkReason;
+use lanes_common::resume::Conflict;
+use lanes_common::row::{ExcludedReason, FailureKind, OutcomeError, Phase, Status};
+use lanes_common::schedule::Trial;
+use lanes_common::state::{CampaignState, StopMode, StopReason};
+use lanes_common::utc::EpochMs;
+
+/// What `submit` did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SubmitKind {
+    Created,
+    /// Same schedule; operational options may have changed.
+    Resumed,
+    /// The schedule grew; the new spec hash is recorded.
+    Amended,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Submitted {
+    pub id: CampaignId,
+    pub trials: u64,
+    pub spec_hash: String,
+    pub kind: SubmitKind,
+    pub operational_changes: Vec<String>,
+}
+
+/// A lane asking for work.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClaimRequest {
+    pub lane: String,
+    pub host: String,
+    pub worker: String,
+    /// The arms this lane serves; `None` means every arm.
+    pub arms: Option<Vec<ArmId>>,
+    /// How many units (trials or run groups) it may take.
+    pub max_units: u32,
+}
+
+/// A claimed trial.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AssignedTrial {
+    pub trial: Trial,
+    pub token: Token,
+    pub payload_json: String,
+    pub arm_config: serde_json::Value,
+    /// Time left until the hard deadline, from the claim.
+    pub hard_deadline_in_ms: u64,
+}
+
+/// One unit of work: a single trial, or a run group in slot order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Assignment {
+    pub campaign: CampaignId,
+    pub paired: bool,
+    pub trials: Vec<AssignedTrial>,
+    pub lease_ttl_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum ClaimOutcome {
+    Assigned(Vec<Assignment>),
+    NoWork {
+        reason: NoWorkReason,
+        retry_after_ms: u64,
+    },
+}
+
+/// A renewal's answer for one token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RenewState {
+    Renewed,
+    /// Reaped, superseded or revoked: stop work that has not been evaluated.
+    Lost,
+    /// A cancel stop asks the lane to cancel the attempt and release it.
+    Cancel,
+}
+
+/// The answer to a completion, stored with its token so a replay gets the same answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompleteAck {
+    pub token: Token,
+    pub counted: bool,
+    pub duplicate: bool,
+    pub late: bool,
+    pub winner_attempt: Option<u32>,
+    pub seq: u64,
+}
+
+/// Why a lane gives a leased trial back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReleaseReason {
+    Cancelled,
+    /// Preflight refused after the claim (kind `preflight` or `identity_mismatch`).
+    Blocked(FailureKind),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Release {
+    pub token: Token,
+    pub reason: ReleaseReason,
+    pub lane: String,
+    pub host: String,
+    pub detail: Option<String>,
+}
+
+/// What one reap did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReapReport {
+    /// Undelivered assignments, or leases reaped while stopping.
+    pub cancelled: u32,
+    /// `lease_expired` rows written.
+    pub expired: u32,
+    /// Past evaluate and still inside `publish_grace_s`.
+    pub deferred: u32,
+}
+
+/// A gate currently holding work back.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GateInForce {
+    pub gate: String,
+    pub detail: String,
+    pub until_ms: Option<EpochMs>,
+}
+
+/// An attempt holding a lease.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InFlight {
+    pub token: Token,
+    pub lane: String,
+    pub host: String,
+    pub phase: Phase,
+    pub deadline_ms: EpochMs,
+    pub hard_deadline_ms: EpochMs,
+}
+
+/// A recorded amendment.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Amendment {
+    pub at_ms: EpochMs,
+    pub spec_hash: String,
+    pub added_tasks: u64,
+    pub added_trials: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CampaignStatus {
+    pub id: CampaignId,
+    pub state: CampaignState,
+    pub stop_reason: Option<StopReason>,
+    pub stop_mode: Option<StopMode>,
+    pub spec_hash: String,
+    pub amendments: Vec<Amendment>,
+    pub trials_total: u64,
+    /// Final trials, `not_started` included.
+    pub trials_final: u64,
+    pub trials_counted: u64,
+    pub trials_excluded: u64,
+    pub trials_not_started: u64,
+    /// Ledger rows by status.
+    pub rows_by_status: BTreeMap<Status, u64>,
+    pub rows_total: u64,
+    pub blocks_total: u64,
+    pub blocks_complete: u64,
+    pub spend_usd: f64,
+    pub reserved_usd: f64,
+    pub gates: Vec<GateInForce>,
+    pub in_flight: Vec<InFlight>,
+}
+
+/// Something that changed, for Watch.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    pub seq: u64,
+    pub at_ms: EpochMs,
+    pub kind: EventKind,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum EventKind {
+    AttemptStarted {
+        token: Token,
+        lane: String,
+        host: String,
+    },
+    AttemptPhase {
+        token: Token,
+        phase: Phase,
+    },
+    AttemptFinished {
+        token: Token,
+        status: Status,
+        failure_kind: Option<FailureKind>,
+        counted: bool,
+        row_seq: u64,
+    },
+    TrialFinal {
+        trial_id: TrialId,
+        counted: bool,
+        excluded_reason: Option<ExcludedReason>,
+    },
+    GatePaused {
+        gate: GateInForce,
+    },
+    CampaignStopping {
+        reason: StopReason,
+    },
+    CampaignStopped {
+        reason: Option<StopReason>,
+    },
+    CampaignDone,
+    CampaignResumed {
+        spec_hash: String,
+    },
+}
+
+/// Why a store operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// No campaign with this id.
+    #[error("unknown campaign {0}")]
+    UnknownCampaign(CampaignId),
+    /// The token was never issued by this store.
+    #[error("unknown token {0}")]
+    UnknownToken(Token),
+    /// The token no longer holds its trial's lease.
+    #[error("stale token {0}: it no longer holds the lease")]
+    StaleToken(Token),
+    /// The token belongs to another campaign or trial than the one named.
+    #[error("token {0} does not belong to campaign {1}")]
+    ForeignToken(Token, CampaignId),
+    /// A resume that would change what is measured.
+    #[error("resume refused: {} conflict(s)", .0.len())]
+    Refused(Vec<Conflict>),
+    #[error("invalid outcome: {0}")]
+    InvalidOutcome(#[from] OutcomeError),
+    /// The backend is unreachable; the operation may be retried.
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    /// Stored data that does not decode: a bug or a foreign writer.
+    #[error("store data corrupt: {0}")]
+    Corrupt(String),
+    /// Any other backend failure.
+    #[error("store backend error: {0}")]
+    Backend(String),
+}
+
+impl StoreError {
+    /// Whether the caller may retry the same operation.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, StoreError::Unavailable(_))
+    }
+}

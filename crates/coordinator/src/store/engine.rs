@@ -1,0 +1,1360 @@
+//! The store's transitions, written once against [`Tx`]. Each public function is one atomic
+//! operation: the backend runs it inside one transaction and commits only if it returns `Ok`.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use lanes_common::ids::{CampaignId, Token, TrialId};
+use lanes_common::policy::gates::{BudgetGate, GateVerdict, QuotaGate, budget_gate, quota_gate};
+use lanes_common::policy::lease::hard_deadlines_ms;
+use lanes_common::policy::{
+    Decision, GateInput, NewResult, NoWorkReason, Phase2Input, Placement, ProviderGate, claim_gate,
+    decide, phase2_block,
+};
+use lanes_common::resume;
+use lanes_common::row::{
+    ExcludedReason, FailureKind, Outcome, Phase, Phase2Refusal, Row, Status, StoreFields,
+};
+use lanes_common::schedule::{
+    self, Trial, from_position_key, phase_of, position_key, slot_of, trial_at,
+};
+use lanes_common::spec::{Campaign, Pairing};
+use lanes_common::spec_hash::spec_hash;
+use lanes_common::state::{CampaignState, StopMode, StopReason};
+use lanes_common::stats::median;
+use lanes_common::utc::{EpochMs, format_rfc3339};
+
+use super::api::*;
+use super::model::*;
+use super::tx::{R, Tx};
+
+/// How many entries of each queue one claim looks at before giving up on placement filters.
+const SCAN: usize = 64;
+
+fn meta_of(tx: &mut impl Tx, c: &CampaignId) -> R<Meta> {
+    tx.meta()?
+        .ok_or_else(|| StoreError::UnknownCampaign(c.clone()))
+}
+
+fn emit(tx: &mut impl Tx, meta: &mut Meta, now: EpochMs, kind: EventKind) -> R<()> {
+    let event = Event {
+        seq: meta.next_event,
+        at_ms: now,
+        kind,
+    };
+    meta.next_event += 1;
+    tx.put_event(&event)
+}
+
+fn ttl_ms(meta: &Meta) -> i64 {
+    i64::from(meta.spec.ops.lease_ttl_s) * 1000
+}
+
+fn provider_of<'a>(meta: &'a Meta, arm: &'a lanes_common::ids::ArmId) -> &'a str {
+    meta.spec
+        .arm(arm)
+        .map(|a| a.provider.as_str())
+        .unwrap_or(arm.as_str())
+}
+
+fn trial_key(t: &Trial) -> u64 {
+    position_key(t.phase, t.task_pos, t.run_index, t.arm_slot)
+}
+
+/// Resolves a trial id against the campaign, refusing ids outside its schedule.
+fn resolve(tx: &mut impl Tx, meta: &Meta, id: &str) -> R<Option<Trial>> {
+    let Ok((task, run, arm)) = TrialId::parse(id) else {
+        return Ok(None);
+    };
+    let Some(arm_pos) = meta.spec.arms.iter().position(|a| a.id == arm) else {
+        return Ok(None);
+    };
+    if run >= meta.spec.total_runs() {
+        return Ok(None);
+    }
+    let Some(tp) = tx.task_pos(task.as_str())? else {
+        return Ok(None);
+    };
+    let n = meta.spec.arms.len() as u32;
+    let task = tx.task(tp)?;
+    Ok(Some(trial_at(
+        &meta.spec,
+        meta.n_tasks as usize,
+        tp,
+        &task,
+        run,
+        slot_of(tp, run, arm_pos as u32, n),
+    )))
+}
+
+fn trial_by_key(tx: &mut impl Tx, meta: &Meta, key: u64) -> R<Trial> {
+    let (_, tp, run, slot) = from_position_key(key);
+    let task = tx.task(tp)?;
+    Ok(trial_at(
+        &meta.spec,
+        meta.n_tasks as usize,
+        tp,
+        &task,
+        run,
+        slot,
+    ))
+}
+
+fn block_total(meta: &Meta, phase: u8) -> u64 {
+    let runs = if phase == 1 {
+        meta.spec.phase1_runs
+    } else {
+        meta.spec.phase2_runs
+    };
+    u64::from(runs) * meta.spec.arms.len() as u64
+}
+
+fn blocks_total(spec: &lanes_common::spec::CampaignSpec, n_tasks: u64) -> u64 {
+    n_tasks * (1 + u64::from(spec.phase2_runs > 0))
+}
+
+// ---------------------------------------------------------------------------------------------
+// submit
+
+/// Enqueues the fresh units of the trials `(task_pos, run)` in `runs` for tasks in `tasks`.
+fn enqueue_fresh(
+    tx: &mut impl Tx,
+    meta: &Meta,
+    tasks: std::ops::Range<u32>,
+    runs: std::ops::Range<u32>,
+) -> R<()> {
+    let n = meta.spec.arms.len() as u32;
+    for tp in tasks {
+        for run in runs.clone() {
+            let phase = phase_of(&meta.spec, run);
+            match meta.spec.pairing {
+                Pairing::Group => {
+                    tx.add_ready(GROUP_QUEUE, position_key(phase, tp, run, 0), UNIT_GROUP)?
+                }
+                Pairing::None => {
+                    for slot in 0..n {
+                        let arm = &meta.spec.arms[schedule::arm_index(tp, run, slot, n) as usize];
+                        tx.add_ready(
+                            &provider_queue(&arm.provider),
+                            position_key(phase, tp, run, slot),
+                            UNIT_TRIAL,
+                        )?;
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn new_meta(campaign: &Campaign, hash: String, now: EpochMs) -> Meta {
+    let spec = campaign.spec.clone();
+    let n_tasks = campaign.tasks.len() as u64;
+    Meta {
+        trials_total: schedule::trial_count(&spec, campaign.tasks.len()),
+        phase1_total: n_tasks * u64::from(spec.phase1_runs) * spec.arms.len() as u64,
+        blocks_total: blocks_total(&spec, n_tasks),
+        n_tasks: campaign.tasks.len() as u32,
+        spec,
+        spec_hash: hash,
+        amendments: Vec::new(),
+        state: CampaignState::Running,
+        stop_reason: None,
+        stop_mode: None,
+        next_seq: 0,
+        next_event: 0,
+        spend_usd: 0.0,
+        reserved_usd: 0.0,
+        leases_open: 0,
+        finals: 0,
+        phase1_finals: 0,
+        counted: 0,
+        excluded: 0,
+        not_started: 0,
+        blocks_complete: 0,
+        rows_by_status: BTreeMap::new(),
+        quotas: BTreeMap::new(),
+        paused_until: BTreeMap::new(),
+        arm_costs: BTreeMap::new(),
+        arm_walls: BTreeMap::new(),
+        finished_block_walls: Vec::new(),
+        lanes_seen: BTreeMap::new(),
+        created_ms: now,
+    }
+}
+
+pub(crate) fn submit(tx: &mut impl Tx, campaign: Campaign, now: EpochMs) -> R<Submitted> {
+    let hash = spec_hash(&campaign.spec, &campaign.tasks);
+    let id = campaign.spec.id.clone();
+    let Some(mut meta) = tx.meta()? else {
+        let meta = new_meta(&campaign, hash.clone(), now);
+        for (pos, task) in campaign.tasks.iter().enumerate() {
+            tx.put_task(pos as u32, task)?;
+        }
+        enqueue_fresh(tx, &meta, 0..meta.n_tasks, 0..meta.spec.total_runs())?;
+        tx.put_meta(&meta)?;
+        return Ok(Submitted {
+            id,
+            trials: meta.trials_total,
+            spec_hash: hash,
+            kind: SubmitKind::Created,
+            operational_changes: Vec::new(),
+        });
+    };
+
+    // A resume: compare with what is recorded, refusing drift.
+    let old = Campaign {
+        spec: meta.spec.clone(),
+        tasks: tx.tasks()?,
+    };
+    let mut recorded = Vec::new();
+    for tid in tx.trial_ids()? {
+        if tx.trial(&tid)?.is_some_and(|s| s.rows > 0)
+            && let Some(t) = resolve(tx, &meta, &tid)?
+        {
+            recorded.push(t);
+        }
+    }
+    let plan = resume::compare(&old, &campaign, &recorded).map_err(StoreError::Refused)?;
+
+    let old_tasks = meta.n_tasks;
+    let old_p1 = meta.spec.phase1_runs;
+    let old_runs = meta.spec.total_runs();
+    for (pos, task) in campaign.tasks.iter().enumerate().skip(old_tasks as usize) {
+        tx.put_task(pos as u32, task)?;
+    }
+    meta.spec = campaign.spec.clone();
+    meta.n_tasks = campaign.tasks.len() as u32;
+    // Runs that moved from phase 2 to phase 1 have no rows (resume checked): re-key them.
+    if meta.spec.phase1_runs != old_p1 {
+        for queue in tx.queues()? {
+            for tp in 0..old_tasks {
+                for run in old_p1..meta.spec.phase1_runs.min(old_runs) {
+                    for slot in 0..meta.spec.arms.len() as u32 {
+                        if tx.del_ready(&queue, position_key(2, tp, run, slot))? {
+                            let unit = if queue == GROUP_QUEUE {
+                                UNIT_GROUP
+                            } else {
+                                UNIT_TRIAL
+                            };
+                            tx.add_ready(&queue, position_key(1, tp, run, slot), unit)?;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    enqueue_fresh(tx, &meta, 0..old_tasks, old_runs..meta.spec.total_runs())?;
+    enqueue_fresh(
+        tx,
+        &meta,
+        old_tasks..meta.n_tasks,
+        0..meta.spec.total_runs(),
+    )?;
+    let n_tasks = u64::from(meta.n_tasks);
+    meta.trials_total = schedule::trial_count(&meta.spec, meta.n_tasks as usize);
+    meta.phase1_total = n_tasks * u64::from(meta.spec.phase1_runs) * meta.spec.arms.len() as u64;
+    meta.blocks_total = blocks_total(&meta.spec, n_tasks);
+    let kind = if plan.amended {
+        meta.amendments.push(Amendment {
+            at_ms: now,
+            spec_hash: hash.clone(),
+            added_tasks: plan.added_tasks as u64,
+            added_trials: plan.added_trials,
+        });
+        meta.spec_hash = hash.clone();
+        SubmitKind::Amended
+    } else {
+        SubmitKind::Resumed
+    };
+    let was = meta.state;
+    if was != CampaignState::Done || plan.amended {
+        meta.state = CampaignState::Running;
+        meta.stop_reason = None;
+        meta.stop_mode = None;
+    }
+    if was != meta.state {
+        let spec_hash = meta.spec_hash.clone();
+        emit(tx, &mut meta, now, EventKind::CampaignResumed { spec_hash })?;
+    }
+    maybe_finish(tx, &mut meta, now)?;
+    tx.put_meta(&meta)?;
+    Ok(Submitted {
+        id,
+        trials: meta.trials_total,
+        spec_hash: meta.spec_hash.clone(),
+        kind,
+        operational_changes: plan.operational_changes,
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// claim
+
+/// The reservation a claim makes for a trial of `arm`: the median cost of its counted rows,
+/// or its `expected_cost_usd` before it has any.
+fn reservation(meta: &Meta, arm: &lanes_common::ids::ArmId) -> f64 {
+    meta.arm_costs
+        .get(arm)
+        .and_then(|c| median(c))
+        .or_else(|| meta.spec.arm(arm).and_then(|a| a.expected_cost_usd))
+        .unwrap_or(0.0)
+}
+
+fn set_stopping(tx: &mut impl Tx, meta: &mut Meta, reason: StopReason, now: EpochMs) -> R<()> {
+    if meta.state == CampaignState::Running {
+        meta.state = CampaignState::Stopping;
+        meta.stop_reason = Some(reason);
+        meta.stop_mode.get_or_insert(StopMode::Drain);
+        emit(tx, meta, now, EventKind::CampaignStopping { reason })?;
+    }
+    Ok(())
+}
+
+/// Moves a stopping campaign with nothing in flight to stopped, and a campaign whose trials are
+/// all final to done.
+fn maybe_finish(tx: &mut impl Tx, meta: &mut Meta, now: EpochMs) -> R<()> {
+    if meta.finals >= meta.trials_total && meta.state != CampaignState::Done {
+        meta.state = CampaignState::Done;
+        meta.stop_reason = None;
+        emit(tx, meta, now, EventKind::CampaignDone)?;
+    } else if meta.state == CampaignState::Stopping && meta.leases_open == 0 {
+        meta.state = CampaignState::Stopped;
+        emit(
+            tx,
+            meta,
+            now,
+            EventKind::CampaignStopped {
+                reason: meta.stop_reason,
+            },
+        )?;
+    }
+    Ok(())
+}
+
+fn promote_delayed(tx: &mut impl Tx, meta: &Meta, now: EpochMs) -> R<()> {
+    loop {
+        let due = tx.delayed_due(now, 256)?;
+        if due.is_empty() {
+            return Ok(());
+        }
+        for (at, tid) in due {
+            tx.del_delayed(at, &tid)?;
+            let Some(mut ts) = tx.trial(&tid)? else {
+                continue;
+            };
+            let Some(q) = ts.queued.as_mut() else {
+                continue;
+            };
+            if q.delayed_until != Some(at) {
+                continue;
+            }
+            q.delayed_until = None;
+            let trial = resolve(tx, meta, &tid)?.ok_or_else(|| {
+                StoreError::Corrupt(format!("delayed trial {tid} not in schedule"))
+            })?;
+            tx.add_ready(
+                &provider_queue(provider_of(meta, &trial.arm)),
+                trial_key(&trial),
+                UNIT_TRIAL,
+            )?;
+            tx.put_trial(&tid, &ts)?;
+        }
+    }
+}
+
+/// A candidate unit from one queue.
+struct Candidate {
+    queue: String,
+    key: u64,
+    unit: u8,
+}
+
+/// Applies the phase-2 rule to a block the first time a claim reaches it. Returns whether the
+/// block may start; a refused block gets its `not_started` rows here.
+fn phase2_allows(tx: &mut impl Tx, meta: &mut Meta, task_pos: u32, now: EpochMs) -> R<bool> {
+    let task = tx.task(task_pos)?;
+    let block = schedule::block_name(2, &task.id);
+    let mut state = tx.block(&block)?;
+    if let Some(verdict) = &state.phase2 {
+        return Ok(verdict.is_none());
+    }
+    let providers: BTreeSet<&str> = meta.spec.arms.iter().map(|a| a.provider.as_str()).collect();
+    let quotas: Vec<(String, QuotaGate)> = providers
+        .into_iter()
+        .map(|p| {
+            (
+                p.to_owned(),
+                quota_gate(
+                    meta.quotas.get(p),
+                    meta.spec.ops.quota_wait,
+                    meta.spec.ops.quota_stop,
+                    now,
+                ),
+            )
+        })
+        .collect();
+    let active = meta
+        .lanes_seen
+        .values()
+        .filter(|&&t| now - t <= 3 * ttl_ms(meta))
+        .count()
+        .max(1) as u32;
+    let verdict = phase2_block(&Phase2Input {
+        now_ms: now,
+        cutoff_ms: meta.spec.ops.cutoff_utc,
+        finished_block_walls: &meta.finished_block_walls,
+        active_lanes: active,
+        quotas: &quotas,
+    });
+    match verdict {
+        Ok(()) => {
+            state.phase2 = Some(None);
+            tx.put_block(&block, &state)?;
+            Ok(true)
+        }
+        Err(why) => {
+            state.phase2 = Some(Some(ExcludedReason::Phase2Refused(why.clone()).to_string()));
+            tx.put_block(&block, &state)?;
+            refuse_block(tx, meta, task_pos, why, now)?;
+            Ok(false)
+        }
+    }
+}
+
+fn refuse_block(
+    tx: &mut impl Tx,
+    meta: &mut Meta,
+    task_pos: u32,
+    why: Phase2Refusal,
+    now: EpochMs,
+) -> R<()> {
+    let n = meta.spec.arms.len() as u32;
+    let task = tx.task(task_pos)?;
+    for run in meta.spec.phase1_runs..meta.spec.total_runs() {
+        tx.del_ready(GROUP_QUEUE, position_key(2, task_pos, run, 0))?;
+        for slot in 0..n {
+            let trial = trial_at(
+                &meta.spec,
+                meta.n_tasks as usize,
+                task_pos,
+                &task,
+                run,
+                slot,
+            );
+            let tid = trial.trial_id.to_string();
+            let mut ts = tx.trial(&tid)?.unwrap_or_default();
+            if ts.final_mark.is_some() || tx.lease(&tid)?.is_some() {
+                continue;
+            }
+            tx.del_ready(
+                &provider_queue(provider_of(meta, &trial.arm)),
+                trial_key(&trial),
+            )?;
+            dequeue(tx, &mut ts, &trial, meta)?;
+            let reason = ExcludedReason::Phase2Refused(why.clone());
+            let row = Row::bare(
+                &meta.spec.id,
+                &trial,
+                0,
+                Status::NotStarted,
+                None,
+                StoreFields {
+                    seq: meta.next_seq,
+                    spec_hash: meta.spec_hash.clone(),
+                    is_final: true,
+                    excluded_reason: Some(reason.clone()),
+                    written_utc: format_rfc3339(now),
+                    ..StoreFields::default()
+                },
+            );
+            append_row(tx, meta, &row)?;
+            ts.history.add_row(&row, true);
+            ts.rows += 1;
+            meta.not_started += 1;
+            mark_final(
+                tx,
+                meta,
+                &trial,
+                &mut ts,
+                FinalMark {
+                    counted: false,
+                    excluded_reason: Some(reason),
+                },
+                now,
+            )?;
+            tx.put_trial(&tid, &ts)?;
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn claim(
+    tx: &mut impl Tx,
+    c: &CampaignId,
+    req: &ClaimRequest,
+    now: EpochMs,
+) -> R<ClaimOutcome> {
+    let mut meta = meta_of(tx, c)?;
+    let ttl = ttl_ms(&meta);
+    meta.lanes_seen.insert(req.lane.clone(), now);
+    meta.lanes_seen.retain(|_, t| now - *t <= 10 * ttl);
+    let default_retry = u64::try_from(ttl / 3).unwrap_or(1000).max(1000);
+    let no_work = |reason: NoWorkReason| ClaimOutcome::NoWork {
+        retry_after_ms: reason.retry_after_ms(now, default_retry),
+        reason,
+    };
+
+    let arms: Vec<&lanes_common::spec::Arm> = meta
+        .spec
+        .arms
+        .iter()
+        .filter(|a| req.arms.as_ref().is_none_or(|want| want.contains(&a.id)))
+        .collect();
+    if arms.is_empty() {
+        tx.put_meta(&meta)?;
+        return Ok(no_work(NoWorkReason::NoMatchingArms));
+    }
+    let all_arms = arms.len() == meta.spec.arms.len();
+    let providers: Vec<String> = arms
+        .iter()
+        .map(|a| a.provider.clone())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+
+    promote_delayed(tx, &meta, now)?;
+    let verdict = claim_gate(&GateInput {
+        now_ms: now,
+        state: meta.state,
+        stop_reason: meta.stop_reason,
+        cutoff_ms: meta.spec.ops.cutoff_utc,
+        budget_cap_usd: meta.spec.ops.budget_cap_usd,
+        spend_usd: meta.spend_usd,
+        reserved_usd: meta.reserved_usd,
+        quota_wait: meta.spec.ops.quota_wait,
+        quota_stop: meta.spec.ops.quota_stop,
+        quotas: &meta.quotas,
+        paused_until: &meta.paused_until,
+        providers: &providers,
+    });
+    let gates = match verdict {
+        GateVerdict::Stop(reason) => {
+            set_stopping(tx, &mut meta, reason, now)?;
+            maybe_finish(tx, &mut meta, now)?;
+            tx.put_meta(&meta)?;
+            return Ok(no_work(NoWorkReason::Stopped {
+                stop_reason: Some(reason),
+            }));
+        }
+        GateVerdict::Wait(reason) => {
+            tx.put_meta(&meta)?;
+            return Ok(no_work(reason));
+        }
+        GateVerdict::Open(gates) => gates,
+    };
+
+    let go = |p: &str| gates.get(p) == Some(&ProviderGate::Go);
+    let mut queues: Vec<String> = providers
+        .iter()
+        .filter(|p| go(p))
+        .map(|p| provider_queue(p))
+        .collect();
+    let group_ok = meta.spec.pairing == Pairing::Group
+        && all_arms
+        && meta.spec.arms.iter().all(|a| go(&a.provider));
+    if group_ok {
+        queues.push(GROUP_QUEUE.to_owned());
+    }
+
+    let mut assignments = Vec::new();
+    let mut wait: Option<NoWorkReason> = None;
+    let mut next_ms: Option<EpochMs> = tx.delayed_next()?;
+    'units: while assignments.len() < req.max_units as usize {
+        let mut candidates = Vec::new();
+        for q in &queues {
+            for (key, unit) in tx.ready_first(q, SCAN)? {
+                candidates.push(Candidate {
+                    queue: q.clone(),
+                    key,
+                    unit,
+                });
+            }
+        }
+        candidates.sort_by_key(|c| c.key);
+        for cand in candidates {
+            let (phase, tp, _, _) = from_position_key(cand.key);
+            if phase == 2 {
+                if meta.phase1_finals < meta.phase1_total {
+                    // Only phase-2 work is left here, and phase 1 is not final.
+                    wait = Some(NoWorkReason::Phase1Pending);
+                    break 'units;
+                }
+                if !phase2_allows(tx, &mut meta, tp, now)? {
+                    // The block got its not_started rows: look again.
+                    continue 'units;
+                }
+            }
+            if cand.unit == UNIT_TRIAL {
+                let trial = trial_by_key(tx, &meta, cand.key)?;
+                let tid = trial.trial_id.to_string();
+                let ts = tx.trial(&tid)?.unwrap_or_default();
+                let placement = ts.queued.as_ref().map(|q| (&q.placement, q.since_ms));
+                let blocked = match placement {
+                    Some((Placement::OtherLane(l), since)) => {
+                        (l == &req.lane && now - since < ttl).then_some(since + ttl)
+                    }
+                    Some((Placement::OtherHost(h), since)) => {
+                        (h == &req.host && now - since < ttl).then_some(since + ttl)
+                    }
+                    _ => None,
+                };
+                if let Some(at) = blocked {
+                    next_ms = Some(next_ms.map_or(at, |n| n.min(at)));
+                    continue;
+                }
+            }
+            match lease_unit(tx, &mut meta, &cand, req, now)? {
+                Some(a) => {
+                    assignments.push(a);
+                    continue 'units;
+                }
+                None => {
+                    wait = Some(NoWorkReason::BudgetReserved);
+                    break 'units;
+                }
+            }
+        }
+        break;
+    }
+    if meta.finals >= meta.trials_total {
+        maybe_finish(tx, &mut meta, now)?;
+    }
+    tx.put_meta(&meta)?;
+    if !assignments.is_empty() {
+        return Ok(ClaimOutcome::Assigned(assignments));
+    }
+    if meta.state == CampaignState::Done {
+        return Ok(no_work(NoWorkReason::Done));
+    }
+    // A provider that waits explains an empty claim better than "nothing ready".
+    let waiting = gates.into_values().find_map(|g| match g {
+        ProviderGate::Wait(r) => Some(r),
+        ProviderGate::Go => None,
+    });
+    Ok(no_work(
+        wait.or(waiting)
+            .unwrap_or(NoWorkReason::NothingReady { next_ms }),
+    ))
+}
+
+/// Leases one unit. `None` when the budget cannot take it while reservations are open.
+fn lease_unit(
+    tx: &mut impl Tx,
+    meta: &mut Meta,
+    cand: &Candidate,
+    req: &ClaimRequest,
+    now: EpochMs,
+) -> R<Option<Assignment>> {
+    let n = meta.spec.arms.len() as u32;
+    let mut trials = Vec::new();
+    if cand.unit == UNIT_GROUP {
+        let (_, tp, run, _) = from_position_key(cand.key);
+        let task = tx.task(tp)?;
+        for slot in 0..n {
+            let t = trial_at(&meta.spec, meta.n_tasks as usize, tp, &task, run, slot);
+            let done = tx
+                .trial(t.trial_id.as_str())?
+                .is_some_and(|s| s.final_mark.is_some())
+                || tx.lease(t.trial_id.as_str())?.is_some();
+            if !done {
+                trials.push(t);
+            }
+        }
+    } else {
+        trials.push(trial_by_key(tx, meta, cand.key)?);
+    }
+    let reserve: Vec<f64> = trials.iter().map(|t| reservation(meta, &t.arm)).collect();
+    // Each unit of a multi-unit claim passes the budget gate on its own.
+    if budget_gate(
+        meta.spec.ops.budget_cap_usd,
+        meta.spend_usd,
+        meta.reserved_usd,
+    ) != BudgetGate::Go
+    {
+        return Ok(None);
+    }
+    tx.del_ready(&cand.queue, cand.key)?;
+    let paired = cand.unit == UNIT_GROUP;
+    let ttl = ttl_ms(meta);
+    let timeouts: Vec<u32> = trials.iter().map(|t| t.timeout_s).collect();
+    let hard = hard_deadlines_ms(now, &timeouts);
+    let mut assigned = Vec::new();
+    for ((trial, hard), reserved) in trials.into_iter().zip(hard).zip(reserve) {
+        let tid = trial.trial_id.to_string();
+        let mut ts = tx.trial(&tid)?.unwrap_or_default();
+        ts.attempts += 1;
+        ts.queued = None;
+        let token = Token {
+            trial_id: trial.trial_id.clone(),
+            attempt: ts.attempts,
+        };
+        let deadline = now + ttl;
+        tx.put_lease(
+            &tid,
+            &Lease {
+                attempt: ts.attempts,
+                lane: req.lane.clone(),
+                host: req.host.clone(),
+                worker: req.worker.clone(),
+                phase: Phase::Assigned,
+                deadline_ms: deadline,
+                hard_deadline_ms: hard,
+                heartbeat_seen: false,
+                claimed_ms: now,
+                reserved_usd: reserved,
+                paired,
+                cancel_requested: false,
+                revoked: false,
+            },
+        )?;
+        tx.add_deadline(deadline, &tid)?;
+        tx.put_token(&tid, ts.attempts, &TokenRecord::default())?;
+        tx.put_trial(&tid, &ts)?;
+        meta.reserved_usd += reserved;
+        meta.leases_open += 1;
+        emit(
+            tx,
+            meta,
+            now,
+            EventKind::AttemptStarted {
+                token: token.clone(),
+                lane: req.lane.clone(),
+                host: req.host.clone(),
+            },
+        )?;
+        let (_, tp, _, _) = from_position_key(trial_key(&trial));
+        let task = tx.task(tp)?;
+        let arm_config = meta
+            .spec
+            .arm(&trial.arm)
+            .map(|a| a.config.clone())
+            .unwrap_or_default();
+        assigned.push(AssignedTrial {
+            hard_deadline_in_ms: u64::try_from(hard - now).unwrap_or(0),
+            trial,
+            token,
+            payload_json: task.payload.json().to_owned(),
+            arm_config,
+        });
+    }
+    Ok(Some(Assignment {
+        campaign: meta.spec.id.clone(),
+        paired,
+        trials: assigned,
+        lease_ttl_ms: u64::try_from(ttl).unwrap_or(0),
+    }))
+}
+
+// ---------------------------------------------------------------------------------------------
+// renew
+
+pub(crate) fn renew(
+    tx: &mut impl Tx,
+    c: &CampaignId,
+    tokens: &[(Token, Phase)],
+    now: EpochMs,
+) -> R<Vec<(Token, RenewState)>> {
+    let mut meta = meta_of(tx, c)?;
+    let ttl = ttl_ms(&meta);
+    let mut out = Vec::with_capacity(tokens.len());
+    for (token, phase) in tokens {
+        let tid = token.trial_id.as_str();
+        let state = match tx.lease(tid)? {
+            Some(mut lease)
+                if lease.attempt == token.attempt
+                    && !lease.revoked
+                    && now <= lease.hard_deadline_ms =>
+            {
+                let deadline = (now + ttl).min(lease.hard_deadline_ms);
+                tx.del_deadline(lease.deadline_ms, tid)?;
+                tx.add_deadline(deadline, tid)?;
+                lease.deadline_ms = deadline;
+                lease.heartbeat_seen = true;
+                meta.lanes_seen.insert(lease.lane.clone(), now);
+                if lease.phase != *phase {
+                    lease.phase = *phase;
+                    emit(
+                        tx,
+                        &mut meta,
+                        now,
+                        EventKind::AttemptPhase {
+                            token: token.clone(),
+                            phase: *phase,
+                        },
+                    )?;
+                }
+                let cancel = lease.cancel_requested;
+                tx.put_lease(tid, &lease)?;
+                if cancel {
+                    RenewState::Cancel
+                } else {
+                    RenewState::Renewed
+                }
+            }
+            _ => RenewState::Lost,
+        };
+        out.push((token.clone(), state));
+    }
+    tx.put_meta(&meta)?;
+    Ok(out)
+}
+
+// ---------------------------------------------------------------------------------------------
+// complete, release, reap: all end in `record`
+
+fn append_row(tx: &mut impl Tx, meta: &mut Meta, row: &Row) -> R<()> {
+    tx.put_row(row)?;
+    meta.next_seq += 1;
+    *meta.rows_by_status.entry(row.status).or_default() += 1;
+    let mut block = tx.block(&row.block)?;
+    block.wall_s += row.wall_s;
+    tx.put_block(&row.block, &block)
+}
+
+fn mark_final(
+    tx: &mut impl Tx,
+    meta: &mut Meta,
+    trial: &Trial,
+    ts: &mut TrialState,
+    mark: FinalMark,
+    now: EpochMs,
+) -> R<()> {
+    if let Some(prev) = &ts.final_mark {
+        // A late score turning an excluded trial into a counted one.
+        if !prev.counted && mark.counted {
+            meta.excluded -= 1;
+            meta.counted += 1;
+        }
+    } else {
+        meta.finals += 1;
+        if trial.phase == 1 {
+            meta.phase1_finals += 1;
+        }
+        if mark.counted {
+            meta.counted += 1;
+        } else if mark.excluded_reason.is_some()
+            && !matches!(mark.excluded_reason, Some(ExcludedReason::Phase2Refused(_)))
+        {
+            meta.excluded += 1;
+        }
+        let mut block = tx.block(&trial.block)?;
+        block.finals += 1;
+        if !block.complete && block.finals >= block_total(meta, trial.phase) {
+            block.complete = true;
+            meta.blocks_complete += 1;
+            push_capped(
+                &mut meta.finished_block_walls,
+                block.wall_s,
+                BLOCK_STATS_CAP,
+            );
+        }
+        tx.put_block(&trial.block, &block)?;
+    }
+    emit(
+        tx,
+        meta,
+        now,
+        EventKind::TrialFinal {
+            trial_id: trial.trial_id.clone(),
+            counted: mark.counted,
+            excluded_reason: mark.excluded_reason.clone(),
+        },
+    )?;
+    ts.final_mark = Some(mark);
+    Ok(())
+}
+
+/// Takes a trial out of wherever it waits for a retry.
+fn dequeue(tx: &mut impl Tx, ts: &mut TrialState, trial: &Trial, meta: &Meta) -> R<()> {
+    if let Some(q) = ts.queued.take() {
+        match q.delayed_until {
+            Some(at) => tx.del_delayed(at, trial.trial_id.as_str())?,
+            None => {
+                tx.del_ready(
+                    &provider_queue(provider_of(meta, &trial.arm)),
+                    trial_key(trial),
+                )?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn enqueue_retry(
+    tx: &mut impl Tx,
+    meta: &Meta,
+    trial: &Trial,
+    ts: &mut TrialState,
+    at: EpochMs,
+    placement: Placement,
+    now: EpochMs,
+) -> R<()> {
+    dequeue(tx, ts, trial, meta)?;
+    if at <= now {
+        tx.add_ready(
+            &provider_queue(provider_of(meta, &trial.arm)),
+            trial_key(trial),
+            UNIT_TRIAL,
+        )?;
+        ts.queued = Some(Queued {
+            delayed_until: None,
+            placement,
+            since_ms: now,
+        });
+    } else {
+        tx.add_delayed(at, trial.trial_id.as_str())?;
+        ts.queued = Some(Queued {
+            delayed_until: Some(at),
+            placement,
+            since_ms: now,
+        });
+    }
+    Ok(())
+}
+
+/// Turns a result into a row, applies the retry decision and answers.
+fn record(
+    tx: &mut impl Tx,
+    meta: &mut Meta,
+    trial: &Trial,
+    outcome: Outcome,
+    answer: bool,
+    now: EpochMs,
+) -> R<CompleteAck> {
+    let tid = trial.trial_id.to_string();
+    let attempt = outcome.token.attempt;
+    let mut ts = tx.trial(&tid)?.unwrap_or_default();
+    let mut token_rec = tx.token(&tid, attempt)?.unwrap_or_default();
+    let late = token_rec.rows > 0;
+    let decision = decide(
+        &ts.history,
+        &NewResult {
+            attempt,
+            status: outcome.status,
+            failure_kind: outcome.failure_kind,
+            reset_epoch: outcome.reset_epoch,
+            late,
+            lane: &outcome.lane,
+            host: &outcome.host,
+        },
+        &meta.spec.retry,
+        now,
+        meta.spec.ops.cutoff_utc,
+    );
+
+    // The lease goes if this token still holds it; its reservation is settled.
+    let mut paired = false;
+    if let Some(lease) = tx.lease(&tid)? {
+        if lease.attempt == attempt {
+            paired = lease.paired;
+            tx.del_lease(&tid)?;
+            tx.del_deadline(lease.deadline_ms, &tid)?;
+            meta.reserved_usd = (meta.reserved_usd - lease.reserved_usd).max(0.0);
+            meta.leases_open = meta.leases_open.saturating_sub(1);
+        } else if lease.attempt > attempt
+            && matches!(decision, Decision::Counted { revoke_newer: true })
+        {
+            let mut newer = lease;
+            newer.revoked = true;
+            tx.put_lease(&tid, &newer)?;
+        }
+    }
+
+    if let Some(cost) = outcome.cost_usd {
+        meta.spend_usd += cost;
+    }
+    if let Some(q) = &outcome.quota {
+        meta.quotas.insert(q.provider.clone(), q.clone());
+    }
+
+    let counted = matches!(decision, Decision::Counted { .. });
+    let mut fields = StoreFields {
+        seq: meta.next_seq,
+        spec_hash: meta.spec_hash.clone(),
+        counted,
+        duplicate: matches!(decision, Decision::Duplicate) && (outcome.status.is_scored() || late),
+        late,
+        paired: paired && !late,
+        written_utc: format_rfc3339(now),
+        ..StoreFields::default()
+    };
+    match &decision {
+        Decision::Counted { .. } => fields.is_final = true,
+        Decision::Excluded(reason) => {
+            fields.is_final = true;
+            fields.excluded_reason = Some(reason.clone());
+        }
+        _ => {}
+    }
+    let status = outcome.status;
+    let kind = outcome.failure_kind;
+    let row = Row::from_outcome(&meta.spec.id, trial, outcome, fields);
+    if counted {
+        if let Some(c) = row.cost_usd {
+            push_capped(
+                meta.arm_costs.entry(trial.arm.clone()).or_default(),
+                c,
+                ARM_STATS_CAP,
+            );
+        }
+        push_capped(
+            meta.arm_walls.entry(trial.arm.clone()).or_default(),
+            row.wall_s,
+            ARM_STATS_CAP,
+        );
+    }
+    append_row(tx, meta, &row)?;
+    ts.history.add_row(&row, !late);
+    ts.rows += 1;
+    token_rec.rows += 1;
+
+    match decision {
+        Decision::Counted { .. } => {
+            dequeue(tx, &mut ts, trial, meta)?;
+            mark_final(
+                tx,
+                meta,
+                trial,
+                &mut ts,
+                FinalMark {
+                    counted: true,
+                    excluded_reason: None,
+                },
+                now,
+            )?;
+        }
+        Decision::Duplicate => {}
+        Decision::Retry {
+            at_ms, placement, ..
+        } => {
+            enqueue_retry(tx, meta, trial, &mut ts, at_ms, placement, now)?;
+        }
+        Decision::Excluded(reason) => {
+            dequeue(tx, &mut ts, trial, meta)?;
+            mark_final(
+                tx,
+                meta,
+                trial,
+                &mut ts,
+                FinalMark {
+                    counted: false,
+                    excluded_reason: Some(reason),
+                },
+                now,
+            )?;
+        }
+        Decision::Stop {
+            reason,
+            retry_at_ms,
+        } => {
+            enqueue_retry(tx, meta, trial, &mut ts, retry_at_ms, Placement::Any, now)?;
+            set_stopping(tx, meta, reason, now)?;
+        }
+    }
+    let token = row.token();
+    emit(
+        tx,
+        meta,
+        now,
+        EventKind::AttemptFinished {
+            token: token.clone(),
+            status,
+            failure_kind: kind,
+            counted,
+            row_seq: row.seq,
+        },
+    )?;
+    let winner_attempt = if counted {
+        Some(attempt)
+    } else {
+        winner_of(tx, &tid, ts.attempts)?
+    };
+    let ack = CompleteAck {
+        token,
+        counted,
+        duplicate: row.duplicate,
+        late,
+        winner_attempt,
+        seq: row.seq,
+    };
+    // The reaper's row is not the lane's answer: a later completion of the token is still
+    // taken, as a late outcome. A lane's completion or release is answered once, for good.
+    if answer {
+        token_rec.ack = Some(ack.clone());
+    }
+    tx.put_token(&tid, attempt, &token_rec)?;
+    tx.put_trial(&tid, &ts)?;
+    maybe_finish(tx, meta, now)?;
+    Ok(ack)
+}
+
+/// The attempt whose completion counted, from its token records.
+fn winner_of(tx: &mut impl Tx, tid: &str, attempts: u32) -> R<Option<u32>> {
+    for a in 1..=attempts {
+        if let Some(rec) = tx.token(tid, a)?
+            && rec.ack.as_ref().is_some_and(|k| k.counted)
+        {
+            return Ok(Some(a));
+        }
+    }
+    Ok(None)
+}
+
+fn check_token(tx: &mut impl Tx, meta: &Meta, token: &Token) -> R<Trial> {
+    let trial = resolve(tx, meta, token.trial_id.as_str())?
+        .ok_or_else(|| StoreError::UnknownToken(token.clone()))?;
+    let issued = tx
+        .trial(token.trial_id.as_str())?
+        .is_some_and(|s| token.attempt >= 1 && token.attempt <= s.attempts);
+    if !issued {
+        return Err(StoreError::UnknownToken(token.clone()));
+    }
+    Ok(trial)
+}
+
+pub(crate) fn complete(
+    tx: &mut impl Tx,
+    c: &CampaignId,
+    outcome: Outcome,
+    now: EpochMs,
+) -> R<CompleteAck> {
+    let outcome = outcome.validate()?;
+    let mut meta = meta_of(tx, c)?;
+    let trial = check_token(tx, &meta, &outcome.token)?;
+    if let Some(ack) = tx
+        .token(trial.trial_id.as_str(), outcome.token.attempt)?
+        .and_then(|r| r.ack)
+    {
+        return Ok(ack);
+    }
+    let ack = record(tx, &mut meta, &trial, outcome, true, now)?;
+    tx.put_meta(&meta)?;
+    Ok(ack)
+}
+
+pub(crate) fn release(
+    tx: &mut impl Tx,
+    c: &CampaignId,
+    release: &Release,
+    now: EpochMs,
+) -> R<CompleteAck> {
+    let mut meta = meta_of(tx, c)?;
+    let trial = check_token(tx, &meta, &release.token)?;
+    let tid = trial.trial_id.as_str();
+    if let Some(ack) = tx.token(tid, release.token.attempt)?.and_then(|r| r.ack) {
+        return Ok(ack);
+    }
+    if tx
+        .lease(tid)?
+        .is_none_or(|l| l.attempt != release.token.attempt)
+    {
+        return Err(StoreError::StaleToken(release.token.clone()));
+    }
+    let (status, kind) = match release.reason {
+        ReleaseReason::Cancelled => (Status::Cancelled, None),
+        ReleaseReason::Blocked(k) => (Status::Blocked, Some(k)),
+    };
+    let mut outcome = Outcome::new(release.token.clone(), &release.lane, &release.host, status);
+    outcome.failure_kind = kind;
+    outcome.error = release.detail.clone();
+    let outcome = outcome.validate()?;
+    let ack = record(tx, &mut meta, &trial, outcome, true, now)?;
+    tx.put_meta(&meta)?;
+    Ok(ack)
+}
+
+pub(crate) fn reap(tx: &mut impl Tx, c: &CampaignId, now: EpochMs) -> R<ReapReport> {
+    let mut meta = meta_of(tx, c)?;
+    let grace = i64::from(meta.spec.ops.publish_grace_s) * 1000;
+    let mut report = ReapReport::default();
+    for (at, tid) in tx.deadlines_due(now - super::REAP_GRACE_MS - 1, 1024)? {
+        let Some(lease) = tx.lease(&tid)? else {
+            tx.del_deadline(at, &tid)?;
+            continue;
+        };
+        if lease.deadline_ms != at {
+            tx.del_deadline(at, &tid)?;
+            continue;
+        }
+        let token = Token {
+            trial_id: TrialId::new(tid.clone()).map_err(|e| StoreError::Corrupt(e.to_string()))?,
+            attempt: lease.attempt,
+        };
+        let (status, kind, why) = if !lease.heartbeat_seen {
+            (Status::Cancelled, None, "assignment never reached a lane")
+        } else if meta.state != CampaignState::Running || lease.revoked {
+            (
+                Status::Cancelled,
+                None,
+                "reaped while the campaign is stopping",
+            )
+        } else if lease.phase.is_after_evaluate() && now < lease.deadline_ms + grace {
+            report.deferred += 1;
+            continue;
+        } else {
+            (
+                Status::InfraError,
+                Some(FailureKind::LeaseExpired),
+                "lease expired",
+            )
+        };
+        let trial = resolve(tx, &meta, &tid)?
+            .ok_or_else(|| StoreError::Corrupt(format!("leased trial {tid} not in schedule")))?;
+        let mut outcome = Outcome::new(token, &lease.lane, &lease.host, status);
+        outcome.failure_kind = kind;
+        outcome.worker = lease.worker.clone();
+        outcome.error = Some(why.to_owned());
+        outcome.lease_lost = true;
+        record(tx, &mut meta, &trial, outcome, false, now)?;
+        if status == Status::Cancelled {
+            report.cancelled += 1;
+        } else {
+            report.expired += 1;
+        }
+    }
+    tx.put_meta(&meta)?;
+    Ok(report)
+}
+
+// ---------------------------------------------------------------------------------------------
+// stop, status
+
+pub(crate) fn stop(
+    tx: &mut impl Tx,
+    c: &CampaignId,
+    mode: StopMode,
+    now: EpochMs,
+) -> R<CampaignState> {
+    let mut meta = meta_of(tx, c)?;
+    if matches!(meta.state, CampaignState::Running | CampaignState::Stopping) {
+        if meta.state == CampaignState::Running {
+            meta.state = CampaignState::Stopping;
+            meta.stop_reason = Some(StopReason::User);
+            emit(
+                tx,
+                &mut meta,
+                now,
+                EventKind::CampaignStopping {
+                    reason: StopReason::User,
+                },
+            )?;
+        }
+        // A cancel may follow a drain, never the other way round.
+        if mode == StopMode::Cancel || meta.stop_mode.is_none() {
+            meta.stop_mode = Some(mode);
+        }
+        if meta.stop_mode == Some(StopMode::Cancel) {
+            for (tid, mut lease) in tx.leases()? {
+                if !lease.cancel_requested {
+                    lease.cancel_requested = true;
+                    tx.put_lease(&tid, &lease)?;
+                }
+            }
+        }
+        maybe_finish(tx, &mut meta, now)?;
+    }
+    tx.put_meta(&meta)?;
+    Ok(meta.state)
+}
+
+pub(crate) fn status(tx: &mut impl Tx, c: &CampaignId, now: EpochMs) -> R<CampaignStatus> {
+    let meta = meta_of(tx, c)?;
+    let mut gates = Vec::new();
+    let providers: BTreeSet<&str> = meta.spec.arms.iter().map(|a| a.provider.as_str()).collect();
+    for p in providers {
+        match quota_gate(
+            meta.quotas.get(p),
+            meta.spec.ops.quota_wait,
+            meta.spec.ops.quota_stop,
+            now,
+        ) {
+            QuotaGate::Go => {}
+            QuotaGate::Wait { until_ms } => gates.push(GateInForce {
+                gate: "quota_wait".into(),
+                detail: p.to_owned(),
+                until_ms: Some(until_ms),
+            }),
+            QuotaGate::Stop => gates.push(GateInForce {
+                gate: "quota_stop".into(),
+                detail: p.to_owned(),
+                until_ms: None,
+            }),
+        }
+        if let Some(&until) = meta.paused_until.get(p)
+            && until > now
+        {
+            gates.push(GateInForce {
+                gate: "rate_limit_pause".into(),
+                detail: p.to_owned(),
+                until_ms: Some(until),
+            });
+        }
+    }
+    if let Some(cap) = meta.spec.ops.budget_cap_usd
+        && meta.spend_usd + meta.reserved_usd >= cap
+    {
+        gates.push(GateInForce {
+            gate: "budget".into(),
+            detail: format!(
+                "spend {:.2} + reserved {:.2} of cap {cap:.2}",
+                meta.spend_usd, meta.reserved_usd
+            ),
+            until_ms: None,
+        });
+    }
+    if meta.phase1_finals < meta.phase1_total && meta.spec.phase2_runs > 0 {
+        gates.push(GateInForce {
+            gate: "phase1_pending".into(),
+            detail: format!(
+                "{} of {} phase-1 trials final",
+                meta.phase1_finals, meta.phase1_total
+            ),
+            until_ms: None,
+        });
+    }
+    let mut in_flight = Vec::new();
+    for (tid, lease) in tx.leases()? {
+        in_flight.push(InFlight {
+            token: Token {
+                trial_id: TrialId::new(tid).map_err(|e| StoreError::Corrupt(e.to_string()))?,
+                attempt: lease.attempt,
+            },
+            lane: lease.lane,
+            host: lease.host,
+            phase: lease.phase,
+            deadline_ms: lease.deadline_ms,
+            hard_deadline_ms: lease.hard_deadline_ms,
+        });
+    }
+    Ok(CampaignStatus {
+        id: meta.spec.id.clone(),
+        state: meta.state,
+        stop_reason: meta.stop_reason,
+        stop_mode: meta.stop_mode,
+        spec_hash: meta.spec_hash.clone(),
+        amendments: meta.amendments.clone(),
+        trials_total: meta.trials_total,
+        trials_final: meta.finals,
+        trials_counted: meta.counted,
+        trials_excluded: meta.excluded,
+        trials_not_started: meta.not_started,
+        rows_total: meta.next_seq,
+        rows_by_status: meta.rows_by_status.clone(),
+        blocks_total: meta.blocks_total,
+        blocks_complete: meta.blocks_complete,
+        spend_usd: meta.spend_usd,
+        reserved_usd: meta.reserved_usd,
+        gates,
+        in_flight,
+    })
+}

@@ -1,0 +1,101 @@
+//! The store: one trait, two backends (embedded redb now, Redis next), one conformance suite.
+//!
+//! Every operation is atomic. The transitions themselves live once, in [`engine`], written
+//! against the small typed transaction interface of [`tx`]; a backend only provides that
+//! interface and its atomicity. Decisions (retries, gates, phase 2) come from the pure policy
+//! in `lanes-common`.
+
+mod api;
+pub mod clock;
+pub mod embedded;
+mod engine;
+mod model;
+mod tx;
+
+use async_trait::async_trait;
+use lanes_common::ids::{CampaignId, Token};
+use lanes_common::row::{Outcome, Phase, Row};
+use lanes_common::spec::Campaign;
+use lanes_common::state::{CampaignState, StopMode};
+use lanes_common::utc::EpochMs;
+
+pub use api::*;
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use embedded::EmbeddedStore;
+
+/// The store every coordinator replica shares. `now_ms` always comes from the caller's clock.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// A new campaign, or a resume or amendment of an existing one.
+    async fn submit(&self, campaign: Campaign, now_ms: EpochMs) -> Result<Submitted, StoreError>;
+
+    /// Up to `req.max_units` trials (or run groups) in schedule order, after the gates.
+    async fn claim(
+        &self,
+        campaign: &CampaignId,
+        req: ClaimRequest,
+        now_ms: EpochMs,
+    ) -> Result<ClaimOutcome, StoreError>;
+
+    /// Renews leases and records each attempt's phase. Answers per token.
+    async fn renew(
+        &self,
+        campaign: &CampaignId,
+        tokens: Vec<(Token, Phase)>,
+        now_ms: EpochMs,
+    ) -> Result<Vec<(Token, RenewState)>, StoreError>;
+
+    /// Records an attempt's outcome; idempotent per token.
+    async fn complete(
+        &self,
+        campaign: &CampaignId,
+        outcome: Outcome,
+        now_ms: EpochMs,
+    ) -> Result<CompleteAck, StoreError>;
+
+    /// Gives a leased trial back with a `cancelled` or `blocked` row.
+    async fn release(
+        &self,
+        campaign: &CampaignId,
+        release: Release,
+        now_ms: EpochMs,
+    ) -> Result<CompleteAck, StoreError>;
+
+    /// Takes back leases whose deadline passed more than [`REAP_GRACE_MS`] ago.
+    async fn reap(&self, campaign: &CampaignId, now_ms: EpochMs) -> Result<ReapReport, StoreError>;
+
+    async fn stop(
+        &self,
+        campaign: &CampaignId,
+        mode: StopMode,
+        now_ms: EpochMs,
+    ) -> Result<CampaignState, StoreError>;
+
+    async fn status(
+        &self,
+        campaign: &CampaignId,
+        now_ms: EpochMs,
+    ) -> Result<CampaignStatus, StoreError>;
+
+    /// Ledger rows with `seq >= from_seq`, at most `limit`.
+    async fn rows(
+        &self,
+        campaign: &CampaignId,
+        from_seq: u64,
+        limit: usize,
+    ) -> Result<Vec<Row>, StoreError>;
+
+    /// Events with `seq >= from`, at most `limit`.
+    async fn events(
+        &self,
+        campaign: &CampaignId,
+        from: u64,
+        limit: usize,
+    ) -> Result<Vec<Event>, StoreError>;
+
+    /// Every campaign id, in id order.
+    async fn list(&self) -> Result<Vec<CampaignId>, StoreError>;
+}
+
+/// A lease is reaped only once its deadline has passed by more than this.
+pub const REAP_GRACE_MS: i64 = 2_000;

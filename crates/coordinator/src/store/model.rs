@@ -1,0 +1,147 @@
+//! The records a backend persists, as JSON values under its own keys.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use lanes_common::ids::ArmId;
+use lanes_common::policy::{Placement, TrialHistory};
+use lanes_common::row::{ExcludedReason, Phase, QuotaReading, Status};
+use lanes_common::spec::CampaignSpec;
+use lanes_common::state::{CampaignState, StopMode, StopReason};
+use lanes_common::utc::EpochMs;
+
+use super::api::{Amendment, CompleteAck};
+
+/// How many recent values per arm feed medians and p95s.
+pub(crate) const ARM_STATS_CAP: usize = 200;
+/// How many finished blocks feed the phase-2 estimate.
+pub(crate) const BLOCK_STATS_CAP: usize = 1000;
+
+/// The ready queue of run groups (all providers of the campaign).
+pub(crate) const GROUP_QUEUE: &str = "@group";
+
+/// The ready queue of single trials of one provider.
+pub(crate) fn provider_queue(provider: &str) -> String {
+    format!("p:{provider}")
+}
+
+/// Kinds of ready-queue entries.
+pub(crate) const UNIT_TRIAL: u8 = 0;
+pub(crate) const UNIT_GROUP: u8 = 1;
+
+/// A campaign's state and counters.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Meta {
+    pub spec: CampaignSpec,
+    pub spec_hash: String,
+    pub amendments: Vec<Amendment>,
+    pub n_tasks: u32,
+    pub trials_total: u64,
+    pub phase1_total: u64,
+    pub blocks_total: u64,
+    pub state: CampaignState,
+    pub stop_reason: Option<StopReason>,
+    pub stop_mode: Option<StopMode>,
+    pub next_seq: u64,
+    pub next_event: u64,
+    pub spend_usd: f64,
+    pub reserved_usd: f64,
+    pub leases_open: u64,
+    pub finals: u64,
+    pub phase1_finals: u64,
+    pub counted: u64,
+    pub excluded: u64,
+    pub not_started: u64,
+    pub blocks_complete: u64,
+    pub rows_by_status: BTreeMap<Status, u64>,
+    /// Latest quota reading per provider.
+    pub quotas: BTreeMap<String, QuotaReading>,
+    /// Rate-limit pauses per provider, until epoch ms.
+    pub paused_until: BTreeMap<String, EpochMs>,
+    /// Recent costs of counted rows, per arm.
+    pub arm_costs: BTreeMap<ArmId, Vec<f64>>,
+    /// Recent wall times of counted rows, per arm.
+    pub arm_walls: BTreeMap<ArmId, Vec<f64>>,
+    /// Summed wall time of recently finished blocks.
+    pub finished_block_walls: Vec<f64>,
+    /// Lanes that claimed or renewed recently, with when.
+    pub lanes_seen: BTreeMap<String, EpochMs>,
+    pub created_ms: EpochMs,
+}
+
+/// Pushes `v` onto a capped list of recent values.
+pub(crate) fn push_capped(list: &mut Vec<f64>, v: f64, cap: usize) {
+    list.push(v);
+    if list.len() > cap {
+        let extra = list.len() - cap;
+        list.drain(..extra);
+    }
+}
+
+/// Where a queued trial waits.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Queued {
+    /// Ready at this time; `None` once it sits in a ready queue.
+    pub delayed_until: Option<EpochMs>,
+    pub placement: Placement,
+    pub since_ms: EpochMs,
+}
+
+/// Why a trial is final.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct FinalMark {
+    pub counted: bool,
+    pub excluded_reason: Option<ExcludedReason>,
+}
+
+/// The mutable state of one trial. Absent means fresh: never claimed, in its initial queue.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub(crate) struct TrialState {
+    /// The last attempt number issued.
+    pub attempts: u32,
+    pub history: TrialHistory,
+    pub final_mark: Option<FinalMark>,
+    /// A retry waiting in the delayed set or a single-trial ready queue.
+    pub queued: Option<Queued>,
+    pub rows: u32,
+}
+
+/// A trial's lease, held by one token.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Lease {
+    pub attempt: u32,
+    pub lane: String,
+    pub host: String,
+    pub worker: String,
+    pub phase: Phase,
+    pub deadline_ms: EpochMs,
+    pub hard_deadline_ms: EpochMs,
+    /// The lane has renewed at least once: the assignment reached it.
+    pub heartbeat_seen: bool,
+    pub claimed_ms: EpochMs,
+    pub reserved_usd: f64,
+    pub paired: bool,
+    pub cancel_requested: bool,
+    /// A late score made this lease pointless: the next renew answers lost.
+    pub revoked: bool,
+}
+
+/// What the store knows of one issued token.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub(crate) struct TokenRecord {
+    /// Rows written for this token (a reap, then a late outcome, makes two).
+    pub rows: u32,
+    /// The answer to its completion or release, replayed on a retry.
+    pub ack: Option<CompleteAck>,
+}
+
+/// A block's progress.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub(crate) struct BlockState {
+    pub finals: u64,
+    pub wall_s: f64,
+    pub complete: bool,
+    /// The phase-2 rule's verdict, once taken: `None` = started, `Some(why)` = refused.
+    pub phase2: Option<Option<String>>,
+}

@@ -1,0 +1,1097 @@
+//! The store conformance suite: every case is written once, generic over the backend, and
+//! instantiated per backend with the backend's name in the test name.
+
+mod support;
+
+use std::collections::BTreeSet;
+
+use lanes_common::policy::{NoWorkReason, TrialHistory};
+use lanes_common::row::{ExcludedReason, FailureKind, Phase, QuotaReading, Status};
+use lanes_common::state::{CampaignState, StopMode, StopReason};
+use lanes_coordinator::store::{
+    ClaimOutcome, ClaimRequest, Release, ReleaseReason, RenewState, StoreError, SubmitKind,
+};
+use support::*;
+
+/// Lease TTL used by most cases.
+const TTL: i64 = 10;
+
+fn no_work(outcome: ClaimOutcome) -> NoWorkReason {
+    match outcome {
+        ClaimOutcome::NoWork { reason, .. } => reason,
+        ClaimOutcome::Assigned(a) => panic!("expected no work, got {a:?}"),
+    }
+}
+
+/// Claims every unit in turn (completing each with a pass) and returns the trial ids in the
+/// order they were handed out, grouped per assignment.
+async fn drain_in_order(h: &Harness, c: &lanes_common::ids::CampaignId) -> Vec<Vec<String>> {
+    let mut out = Vec::new();
+    loop {
+        match h.claim(c, "lane-a", "host-a", 1).await {
+            ClaimOutcome::Assigned(a) => {
+                let ids = a[0]
+                    .trials
+                    .iter()
+                    .map(|t| t.trial.trial_id.to_string())
+                    .collect();
+                for t in &a[0].trials {
+                    h.store
+                        .complete(
+                            c,
+                            scored(&t.token, "lane-a", "host-a", Status::Completed, 1.0),
+                            h.now(),
+                        )
+                        .await
+                        .unwrap();
+                }
+                out.push(ids);
+            }
+            ClaimOutcome::NoWork { reason, .. } => {
+                assert_eq!(reason, NoWorkReason::Done, "drain ended early");
+                return out;
+            }
+        }
+    }
+}
+
+async fn schedule_order_and_whole_groups(h: &mut Harness) {
+    let grouped = campaign(
+        "grouped",
+        &[("a", "pa"), ("b", "pb")],
+        2,
+        "phase1_runs = 2",
+        "",
+    );
+    let expected: Vec<Vec<String>> = lanes_common::schedule::run_groups(&grouped)
+        .map(|g| g.trials.iter().map(|t| t.trial_id.to_string()).collect())
+        .collect();
+    h.submit(grouped).await;
+    let got = drain_in_order(h, &cid("grouped")).await;
+    assert_eq!(
+        got, expected,
+        "run groups are claimed whole, in schedule order"
+    );
+    assert!(got.iter().all(|g| g.len() == 2));
+
+    let single = campaign(
+        "single",
+        &[("a", "pa"), ("b", "pb")],
+        2,
+        "phase1_runs = 2\npairing = \"none\"",
+        "",
+    );
+    let expected: Vec<Vec<String>> = lanes_common::schedule::trials(&single)
+        .map(|t| vec![t.trial_id.to_string()])
+        .collect();
+    h.submit(single).await;
+    assert_eq!(drain_in_order(h, &cid("single")).await, expected);
+    let rows = h.rows(&cid("grouped")).await;
+    assert!(rows.iter().all(|r| r.paired), "group rows say paired");
+    let rows = h.rows(&cid("single")).await;
+    assert!(rows.iter().all(|r| !r.paired));
+}
+
+/// Issues `n` tokens of one trial by letting `n - 1` leases expire (after a heartbeat).
+async fn many_tokens(
+    h: &Harness,
+    c: &lanes_common::ids::CampaignId,
+    n: usize,
+) -> Vec<lanes_common::ids::Token> {
+    let mut tokens = Vec::new();
+    for i in 0..n {
+        let t = h
+            .claim_tokens(c, &format!("lane-{i}"), &format!("host-{i}"))
+            .await;
+        assert_eq!(t.len(), 1);
+        assert_eq!(t[0].attempt as usize, i + 1);
+        assert_eq!(h.renew(c, &t[0], Phase::Agent).await, RenewState::Renewed);
+        tokens.push(t[0].clone());
+        if i + 1 < n {
+            h.advance_s(TTL + 3);
+            let r = h.store.reap(c, h.now()).await.unwrap();
+            assert_eq!(r.expired, 1);
+        }
+    }
+    tokens
+}
+
+async fn first_scored_wins_under_32_concurrent_completions(h: &mut Harness) {
+    let c = cid("race");
+    h.submit(campaign(
+        "race",
+        &[("a", "pa")],
+        1,
+        "pairing = \"none\"\nlease_ttl_s = 10",
+        "[retry]\ninfra_retries = 40\ninfra_backoff_s = 0\n",
+    ))
+    .await;
+    let tokens = many_tokens(h, &c, 32).await;
+    let statuses = [
+        Status::Completed,
+        Status::Timeout,
+        Status::AgentError,
+        Status::MaxTurns,
+    ];
+    let mut tasks = Vec::new();
+    for (i, t) in tokens.iter().enumerate() {
+        let store = h.store.clone();
+        let now = h.now();
+        let status = statuses[i % statuses.len()];
+        let outcome = scored(t, &format!("lane-{i}"), "h", status, (i % 2) as f64);
+        let c = c.clone();
+        tasks.push(tokio::spawn(async move {
+            store.complete(&c, outcome, now).await
+        }));
+    }
+    let mut acks = Vec::new();
+    for t in tasks {
+        acks.push(t.await.unwrap().unwrap());
+    }
+    assert_eq!(
+        acks.iter().filter(|a| a.counted).count(),
+        1,
+        "exactly one counted ack"
+    );
+    let winner = acks.iter().find(|a| a.counted).unwrap().token.attempt;
+    assert!(acks.iter().all(|a| a.winner_attempt == Some(winner)));
+    let rows = h.rows(&c).await;
+    let scored_rows: Vec<_> = rows.iter().filter(|r| r.status.is_scored()).collect();
+    assert_eq!(scored_rows.len(), 32);
+    assert_eq!(scored_rows.iter().filter(|r| r.counted).count(), 1);
+    for r in scored_rows.iter().filter(|r| !r.counted) {
+        assert!(r.duplicate, "non-winning scored rows are duplicates");
+        let i = r.attempt as usize - 1;
+        assert_eq!(
+            r.status,
+            statuses[i % statuses.len()],
+            "a duplicate keeps its real status"
+        );
+    }
+    let st = h.store.status(&c, h.now()).await.unwrap();
+    assert_eq!(st.trials_counted, 1);
+    assert_eq!(st.state, CampaignState::Done);
+}
+
+async fn complete_is_idempotent_and_unknown_tokens_are_rejected(h: &mut Harness) {
+    let c = cid("idem");
+    h.submit(campaign(
+        "idem",
+        &[("a", "pa")],
+        1,
+        "pairing = \"none\"",
+        "",
+    ))
+    .await;
+    let t = h.claim_tokens(&c, "l", "h").await.remove(0);
+    let outcome = scored(&t, "l", "h", Status::Completed, 1.0);
+    let first = h
+        .store
+        .complete(&c, outcome.clone(), h.now())
+        .await
+        .unwrap();
+    let second = h.store.complete(&c, outcome, h.now()).await.unwrap();
+    assert_eq!(first, second, "a replay gets the first answer");
+    assert_eq!(h.rows(&c).await.len(), 1, "and writes nothing");
+
+    for bad in [
+        lanes_common::ids::Token {
+            trial_id: t.trial_id.clone(),
+            attempt: 2,
+        },
+        lanes_common::ids::Token {
+            trial_id: t.trial_id.clone(),
+            attempt: 0,
+        },
+        lanes_common::ids::Token {
+            trial_id: lanes_common::ids::TrialId::new("NOPE.r0.a").unwrap(),
+            attempt: 1,
+        },
+    ] {
+        let err = h
+            .store
+            .complete(&c, scored(&bad, "l", "h", Status::Completed, 1.0), h.now())
+            .await
+            .unwrap_err();
+        assert!(matches!(err, StoreError::UnknownToken(_)), "{bad}: {err}");
+    }
+    let err = h
+        .store
+        .complete(
+            &cid("no-such"),
+            scored(&t, "l", "h", Status::Completed, 1.0),
+            h.now(),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::UnknownCampaign(_)));
+    assert_eq!(h.rows(&c).await.len(), 1);
+}
+
+async fn stale_token_cannot_renew_release_or_drop_newer_lease(h: &mut Harness) {
+    let c = cid("stale");
+    h.submit(campaign(
+        "stale",
+        &[("a", "pa")],
+        1,
+        "pairing = \"none\"\nlease_ttl_s = 10",
+        "[retry]\ninfra_backoff_s = 0\n",
+    ))
+    .await;
+    let tokens = many_tokens(h, &c, 2).await;
+    let (old, new) = (&tokens[0], &tokens[1]);
+    assert_eq!(h.renew(&c, old, Phase::Agent).await, RenewState::Lost);
+    let err = h
+        .store
+        .release(
+            &c,
+            Release {
+                token: old.clone(),
+                reason: ReleaseReason::Cancelled,
+                lane: "lane-0".into(),
+                host: "host-0".into(),
+                detail: None,
+            },
+            h.now(),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::StaleToken(_)), "{err}");
+    // A late non-score from the old token is evidence only and leaves the newer lease alone.
+    let ack = h
+        .store
+        .complete(
+            &c,
+            infra(old, "lane-0", "host-0", FailureKind::DriverCrash),
+            h.now(),
+        )
+        .await
+        .unwrap();
+    assert!(ack.late && ack.duplicate && !ack.counted);
+    assert_eq!(h.renew(&c, new, Phase::Agent).await, RenewState::Renewed);
+    let st = h.store.status(&c, h.now()).await.unwrap();
+    assert_eq!(st.in_flight.len(), 1);
+    assert_eq!(st.in_flight[0].token, *new);
+}
+
+async fn renew_fails_past_the_hard_deadline(h: &mut Harness) {
+    let c = cid("hard");
+    h.submit(campaign(
+        "hard",
+        &[("a", "pa")],
+        1,
+        "pairing = \"none\"\nlease_ttl_s = 10\n[defaults]\ntimeout_s = 60",
+        "",
+    ))
+    .await;
+    let a = h.claim_some(&c, "l", "h", 1).await.remove(0);
+    let t = &a.trials[0];
+    let hard_s = (t.hard_deadline_in_ms / 1000) as i64;
+    // Renew every few seconds up to the hard deadline, then once past it.
+    let mut elapsed = 0;
+    while elapsed + 5 <= hard_s {
+        h.advance_s(5);
+        elapsed += 5;
+        assert_eq!(
+            h.renew(&c, &t.token, Phase::Agent).await,
+            RenewState::Renewed,
+            "at {elapsed}s"
+        );
+    }
+    h.advance_s(hard_s - elapsed + 1);
+    assert_eq!(h.renew(&c, &t.token, Phase::Agent).await, RenewState::Lost);
+}
+
+async fn two_reapers_racing_take_an_expired_lease_once(h: &mut Harness) {
+    let c = cid("reapers");
+    h.submit(campaign(
+        "reapers",
+        &[("a", "pa"), ("b", "pb")],
+        3,
+        "pairing = \"none\"\nlease_ttl_s = 10",
+        "",
+    ))
+    .await;
+    let mut tokens = Vec::new();
+    for i in 0..4 {
+        let t = h.claim_tokens(&c, &format!("l{i}"), "h").await.remove(0);
+        h.renew(&c, &t, Phase::Agent).await;
+        tokens.push(t);
+    }
+    h.advance_s(TTL + 3);
+    let (a, b) = tokio::join!(h.store.reap(&c, h.now()), h.store.reap(&c, h.now()));
+    let (a, b) = (a.unwrap(), b.unwrap());
+    assert_eq!(a.expired + b.expired, 4);
+    let rows = h.rows(&c).await;
+    assert_eq!(rows.len(), 4);
+    let ids: BTreeSet<_> = rows.iter().map(|r| r.trial_id.to_string()).collect();
+    assert_eq!(ids.len(), 4, "each lease reaped exactly once");
+    assert!(
+        rows.iter()
+            .all(|r| r.failure_kind == Some(FailureKind::LeaseExpired))
+    );
+}
+
+async fn reap_waits_two_seconds_past_the_deadline(h: &mut Harness) {
+    let c = cid("margin");
+    h.submit(campaign(
+        "margin",
+        &[("a", "pa")],
+        1,
+        "pairing = \"none\"\nlease_ttl_s = 10",
+        "",
+    ))
+    .await;
+    let t = h.claim_tokens(&c, "l", "h").await.remove(0);
+    h.renew(&c, &t, Phase::Agent).await;
+    h.advance_s(TTL + 2);
+    assert_eq!(h.store.reap(&c, h.now()).await.unwrap().expired, 0);
+    h.clock.advance_ms(1);
+    assert_eq!(h.store.reap(&c, h.now()).await.unwrap().expired, 1);
+}
+
+async fn undelivered_assignment_is_cancelled_without_budget(h: &mut Harness) {
+    let c = cid("undelivered");
+    h.submit(campaign(
+        "undelivered",
+        &[("a", "pa")],
+        1,
+        "pairing = \"none\"\nlease_ttl_s = 10",
+        "[retry]\ninfra_retries = 0\n",
+    ))
+    .await;
+    let t = h.claim_tokens(&c, "l", "h").await.remove(0);
+    h.advance_s(TTL + 3);
+    let r = h.store.reap(&c, h.now()).await.unwrap();
+    assert_eq!((r.cancelled, r.expired), (1, 0));
+    let rows = h.rows(&c).await;
+    assert_eq!(rows[0].status, Status::Cancelled);
+    assert!(!rows[0].is_final);
+    assert_eq!(TrialHistory::from_rows(&rows).infra_used, 0);
+    // With no infra budget at all, the trial is still claimable at once.
+    let t2 = h.claim_tokens(&c, "l", "h").await.remove(0);
+    assert_eq!(t2.trial_id, t.trial_id);
+    assert_eq!(t2.attempt, 2);
+}
+
+async fn lease_past_evaluate_waits_out_publish_grace(h: &mut Harness) {
+    let c = cid("grace");
+    h.submit(campaign(
+        "grace",
+        &[("a", "pa")],
+        1,
+        "pairing = \"none\"\nlease_ttl_s = 10\npublish_grace_s = 60",
+        "",
+    ))
+    .await;
+    let t = h.claim_tokens(&c, "l", "h").await.remove(0);
+    h.renew(&c, &t, Phase::Publish).await;
+    h.advance_s(TTL + 3);
+    let r = h.store.reap(&c, h.now()).await.unwrap();
+    assert_eq!((r.deferred, r.expired), (1, 0));
+    assert!(h.rows(&c).await.is_empty());
+    assert!(matches!(
+        h.claim(&c, "l2", "h2", 1).await,
+        ClaimOutcome::NoWork { .. }
+    ));
+    h.advance_s(40);
+    let r = h.store.reap(&c, h.now()).await.unwrap();
+    assert_eq!(r.deferred, 1, "still inside the grace");
+    h.advance_s(18);
+    assert_eq!(h.store.reap(&c, h.now()).await.unwrap().expired, 1);
+    // The outbox finally delivers: a late first score counts.
+    let ack = h
+        .store
+        .complete(&c, scored(&t, "l", "h", Status::Completed, 1.0), h.now())
+        .await
+        .unwrap();
+    assert!(ack.late && ack.counted);
+}
+
+async fn late_score_after_reap_is_counted(h: &mut Harness) {
+    let c = cid("late-first");
+    h.submit(campaign(
+        "late-first",
+        &[("a", "pa")],
+        1,
+        "pairing = \"none\"\nlease_ttl_s = 10",
+        "[retry]\ninfra_backoff_s = 60\n",
+    ))
+    .await;
+    let t = h.claim_tokens(&c, "l", "h").await.remove(0);
+    h.renew(&c, &t, Phase::Evaluate).await;
+    h.advance_s(TTL + 3);
+    assert_eq!(h.store.reap(&c, h.now()).await.unwrap().expired, 1);
+    let ack = h
+        .store
+        .complete(&c, scored(&t, "l", "h", Status::Completed, 1.0), h.now())
+        .await
+        .unwrap();
+    assert!(ack.late && ack.counted && !ack.duplicate);
+    let rows = h.rows(&c).await;
+    assert_eq!(rows.len(), 2);
+    assert!(rows[1].late && rows[1].counted && rows[1].is_final);
+    // The pending infra retry was cancelled by the score.
+    h.advance_s(120);
+    assert_eq!(no_work(h.claim(&c, "l", "h2", 1).await), NoWorkReason::Done);
+}
+
+async fn late_score_turns_an_excluded_trial_counted(h: &mut Harness) {
+    let c = cid("late-excl");
+    h.submit(campaign(
+        "late-excl",
+        &[("a", "pa")],
+        1,
+        "pairing = \"none\"\nlease_ttl_s = 10",
+        "[retry]\ninfra_retries = 0\n",
+    ))
+    .await;
+    let t = h.claim_tokens(&c, "l", "h").await.remove(0);
+    h.renew(&c, &t, Phase::Agent).await;
+    h.advance_s(TTL + 3);
+    h.store.reap(&c, h.now()).await.unwrap();
+    let st = h.store.status(&c, h.now()).await.unwrap();
+    assert_eq!((st.trials_excluded, st.state), (1, CampaignState::Done));
+    let ack = h
+        .store
+        .complete(&c, scored(&t, "l", "h", Status::Completed, 0.0), h.now())
+        .await
+        .unwrap();
+    assert!(ack.counted && ack.late);
+    let st = h.store.status(&c, h.now()).await.unwrap();
+    assert_eq!(
+        (st.trials_counted, st.trials_excluded, st.trials_final),
+        (1, 0, 1)
+    );
+    let rows = h.rows(&c).await;
+    assert_eq!(
+        rows[0].excluded_reason,
+        Some(ExcludedReason::InfraFailure(FailureKind::LeaseExpired)),
+        "the excluded row stays as history"
+    );
+    assert!(rows[1].counted);
+}
+
+async fn late_score_revokes_the_newer_lease(h: &mut Harness) {
+    let c = cid("revoke");
+    h.submit(campaign(
+        "revoke",
+        &[("a", "pa")],
+        1,
+        "pairing = \"none\"\nlease_ttl_s = 10",
+        "[retry]\ninfra_backoff_s = 0\n",
+    ))
+    .await;
+    let tokens = many_tokens(h, &c, 2).await;
+    let ack = h
+        .store
+        .complete(
+            &c,
+            scored(&tokens[0], "l", "h", Status::Completed, 1.0),
+            h.now(),
+        )
+        .await
+        .unwrap();
+    assert!(ack.counted && ack.late);
+    assert_eq!(
+        h.renew(&c, &tokens[1], Phase::Agent).await,
+        RenewState::Lost
+    );
+    // The revoked lane's own later score is a duplicate.
+    let ack = h
+        .store
+        .complete(
+            &c,
+            scored(&tokens[1], "l", "h", Status::Completed, 0.0),
+            h.now(),
+        )
+        .await
+        .unwrap();
+    assert!(ack.duplicate && !ack.counted);
+    assert_eq!(ack.winner_attempt, Some(1));
+}
+
+async fn late_outcome_after_a_score_is_duplicate_evidence(h: &mut Harness) {
+    let c = cid("late-dup");
+    h.submit(campaign(
+        "late-dup",
+        &[("a", "pa")],
+        1,
+        "pairing = \"none\"\nlease_ttl_s = 10",
+        "[retry]\ninfra_backoff_s = 0\n",
+    ))
+    .await;
+    let tokens = many_tokens(h, &c, 2).await;
+    let ack = h
+        .store
+        .complete(
+            &c,
+            scored(&tokens[1], "l", "h", Status::Completed, 1.0),
+            h.now(),
+        )
+        .await
+        .unwrap();
+    assert!(ack.counted && !ack.late);
+    let before = TrialHistory::from_rows(&h.rows(&c).await);
+    let ack = h
+        .store
+        .complete(
+            &c,
+            scored(&tokens[0], "l", "h", Status::Timeout, 0.0),
+            h.now(),
+        )
+        .await
+        .unwrap();
+    assert!(ack.late && ack.duplicate && !ack.counted);
+    assert_eq!(ack.winner_attempt, Some(2));
+    let rows = h.rows(&c).await;
+    assert_eq!(
+        TrialHistory::from_rows(&rows).infra_used,
+        before.infra_used,
+        "no budget used"
+    );
+    assert_eq!(rows.last().unwrap().status, Status::Timeout);
+}
+
+async fn delayed_retries_are_claimable_only_at_their_time(h: &mut Harness) {
+    let c = cid("delayed");
+    h.submit(campaign(
+        "delayed",
+        &[("a", "pa")],
+        1,
+        "pairing = \"none\"",
+        "[retry]\ninfra_backoff_s = 5\n",
+    ))
+    .await;
+    let t = h.claim_tokens(&c, "l", "h").await.remove(0);
+    h.store
+        .complete(&c, infra(&t, "l", "h", FailureKind::BootFailed), h.now())
+        .await
+        .unwrap();
+    match h.claim(&c, "l2", "other-host", 1).await {
+        ClaimOutcome::NoWork {
+            reason: NoWorkReason::NothingReady { next_ms },
+            retry_after_ms,
+        } => {
+            assert_eq!(next_ms, Some(h.now() + 5000));
+            assert_eq!(retry_after_ms, 5000);
+        }
+        other => panic!("{other:?}"),
+    }
+    h.advance_s(4);
+    assert!(matches!(
+        h.claim(&c, "l2", "other-host", 1).await,
+        ClaimOutcome::NoWork { .. }
+    ));
+    h.advance_s(1);
+    let t2 = h.claim_tokens(&c, "l2", "other-host").await.remove(0);
+    assert_eq!((t2.trial_id, t2.attempt), (t.trial_id, 2));
+}
+
+async fn exhausted_infra_budget_is_final_and_excluded(h: &mut Harness) {
+    let c = cid("exhaust");
+    h.submit(campaign(
+        "exhaust",
+        &[("a", "pa")],
+        1,
+        "pairing = \"none\"",
+        "[retry]\ninfra_retries = 1\ninfra_backoff_s = 0\n",
+    ))
+    .await;
+    let t = h.claim_tokens(&c, "l", "h1").await.remove(0);
+    h.store
+        .complete(&c, infra(&t, "l", "h1", FailureKind::DriverCrash), h.now())
+        .await
+        .unwrap();
+    let t = h.claim_tokens(&c, "l", "h2").await.remove(0);
+    h.store
+        .complete(&c, infra(&t, "l", "h2", FailureKind::GuestLost), h.now())
+        .await
+        .unwrap();
+    let rows = h.rows(&c).await;
+    assert!(!rows[0].is_final);
+    assert!(rows[1].is_final && rows[1].excluded);
+    assert_eq!(
+        rows[1].excluded_reason,
+        Some(ExcludedReason::InfraFailure(FailureKind::GuestLost))
+    );
+    assert_eq!(no_work(h.claim(&c, "l", "h3", 1).await), NoWorkReason::Done);
+}
+
+async fn auth_failure_with_budget_spent_stops_the_campaign(h: &mut Harness) {
+    let c = cid("auth");
+    h.submit(campaign(
+        "auth",
+        &[("a", "pa")],
+        2,
+        "pairing = \"none\"",
+        "[retry]\ninfra_retries = 1\nauth_backoff_s = 0\n",
+    ))
+    .await;
+    let t = h.claim_tokens(&c, "l", "h").await.remove(0);
+    h.store
+        .complete(&c, infra(&t, "l", "h", FailureKind::Auth), h.now())
+        .await
+        .unwrap();
+    assert_eq!(
+        h.store.status(&c, h.now()).await.unwrap().state,
+        CampaignState::Running
+    );
+    let t2 = h.claim_tokens(&c, "l", "h").await.remove(0);
+    assert_eq!(
+        t2.trial_id, t.trial_id,
+        "the auth retry comes first in schedule order"
+    );
+    h.store
+        .complete(&c, infra(&t2, "l", "h", FailureKind::Auth), h.now())
+        .await
+        .unwrap();
+    let st = h.store.status(&c, h.now()).await.unwrap();
+    assert_eq!(st.state, CampaignState::Stopped);
+    assert_eq!(st.stop_reason, Some(StopReason::Auth));
+    let last = h.rows(&c).await.pop().unwrap();
+    assert!(!last.is_final, "a resume retries it");
+    assert!(matches!(
+        no_work(h.claim(&c, "l", "h", 1).await),
+        NoWorkReason::Stopped { .. }
+    ));
+}
+
+async fn stop_drain_lets_in_flight_finish(h: &mut Harness) {
+    let c = cid("drain");
+    h.submit(campaign(
+        "drain",
+        &[("a", "pa")],
+        3,
+        "pairing = \"none\"",
+        "",
+    ))
+    .await;
+    let t = h.claim_tokens(&c, "l", "h").await.remove(0);
+    assert_eq!(
+        h.store.stop(&c, StopMode::Drain, h.now()).await.unwrap(),
+        CampaignState::Stopping
+    );
+    assert_eq!(h.renew(&c, &t, Phase::Agent).await, RenewState::Renewed);
+    assert!(matches!(
+        no_work(h.claim(&c, "l2", "h", 1).await),
+        NoWorkReason::Stopped { .. }
+    ));
+    let ack = h
+        .store
+        .complete(&c, scored(&t, "l", "h", Status::Completed, 1.0), h.now())
+        .await
+        .unwrap();
+    assert!(ack.counted);
+    let st = h.store.status(&c, h.now()).await.unwrap();
+    assert_eq!(
+        (st.state, st.stop_reason),
+        (CampaignState::Stopped, Some(StopReason::User))
+    );
+}
+
+async fn stop_cancel_cancels_in_flight_without_budget(h: &mut Harness) {
+    let c = cid("cancel");
+    h.submit(campaign(
+        "cancel",
+        &[("a", "pa")],
+        3,
+        "pairing = \"none\"",
+        "[retry]\ninfra_retries = 0\n",
+    ))
+    .await;
+    let t = h.claim_tokens(&c, "l", "h").await.remove(0);
+    h.store.stop(&c, StopMode::Cancel, h.now()).await.unwrap();
+    assert_eq!(h.renew(&c, &t, Phase::Agent).await, RenewState::Cancel);
+    let release = Release {
+        token: t.clone(),
+        reason: ReleaseReason::Cancelled,
+        lane: "l".into(),
+        host: "h".into(),
+        detail: Some("campaign cancelled".into()),
+    };
+    h.store.release(&c, release.clone(), h.now()).await.unwrap();
+    // A replayed release gets the same answer.
+    h.store.release(&c, release, h.now()).await.unwrap();
+    let rows = h.rows(&c).await;
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].status, Status::Cancelled);
+    assert!(!rows[0].is_final);
+    assert_eq!(TrialHistory::from_rows(&rows).infra_used, 0);
+    let st = h.store.status(&c, h.now()).await.unwrap();
+    assert_eq!(st.state, CampaignState::Stopped);
+    // A resume picks the cancelled trial up again.
+    h.submit(campaign(
+        "cancel",
+        &[("a", "pa")],
+        3,
+        "pairing = \"none\"",
+        "[retry]\ninfra_retries = 0\n",
+    ))
+    .await;
+    let t2 = h.claim_tokens(&c, "l", "h").await.remove(0);
+    assert_eq!((t2.trial_id, t2.attempt), (t.trial_id, 2));
+}
+
+async fn budget_gate_stops_at_the_cap(h: &mut Harness) {
+    let c = cid("budget");
+    h.submit(campaign(
+        "budget",
+        &[("a", "pa")],
+        4,
+        "pairing = \"none\"\nbudget_cap_usd = 1.0",
+        "",
+    ))
+    .await;
+    let t = h.claim_tokens(&c, "l", "h").await.remove(0);
+    let mut o = scored(&t, "l", "h", Status::Completed, 1.0);
+    o.cost_usd = Some(0.6);
+    h.store.complete(&c, o, h.now()).await.unwrap();
+    let t = h.claim_tokens(&c, "l", "h").await.remove(0);
+    let mut o = scored(&t, "l", "h", Status::Completed, 1.0);
+    o.cost_usd = Some(0.5);
+    h.store.complete(&c, o, h.now()).await.unwrap();
+    assert_eq!(
+        no_work(h.claim(&c, "l", "h", 1).await),
+        NoWorkReason::Stopped {
+            stop_reason: Some(StopReason::Budget)
+        }
+    );
+    let st = h.store.status(&c, h.now()).await.unwrap();
+    assert_eq!(st.stop_reason, Some(StopReason::Budget));
+    assert!((st.spend_usd - 1.1).abs() < 1e-9);
+}
+
+async fn quota_gate_pauses_only_its_provider(h: &mut Harness) {
+    let c = cid("quota");
+    h.submit(campaign(
+        "quota",
+        &[("a", "pa"), ("b", "pb")],
+        3,
+        "pairing = \"none\"\nquota_wait = 0.9\nquota_stop = 0.99",
+        "",
+    ))
+    .await;
+    let t = h
+        .claim_some(&c, "l", "h", 1)
+        .await
+        .remove(0)
+        .trials
+        .remove(0);
+    assert_eq!(t.trial.arm.as_str(), "a");
+    let reset_s = h.now() / 1000 + 600;
+    let mut o = scored(&t.token, "l", "h", Status::Completed, 1.0);
+    o.quota = Some(QuotaReading {
+        provider: "pa".into(),
+        utilisation: 0.93,
+        reset_epoch: Some(reset_s),
+    });
+    h.store.complete(&c, o, h.now()).await.unwrap();
+    // Every claim now gets only provider pb's trials.
+    for _ in 0..3 {
+        let a = h.claim_some(&c, "l", "h", 1).await.remove(0);
+        assert_eq!(a.trials[0].trial.arm.as_str(), "b");
+        h.store
+            .complete(
+                &c,
+                scored(&a.trials[0].token, "l", "h", Status::Completed, 1.0),
+                h.now(),
+            )
+            .await
+            .unwrap();
+    }
+    match no_work(h.claim(&c, "l", "h", 1).await) {
+        NoWorkReason::QuotaWait { provider, until_ms } => {
+            assert_eq!(provider, "pa");
+            assert_eq!(until_ms, reset_s * 1000);
+        }
+        other => panic!("{other:?}"),
+    }
+    let st = h.store.status(&c, h.now()).await.unwrap();
+    assert!(
+        st.gates
+            .iter()
+            .any(|g| g.gate == "quota_wait" && g.detail == "pa")
+    );
+    h.clock.set_ms(reset_s * 1000);
+    let a = h.claim_some(&c, "l", "h", 1).await.remove(0);
+    assert_eq!(
+        a.trials[0].trial.arm.as_str(),
+        "a",
+        "the provider resumes at its reset"
+    );
+    // At or above quota_stop the campaign stops.
+    let mut o = scored(&a.trials[0].token, "l", "h", Status::Completed, 1.0);
+    o.quota = Some(QuotaReading {
+        provider: "pa".into(),
+        utilisation: 0.995,
+        reset_epoch: Some(reset_s + 600),
+    });
+    h.store.complete(&c, o, h.now()).await.unwrap();
+    assert_eq!(
+        no_work(h.claim(&c, "l", "h", 1).await),
+        NoWorkReason::Stopped {
+            stop_reason: Some(StopReason::Quota)
+        }
+    );
+}
+
+async fn phase1_pending_answers_wait(h: &mut Harness) {
+    let c = cid("pending");
+    h.submit(campaign(
+        "pending",
+        &[("a", "pa")],
+        1,
+        "pairing = \"none\"\nphase1_runs = 1\nphase2_runs = 1",
+        "",
+    ))
+    .await;
+    let t = h.claim_tokens(&c, "l", "h").await.remove(0);
+    assert_eq!(
+        no_work(h.claim(&c, "l2", "h", 1).await),
+        NoWorkReason::Phase1Pending
+    );
+    assert_eq!(
+        h.store.status(&c, h.now()).await.unwrap().state,
+        CampaignState::Running
+    );
+    h.store
+        .complete(&c, scored(&t, "l", "h", Status::Completed, 1.0), h.now())
+        .await
+        .unwrap();
+    let t2 = h
+        .claim_some(&c, "l2", "h", 1)
+        .await
+        .remove(0)
+        .trials
+        .remove(0);
+    assert_eq!(t2.trial.phase, 2);
+}
+
+async fn phase2_block_refused_gets_not_started_rows_and_ends_done(h: &mut Harness) {
+    let c = cid("refuse");
+    let cutoff = lanes_common::utc::format_rfc3339(T0 + 3_600_000);
+    h.submit(campaign(
+        "refuse",
+        &[("a", "pa")],
+        2,
+        &format!("pairing = \"none\"\nphase1_runs = 1\nphase2_runs = 2\ncutoff_utc = \"{cutoff}\""),
+        "",
+    ))
+    .await;
+    // Phase-1 blocks take two hours each: no phase-2 block fits in the hour before the cutoff.
+    for _ in 0..2 {
+        let t = h.claim_tokens(&c, "l", "h").await.remove(0);
+        let mut o = scored(&t, "l", "h", Status::Completed, 1.0);
+        o.walls.agent_s = 7200.0;
+        h.store.complete(&c, o, h.now()).await.unwrap();
+    }
+    assert_eq!(no_work(h.claim(&c, "l", "h", 1).await), NoWorkReason::Done);
+    let rows = h.rows(&c).await;
+    let refused: Vec<_> = rows
+        .iter()
+        .filter(|r| r.status == Status::NotStarted)
+        .collect();
+    assert_eq!(refused.len(), 4);
+    assert!(
+        refused
+            .iter()
+            .all(|r| r.is_final && r.phase == 2 && r.attempt == 0)
+    );
+    assert!(refused.iter().all(|r| {
+        r.excluded_reason
+            .as_ref()
+            .map(ToString::to_string)
+            .as_deref()
+            == Some("phase2_refused:cutoff")
+    }));
+    let st = h.store.status(&c, h.now()).await.unwrap();
+    assert_eq!(st.state, CampaignState::Done);
+    assert_eq!(
+        (st.trials_not_started, st.trials_final, st.trials_total),
+        (4, 6, 6)
+    );
+}
+
+async fn resume_is_idempotent_refuses_drift_and_records_growth(h: &mut Harness) {
+    let c = cid("resume");
+    let base = |tasks: usize, runs: &str, extra: &str| {
+        campaign(
+            "resume",
+            &[("a", "pa"), ("b", "pb")],
+            tasks,
+            &format!("pairing = \"none\"\n{runs}"),
+            extra,
+        )
+    };
+    let first = h.submit(base(2, "phase1_runs = 1", "")).await;
+    assert_eq!(first.kind, SubmitKind::Created);
+    let t = h.claim_tokens(&c, "l", "h").await.remove(0);
+    h.store
+        .complete(&c, scored(&t, "l", "h", Status::Completed, 1.0), h.now())
+        .await
+        .unwrap();
+
+    let again = h.submit(base(2, "phase1_runs = 1", "")).await;
+    assert_eq!(again.kind, SubmitKind::Resumed);
+    assert_eq!(
+        (again.trials, &again.spec_hash),
+        (first.trials, &first.spec_hash)
+    );
+    assert_eq!(h.rows(&c).await.len(), 1);
+    let st = h.store.status(&c, h.now()).await.unwrap();
+    assert_eq!(st.trials_final, 1);
+
+    let err = h
+        .store
+        .submit(
+            base(2, "phase1_runs = 1", "[retry]\ninfra_retries = 3\n"),
+            h.now(),
+        )
+        .await
+        .unwrap_err();
+    match err {
+        StoreError::Refused(conflicts) => {
+            assert!(
+                conflicts.iter().any(|c| c.field == "retry.infra_retries"),
+                "{conflicts:?}"
+            );
+        }
+        other => panic!("{other}"),
+    }
+
+    let grown = h.submit(base(3, "phase1_runs = 2", "")).await;
+    assert_eq!(grown.kind, SubmitKind::Amended);
+    assert_eq!(grown.trials, 3 * 2 * 2);
+    assert_ne!(grown.spec_hash, first.spec_hash);
+    let st = h.store.status(&c, h.now()).await.unwrap();
+    assert_eq!(st.amendments.len(), 1);
+    assert_eq!(st.amendments[0].spec_hash, grown.spec_hash);
+    assert_eq!(st.trials_total, 12);
+    // Later rows carry the new spec hash; the earlier row keeps the old one.
+    let t = h.claim_tokens(&c, "l", "h").await.remove(0);
+    h.store
+        .complete(&c, scored(&t, "l", "h", Status::Completed, 1.0), h.now())
+        .await
+        .unwrap();
+    let rows = h.rows(&c).await;
+    assert_eq!(rows[0].spec_hash, first.spec_hash);
+    assert_eq!(rows[1].spec_hash, grown.spec_hash);
+    // Every trial of the grown schedule gets claimed exactly once more.
+    let mut seen = BTreeSet::new();
+    loop {
+        match h.claim(&c, "l", "h", 1).await {
+            ClaimOutcome::Assigned(a) => {
+                let t = &a[0].trials[0];
+                assert!(seen.insert(t.trial.trial_id.to_string()));
+                h.store
+                    .complete(
+                        &c,
+                        scored(&t.token, "l", "h", Status::Completed, 1.0),
+                        h.now(),
+                    )
+                    .await
+                    .unwrap();
+            }
+            ClaimOutcome::NoWork { reason, .. } => {
+                assert_eq!(reason, NoWorkReason::Done);
+                break;
+            }
+        }
+    }
+    assert_eq!(seen.len(), 10);
+}
+
+async fn lane_arms_filter_claims(h: &mut Harness) {
+    let c = cid("arms");
+    h.submit(campaign(
+        "arms",
+        &[("a", "pa"), ("b", "pb")],
+        2,
+        "pairing = \"none\"",
+        "",
+    ))
+    .await;
+    let req = ClaimRequest {
+        arms: Some(vec![lanes_common::ids::ArmId::new("b").unwrap()]),
+        ..request("l", "h", 4)
+    };
+    match h.store.claim(&c, req, h.now()).await.unwrap() {
+        ClaimOutcome::Assigned(a) => {
+            assert_eq!(a.len(), 2);
+            assert!(a.iter().all(|x| x.trials[0].trial.arm.as_str() == "b"));
+        }
+        other => panic!("{other:?}"),
+    }
+    let req = ClaimRequest {
+        arms: Some(vec![lanes_common::ids::ArmId::new("zzz").unwrap()]),
+        ..request("l", "h", 1)
+    };
+    assert_eq!(
+        no_work(h.store.claim(&c, req, h.now()).await.unwrap()),
+        NoWorkReason::NoMatchingArms
+    );
+}
+
+per_backend!(embedded => Harness::embedded();
+    schedule_order_and_whole_groups,
+    first_scored_wins_under_32_concurrent_completions,
+    complete_is_idempotent_and_unknown_tokens_are_rejected,
+    stale_token_cannot_renew_release_or_drop_newer_lease,
+    renew_fails_past_the_hard_deadline,
+    two_reapers_racing_take_an_expired_lease_once,
+    reap_waits_two_seconds_past_the_deadline,
+    undelivered_assignment_is_cancelled_without_budget,
+    lease_past_evaluate_waits_out_publish_grace,
+    late_score_after_reap_is_counted,
+    late_score_turns_an_excluded_trial_counted,
+    late_score_revokes_the_newer_lease,
+    late_outcome_after_a_score_is_duplicate_evidence,
+    delayed_retries_are_claimable_only_at_their_time,
+    exhausted_infra_budget_is_final_and_excluded,
+    auth_failure_with_budget_spent_stops_the_campaign,
+    stop_drain_lets_in_flight_finish,
+    stop_cancel_cancels_in_flight_without_budget,
+    budget_gate_stops_at_the_cap,
+    quota_gate_pauses_only_its_provider,
+    phase1_pending_answers_wait,
+    phase2_block_refused_gets_not_started_rows_and_ends_done,
+    resume_is_idempotent_refuses_drift_and_records_growth,
+    lane_arms_filter_claims,
+    embedded_file_reopened_keeps_everything,
+);
+
+/// Embedded only: the file, reopened, keeps rows, leases, scores and counters.
+async fn embedded_file_reopened_keeps_everything(h: &mut Harness) {
+    let c = cid("reopen");
+    h.submit(campaign(
+        "reopen",
+        &[("a", "pa")],
+        3,
+        "pairing = \"none\"",
+        "",
+    ))
+    .await;
+    let done = h.claim_tokens(&c, "l", "h").await.remove(0);
+    h.store
+        .complete(&c, scored(&done, "l", "h", Status::Completed, 1.0), h.now())
+        .await
+        .unwrap();
+    let held = h.claim_tokens(&c, "l", "h").await.remove(0);
+    h.renew(&c, &held, Phase::Agent).await;
+    let before = h.store.status(&c, h.now()).await.unwrap();
+    let rows_before = h.rows(&c).await;
+    h.reopen();
+    let after = h.store.status(&c, h.now()).await.unwrap();
+    assert_eq!(before, after);
+    assert_eq!(h.rows(&c).await, rows_before);
+    assert_eq!(h.renew(&c, &held, Phase::Agent).await, RenewState::Renewed);
+    // The scored trial stays scored: a replay of its completion answers the same.
+    let ack = h
+        .store
+        .complete(&c, scored(&done, "l", "h", Status::Completed, 1.0), h.now())
+        .await
+        .unwrap();
+    assert!(ack.counted);
+    assert_eq!(h.store.list().await.unwrap(), vec![c]);
+}
