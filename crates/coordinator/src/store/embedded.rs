@@ -144,6 +144,17 @@ impl EmbeddedStore {
     }
 }
 
+/// Runs a future that never waits: the engine over a redb transaction does only blocking
+/// work, so its future is ready at the first poll.
+fn ready<F: std::future::Future>(f: F) -> F::Output {
+    let mut f = std::pin::pin!(f);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match f.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(out) => out,
+        std::task::Poll::Pending => unreachable!("a redb transaction never waits"),
+    }
+}
+
 fn prefix(campaign: &[u8]) -> Vec<u8> {
     let mut k = campaign.to_vec();
     k.push(0);
@@ -253,18 +264,18 @@ fn time_and_trial(k: Vec<u8>) -> R<(EpochMs, String)> {
 }
 
 impl Tx for RedbTx<'_> {
-    fn meta(&mut self) -> R<Option<Meta>> {
+    async fn meta(&mut self) -> R<Option<Meta>> {
         self.get(META, self.campaign)
     }
-    fn put_meta(&mut self, meta: &Meta) -> R<()> {
+    async fn put_meta(&mut self, meta: &Meta) -> R<()> {
         self.put(META, self.campaign, meta)
     }
 
-    fn task(&mut self, pos: u32) -> R<Task> {
+    async fn task(&mut self, pos: u32) -> R<Task> {
         self.get(TASKS, &self.k(&[&pos.to_be_bytes()]))?
             .ok_or_else(|| corrupt(format!("task {pos} missing")))
     }
-    fn put_task(&mut self, pos: u32, task: &Task) -> R<()> {
+    async fn put_task(&mut self, pos: u32, task: &Task) -> R<()> {
         self.put(TASKS, &self.k(&[&pos.to_be_bytes()]), task)?;
         self.put_raw(
             TASK_POS,
@@ -272,13 +283,13 @@ impl Tx for RedbTx<'_> {
             &pos.to_be_bytes(),
         )
     }
-    fn tasks(&mut self) -> R<Vec<Task>> {
+    async fn tasks(&mut self) -> R<Vec<Task>> {
         self.scan_prefix(TASKS, &prefix(self.campaign), usize::MAX)?
             .into_iter()
             .map(|(_, v)| serde_json::from_slice(&v).map_err(corrupt))
             .collect()
     }
-    fn task_pos(&mut self, id: &str) -> R<Option<u32>> {
+    async fn task_pos(&mut self, id: &str) -> R<Option<u32>> {
         let t = self.txn.open_table(TASK_POS).map_err(backend)?;
         let k = self.k(&[id.as_bytes()]);
         match t.get(k.as_slice()).map_err(backend)? {
@@ -290,43 +301,43 @@ impl Tx for RedbTx<'_> {
         }
     }
 
-    fn trial(&mut self, id: &str) -> R<Option<TrialState>> {
+    async fn trial(&mut self, id: &str) -> R<Option<TrialState>> {
         self.get(TRIALS, &self.k(&[id.as_bytes()]))
     }
-    fn put_trial(&mut self, id: &str, state: &TrialState) -> R<()> {
+    async fn put_trial(&mut self, id: &str, state: &TrialState) -> R<()> {
         self.put(TRIALS, &self.k(&[id.as_bytes()]), state)
     }
-    fn trial_ids(&mut self) -> R<Vec<String>> {
+    async fn trial_ids(&mut self) -> R<Vec<String>> {
         self.scan_prefix(TRIALS, &prefix(self.campaign), usize::MAX)?
             .into_iter()
             .map(|(k, _)| utf8(k))
             .collect()
     }
 
-    fn lease(&mut self, trial: &str) -> R<Option<Lease>> {
+    async fn lease(&mut self, trial: &str) -> R<Option<Lease>> {
         self.get(LEASES, &self.k(&[trial.as_bytes()]))
     }
-    fn put_lease(&mut self, trial: &str, lease: &Lease) -> R<()> {
+    async fn put_lease(&mut self, trial: &str, lease: &Lease) -> R<()> {
         self.put(LEASES, &self.k(&[trial.as_bytes()]), lease)
     }
-    fn del_lease(&mut self, trial: &str) -> R<()> {
+    async fn del_lease(&mut self, trial: &str) -> R<()> {
         self.del(LEASES, &self.k(&[trial.as_bytes()])).map(drop)
     }
-    fn leases(&mut self) -> R<Vec<(String, Lease)>> {
+    async fn leases(&mut self) -> R<Vec<(String, Lease)>> {
         self.scan_prefix(LEASES, &prefix(self.campaign), usize::MAX)?
             .into_iter()
             .map(|(k, v)| Ok((utf8(k)?, serde_json::from_slice(&v).map_err(corrupt)?)))
             .collect()
     }
 
-    fn add_deadline(&mut self, at: EpochMs, trial: &str) -> R<()> {
+    async fn add_deadline(&mut self, at: EpochMs, trial: &str) -> R<()> {
         self.put_raw(DEADLINES, &self.k(&[&signed(at), trial.as_bytes()]), &[])
     }
-    fn del_deadline(&mut self, at: EpochMs, trial: &str) -> R<()> {
+    async fn del_deadline(&mut self, at: EpochMs, trial: &str) -> R<()> {
         self.del(DEADLINES, &self.k(&[&signed(at), trial.as_bytes()]))
             .map(drop)
     }
-    fn deadlines_due(&mut self, before: EpochMs, limit: usize) -> R<Vec<(EpochMs, String)>> {
+    async fn deadlines_due(&mut self, before: EpochMs, limit: usize) -> R<Vec<(EpochMs, String)>> {
         let p = prefix(self.campaign);
         let end = self.k(&[&signed(before.saturating_add(1))]);
         self.scan(DEADLINES, p.len(), &p, &end, limit)?
@@ -335,17 +346,17 @@ impl Tx for RedbTx<'_> {
             .collect()
     }
 
-    fn add_ready(&mut self, queue: &str, key: u64, unit: u8) -> R<()> {
+    async fn add_ready(&mut self, queue: &str, key: u64, unit: u8) -> R<()> {
         self.put_raw(
             READY,
             &self.k(&[queue.as_bytes(), &key.to_be_bytes()]),
             &[unit],
         )
     }
-    fn del_ready(&mut self, queue: &str, key: u64) -> R<bool> {
+    async fn del_ready(&mut self, queue: &str, key: u64) -> R<bool> {
         self.del(READY, &self.k(&[queue.as_bytes(), &key.to_be_bytes()]))
     }
-    fn ready_first(&mut self, queue: &str, limit: usize) -> R<Vec<(u64, u8)>> {
+    async fn ready_first(&mut self, queue: &str, limit: usize) -> R<Vec<(u64, u8)>> {
         let mut p = self.k(&[queue.as_bytes()]);
         p.push(0);
         self.scan_prefix(READY, &p, limit)?
@@ -359,7 +370,7 @@ impl Tx for RedbTx<'_> {
             })
             .collect()
     }
-    fn queues(&mut self) -> R<Vec<String>> {
+    async fn queues(&mut self) -> R<Vec<String>> {
         let mut out: Vec<String> = Vec::new();
         let p = prefix(self.campaign);
         let mut start = p.clone();
@@ -376,14 +387,14 @@ impl Tx for RedbTx<'_> {
         }
     }
 
-    fn add_delayed(&mut self, at: EpochMs, trial: &str) -> R<()> {
+    async fn add_delayed(&mut self, at: EpochMs, trial: &str) -> R<()> {
         self.put_raw(DELAYED, &self.k(&[&signed(at), trial.as_bytes()]), &[])
     }
-    fn del_delayed(&mut self, at: EpochMs, trial: &str) -> R<()> {
+    async fn del_delayed(&mut self, at: EpochMs, trial: &str) -> R<()> {
         self.del(DELAYED, &self.k(&[&signed(at), trial.as_bytes()]))
             .map(drop)
     }
-    fn delayed_due(&mut self, now: EpochMs, limit: usize) -> R<Vec<(EpochMs, String)>> {
+    async fn delayed_due(&mut self, now: EpochMs, limit: usize) -> R<Vec<(EpochMs, String)>> {
         let p = prefix(self.campaign);
         let end = self.k(&[&signed(now.saturating_add(1))]);
         self.scan(DELAYED, p.len(), &p, &end, limit)?
@@ -391,7 +402,7 @@ impl Tx for RedbTx<'_> {
             .map(|(k, _)| time_and_trial(k))
             .collect()
     }
-    fn delayed_next(&mut self) -> R<Option<EpochMs>> {
+    async fn delayed_next(&mut self) -> R<Option<EpochMs>> {
         let p = prefix(self.campaign);
         Ok(self
             .scan_prefix(DELAYED, &p, 1)?
@@ -402,10 +413,10 @@ impl Tx for RedbTx<'_> {
             .map(|(t, _)| t))
     }
 
-    fn token(&mut self, trial: &str, attempt: u32) -> R<Option<TokenRecord>> {
+    async fn token(&mut self, trial: &str, attempt: u32) -> R<Option<TokenRecord>> {
         self.get(TOKENS, &self.k(&[trial.as_bytes(), &attempt.to_be_bytes()]))
     }
-    fn put_token(&mut self, trial: &str, attempt: u32, record: &TokenRecord) -> R<()> {
+    async fn put_token(&mut self, trial: &str, attempt: u32, record: &TokenRecord) -> R<()> {
         self.put(
             TOKENS,
             &self.k(&[trial.as_bytes(), &attempt.to_be_bytes()]),
@@ -413,19 +424,19 @@ impl Tx for RedbTx<'_> {
         )
     }
 
-    fn put_row(&mut self, row: &Row) -> R<()> {
+    async fn put_row(&mut self, row: &Row) -> R<()> {
         self.put(ROWS, &self.k(&[&row.seq.to_be_bytes()]), row)
     }
-    fn put_event(&mut self, event: &Event) -> R<()> {
+    async fn put_event(&mut self, event: &Event) -> R<()> {
         self.put(EVENTS, &self.k(&[&event.seq.to_be_bytes()]), event)
     }
 
-    fn block(&mut self, name: &str) -> R<BlockState> {
+    async fn block(&mut self, name: &str) -> R<BlockState> {
         Ok(self
             .get(BLOCKS, &self.k(&[name.as_bytes()]))?
             .unwrap_or_default())
     }
-    fn put_block(&mut self, name: &str, block: &BlockState) -> R<()> {
+    async fn put_block(&mut self, name: &str, block: &BlockState) -> R<()> {
         self.put(BLOCKS, &self.k(&[name.as_bytes()]), block)
     }
 }
@@ -434,7 +445,7 @@ impl Tx for RedbTx<'_> {
 impl Store for EmbeddedStore {
     async fn submit(&self, campaign: Campaign, now_ms: EpochMs) -> Result<Submitted, StoreError> {
         let id = campaign.spec.id.clone();
-        self.write(&id, move |tx| engine::submit(tx, campaign, now_ms))
+        self.write(&id, move |tx| ready(engine::submit(tx, campaign, now_ms)))
             .await
     }
 
@@ -445,8 +456,10 @@ impl Store for EmbeddedStore {
         now_ms: EpochMs,
     ) -> Result<ClaimOutcome, StoreError> {
         let c = campaign.clone();
-        self.write(campaign, move |tx| engine::claim(tx, &c, &req, now_ms))
-            .await
+        self.write(campaign, move |tx| {
+            ready(engine::claim(tx, &c, &req, now_ms))
+        })
+        .await
     }
 
     async fn renew(
@@ -456,8 +469,10 @@ impl Store for EmbeddedStore {
         now_ms: EpochMs,
     ) -> Result<Vec<(Token, RenewState)>, StoreError> {
         let c = campaign.clone();
-        self.write(campaign, move |tx| engine::renew(tx, &c, &tokens, now_ms))
-            .await
+        self.write(campaign, move |tx| {
+            ready(engine::renew(tx, &c, &tokens, now_ms))
+        })
+        .await
     }
 
     async fn complete(
@@ -468,7 +483,7 @@ impl Store for EmbeddedStore {
     ) -> Result<CompleteAck, StoreError> {
         let c = campaign.clone();
         self.write(campaign, move |tx| {
-            engine::complete(tx, &c, outcome, now_ms)
+            ready(engine::complete(tx, &c, outcome, now_ms))
         })
         .await
     }
@@ -481,14 +496,14 @@ impl Store for EmbeddedStore {
     ) -> Result<CompleteAck, StoreError> {
         let c = campaign.clone();
         self.write(campaign, move |tx| {
-            engine::release(tx, &c, &release, now_ms)
+            ready(engine::release(tx, &c, &release, now_ms))
         })
         .await
     }
 
     async fn reap(&self, campaign: &CampaignId, now_ms: EpochMs) -> Result<ReapReport, StoreError> {
         let c = campaign.clone();
-        self.write(campaign, move |tx| engine::reap(tx, &c, now_ms))
+        self.write(campaign, move |tx| ready(engine::reap(tx, &c, now_ms)))
             .await
     }
 
@@ -499,8 +514,10 @@ impl Store for EmbeddedStore {
         now_ms: EpochMs,
     ) -> Result<CampaignState, StoreError> {
         let c = campaign.clone();
-        self.write(campaign, move |tx| engine::stop(tx, &c, mode, now_ms))
-            .await
+        self.write(campaign, move |tx| {
+            ready(engine::stop(tx, &c, mode, now_ms))
+        })
+        .await
     }
 
     async fn status(
@@ -509,7 +526,7 @@ impl Store for EmbeddedStore {
         now_ms: EpochMs,
     ) -> Result<CampaignStatus, StoreError> {
         let c = campaign.clone();
-        self.write(campaign, move |tx| engine::status(tx, &c, now_ms))
+        self.write(campaign, move |tx| ready(engine::status(tx, &c, now_ms)))
             .await
     }
 

@@ -30,19 +30,20 @@ use super::tx::{R, Tx};
 /// How many entries of each queue one claim looks at before giving up on placement filters.
 const SCAN: usize = 64;
 
-fn meta_of(tx: &mut impl Tx, c: &CampaignId) -> R<Meta> {
-    tx.meta()?
+async fn meta_of(tx: &mut impl Tx, c: &CampaignId) -> R<Meta> {
+    tx.meta()
+        .await?
         .ok_or_else(|| StoreError::UnknownCampaign(c.clone()))
 }
 
-fn emit(tx: &mut impl Tx, meta: &mut Meta, now: EpochMs, kind: EventKind) -> R<()> {
+async fn emit(tx: &mut impl Tx, meta: &mut Meta, now: EpochMs, kind: EventKind) -> R<()> {
     let event = Event {
         seq: meta.next_event,
         at_ms: now,
         kind,
     };
     meta.next_event += 1;
-    tx.put_event(&event)
+    tx.put_event(&event).await
 }
 
 fn ttl_ms(meta: &Meta) -> i64 {
@@ -61,7 +62,7 @@ fn trial_key(t: &Trial) -> u64 {
 }
 
 /// Resolves a trial id against the campaign, refusing ids outside its schedule.
-fn resolve(tx: &mut impl Tx, meta: &Meta, id: &str) -> R<Option<Trial>> {
+async fn resolve(tx: &mut impl Tx, meta: &Meta, id: &str) -> R<Option<Trial>> {
     let Ok((task, run, arm)) = TrialId::parse(id) else {
         return Ok(None);
     };
@@ -71,11 +72,11 @@ fn resolve(tx: &mut impl Tx, meta: &Meta, id: &str) -> R<Option<Trial>> {
     if run >= meta.spec.total_runs() {
         return Ok(None);
     }
-    let Some(tp) = tx.task_pos(task.as_str())? else {
+    let Some(tp) = tx.task_pos(task.as_str()).await? else {
         return Ok(None);
     };
     let n = meta.spec.arms.len() as u32;
-    let task = tx.task(tp)?;
+    let task = tx.task(tp).await?;
     Ok(Some(trial_at(
         &meta.spec,
         meta.n_tasks as usize,
@@ -86,9 +87,9 @@ fn resolve(tx: &mut impl Tx, meta: &Meta, id: &str) -> R<Option<Trial>> {
     )))
 }
 
-fn trial_by_key(tx: &mut impl Tx, meta: &Meta, key: u64) -> R<Trial> {
+async fn trial_by_key(tx: &mut impl Tx, meta: &Meta, key: u64) -> R<Trial> {
     let (_, tp, run, slot) = from_position_key(key);
-    let task = tx.task(tp)?;
+    let task = tx.task(tp).await?;
     Ok(trial_at(
         &meta.spec,
         meta.n_tasks as usize,
@@ -116,7 +117,7 @@ fn blocks_total(spec: &lanes_common::spec::CampaignSpec, n_tasks: u64) -> u64 {
 // submit
 
 /// Enqueues the fresh units of the trials `(task_pos, run)` in `runs` for tasks in `tasks`.
-fn enqueue_fresh(
+async fn enqueue_fresh(
     tx: &mut impl Tx,
     meta: &Meta,
     tasks: std::ops::Range<u32>,
@@ -128,7 +129,8 @@ fn enqueue_fresh(
             let phase = phase_of(&meta.spec, run);
             match meta.spec.pairing {
                 Pairing::Group => {
-                    tx.add_ready(GROUP_QUEUE, position_key(phase, tp, run, 0), UNIT_GROUP)?
+                    tx.add_ready(GROUP_QUEUE, position_key(phase, tp, run, 0), UNIT_GROUP)
+                        .await?
                 }
                 Pairing::None => {
                     for slot in 0..n {
@@ -137,7 +139,8 @@ fn enqueue_fresh(
                             &provider_queue(&arm.provider),
                             position_key(phase, tp, run, slot),
                             UNIT_TRIAL,
-                        )?;
+                        )
+                        .await?;
                     }
                 }
             }
@@ -182,16 +185,16 @@ fn new_meta(campaign: &Campaign, hash: String, now: EpochMs) -> Meta {
     }
 }
 
-pub(crate) fn submit(tx: &mut impl Tx, campaign: Campaign, now: EpochMs) -> R<Submitted> {
+pub(crate) async fn submit(tx: &mut impl Tx, campaign: Campaign, now: EpochMs) -> R<Submitted> {
     let hash = spec_hash(&campaign.spec, &campaign.tasks);
     let id = campaign.spec.id.clone();
-    let Some(mut meta) = tx.meta()? else {
+    let Some(mut meta) = tx.meta().await? else {
         let meta = new_meta(&campaign, hash.clone(), now);
         for (pos, task) in campaign.tasks.iter().enumerate() {
-            tx.put_task(pos as u32, task)?;
+            tx.put_task(pos as u32, task).await?;
         }
-        enqueue_fresh(tx, &meta, 0..meta.n_tasks, 0..meta.spec.total_runs())?;
-        tx.put_meta(&meta)?;
+        enqueue_fresh(tx, &meta, 0..meta.n_tasks, 0..meta.spec.total_runs()).await?;
+        tx.put_meta(&meta).await?;
         return Ok(Submitted {
             id,
             trials: meta.trials_total,
@@ -204,12 +207,12 @@ pub(crate) fn submit(tx: &mut impl Tx, campaign: Campaign, now: EpochMs) -> R<Su
     // A resume: compare with what is recorded, refusing drift.
     let old = Campaign {
         spec: meta.spec.clone(),
-        tasks: tx.tasks()?,
+        tasks: tx.tasks().await?,
     };
     let mut recorded = Vec::new();
-    for tid in tx.trial_ids()? {
-        if tx.trial(&tid)?.is_some_and(|s| s.rows > 0)
-            && let Some(t) = resolve(tx, &meta, &tid)?
+    for tid in tx.trial_ids().await? {
+        if tx.trial(&tid).await?.is_some_and(|s| s.rows > 0)
+            && let Some(t) = resolve(tx, &meta, &tid).await?
         {
             recorded.push(t);
         }
@@ -220,36 +223,38 @@ pub(crate) fn submit(tx: &mut impl Tx, campaign: Campaign, now: EpochMs) -> R<Su
     let old_p1 = meta.spec.phase1_runs;
     let old_runs = meta.spec.total_runs();
     for (pos, task) in campaign.tasks.iter().enumerate().skip(old_tasks as usize) {
-        tx.put_task(pos as u32, task)?;
+        tx.put_task(pos as u32, task).await?;
     }
     meta.spec = campaign.spec.clone();
     meta.n_tasks = campaign.tasks.len() as u32;
     // Runs that moved from phase 2 to phase 1 have no rows (resume checked): re-key them.
     if meta.spec.phase1_runs != old_p1 {
-        for queue in tx.queues()? {
+        for queue in tx.queues().await? {
             for tp in 0..old_tasks {
                 for run in old_p1..meta.spec.phase1_runs.min(old_runs) {
                     for slot in 0..meta.spec.arms.len() as u32 {
-                        if tx.del_ready(&queue, position_key(2, tp, run, slot))? {
+                        if tx.del_ready(&queue, position_key(2, tp, run, slot)).await? {
                             let unit = if queue == GROUP_QUEUE {
                                 UNIT_GROUP
                             } else {
                                 UNIT_TRIAL
                             };
-                            tx.add_ready(&queue, position_key(1, tp, run, slot), unit)?;
+                            tx.add_ready(&queue, position_key(1, tp, run, slot), unit)
+                                .await?;
                         }
                     }
                 }
             }
         }
     }
-    enqueue_fresh(tx, &meta, 0..old_tasks, old_runs..meta.spec.total_runs())?;
+    enqueue_fresh(tx, &meta, 0..old_tasks, old_runs..meta.spec.total_runs()).await?;
     enqueue_fresh(
         tx,
         &meta,
         old_tasks..meta.n_tasks,
         0..meta.spec.total_runs(),
-    )?;
+    )
+    .await?;
     let n_tasks = u64::from(meta.n_tasks);
     meta.trials_total = schedule::trial_count(&meta.spec, meta.n_tasks as usize);
     meta.phase1_total = n_tasks * u64::from(meta.spec.phase1_runs) * meta.spec.arms.len() as u64;
@@ -274,10 +279,10 @@ pub(crate) fn submit(tx: &mut impl Tx, campaign: Campaign, now: EpochMs) -> R<Su
     }
     if was != meta.state {
         let spec_hash = meta.spec_hash.clone();
-        emit(tx, &mut meta, now, EventKind::CampaignResumed { spec_hash })?;
+        emit(tx, &mut meta, now, EventKind::CampaignResumed { spec_hash }).await?;
     }
-    maybe_finish(tx, &mut meta, now)?;
-    tx.put_meta(&meta)?;
+    maybe_finish(tx, &mut meta, now).await?;
+    tx.put_meta(&meta).await?;
     Ok(Submitted {
         id,
         trials: meta.trials_total,
@@ -300,23 +305,28 @@ fn reservation(meta: &Meta, arm: &lanes_common::ids::ArmId) -> f64 {
         .unwrap_or(0.0)
 }
 
-fn set_stopping(tx: &mut impl Tx, meta: &mut Meta, reason: StopReason, now: EpochMs) -> R<()> {
+async fn set_stopping(
+    tx: &mut impl Tx,
+    meta: &mut Meta,
+    reason: StopReason,
+    now: EpochMs,
+) -> R<()> {
     if meta.state == CampaignState::Running {
         meta.state = CampaignState::Stopping;
         meta.stop_reason = Some(reason);
         meta.stop_mode.get_or_insert(StopMode::Drain);
-        emit(tx, meta, now, EventKind::CampaignStopping { reason })?;
+        emit(tx, meta, now, EventKind::CampaignStopping { reason }).await?;
     }
     Ok(())
 }
 
 /// Moves a stopping campaign with nothing in flight to stopped, and a campaign whose trials are
 /// all final to done.
-fn maybe_finish(tx: &mut impl Tx, meta: &mut Meta, now: EpochMs) -> R<()> {
+async fn maybe_finish(tx: &mut impl Tx, meta: &mut Meta, now: EpochMs) -> R<()> {
     if meta.finals >= meta.trials_total && meta.state != CampaignState::Done {
         meta.state = CampaignState::Done;
         meta.stop_reason = None;
-        emit(tx, meta, now, EventKind::CampaignDone)?;
+        emit(tx, meta, now, EventKind::CampaignDone).await?;
     } else if meta.state == CampaignState::Stopping && meta.leases_open == 0 {
         meta.state = CampaignState::Stopped;
         emit(
@@ -326,20 +336,21 @@ fn maybe_finish(tx: &mut impl Tx, meta: &mut Meta, now: EpochMs) -> R<()> {
             EventKind::CampaignStopped {
                 reason: meta.stop_reason,
             },
-        )?;
+        )
+        .await?;
     }
     Ok(())
 }
 
-fn promote_delayed(tx: &mut impl Tx, meta: &Meta, now: EpochMs) -> R<()> {
+async fn promote_delayed(tx: &mut impl Tx, meta: &Meta, now: EpochMs) -> R<()> {
     loop {
-        let due = tx.delayed_due(now, 256)?;
+        let due = tx.delayed_due(now, 256).await?;
         if due.is_empty() {
             return Ok(());
         }
         for (at, tid) in due {
-            tx.del_delayed(at, &tid)?;
-            let Some(mut ts) = tx.trial(&tid)? else {
+            tx.del_delayed(at, &tid).await?;
+            let Some(mut ts) = tx.trial(&tid).await? else {
                 continue;
             };
             let Some(q) = ts.queued.as_mut() else {
@@ -349,15 +360,16 @@ fn promote_delayed(tx: &mut impl Tx, meta: &Meta, now: EpochMs) -> R<()> {
                 continue;
             }
             q.delayed_until = None;
-            let trial = resolve(tx, meta, &tid)?.ok_or_else(|| {
+            let trial = resolve(tx, meta, &tid).await?.ok_or_else(|| {
                 StoreError::Corrupt(format!("delayed trial {tid} not in schedule"))
             })?;
             tx.add_ready(
                 &provider_queue(provider_of(meta, &trial.arm)),
                 trial_key(&trial),
                 UNIT_TRIAL,
-            )?;
-            tx.put_trial(&tid, &ts)?;
+            )
+            .await?;
+            tx.put_trial(&tid, &ts).await?;
         }
     }
 }
@@ -371,10 +383,10 @@ struct Candidate {
 
 /// Applies the phase-2 rule to a block the first time a claim reaches it. Returns whether the
 /// block may start; a refused block gets its `not_started` rows here.
-fn phase2_allows(tx: &mut impl Tx, meta: &mut Meta, task_pos: u32, now: EpochMs) -> R<bool> {
-    let task = tx.task(task_pos)?;
+async fn phase2_allows(tx: &mut impl Tx, meta: &mut Meta, task_pos: u32, now: EpochMs) -> R<bool> {
+    let task = tx.task(task_pos).await?;
     let block = schedule::block_name(2, &task.id);
-    let mut state = tx.block(&block)?;
+    let mut state = tx.block(&block).await?;
     if let Some(verdict) = &state.phase2 {
         return Ok(verdict.is_none());
     }
@@ -409,19 +421,19 @@ fn phase2_allows(tx: &mut impl Tx, meta: &mut Meta, task_pos: u32, now: EpochMs)
     match verdict {
         Ok(()) => {
             state.phase2 = Some(None);
-            tx.put_block(&block, &state)?;
+            tx.put_block(&block, &state).await?;
             Ok(true)
         }
         Err(why) => {
             state.phase2 = Some(Some(ExcludedReason::Phase2Refused(why.clone()).to_string()));
-            tx.put_block(&block, &state)?;
-            refuse_block(tx, meta, task_pos, why, now)?;
+            tx.put_block(&block, &state).await?;
+            refuse_block(tx, meta, task_pos, why, now).await?;
             Ok(false)
         }
     }
 }
 
-fn refuse_block(
+async fn refuse_block(
     tx: &mut impl Tx,
     meta: &mut Meta,
     task_pos: u32,
@@ -429,9 +441,10 @@ fn refuse_block(
     now: EpochMs,
 ) -> R<()> {
     let n = meta.spec.arms.len() as u32;
-    let task = tx.task(task_pos)?;
+    let task = tx.task(task_pos).await?;
     for run in meta.spec.phase1_runs..meta.spec.total_runs() {
-        tx.del_ready(GROUP_QUEUE, position_key(2, task_pos, run, 0))?;
+        tx.del_ready(GROUP_QUEUE, position_key(2, task_pos, run, 0))
+            .await?;
         for slot in 0..n {
             let trial = trial_at(
                 &meta.spec,
@@ -442,15 +455,16 @@ fn refuse_block(
                 slot,
             );
             let tid = trial.trial_id.to_string();
-            let mut ts = tx.trial(&tid)?.unwrap_or_default();
-            if ts.final_mark.is_some() || tx.lease(&tid)?.is_some() {
+            let mut ts = tx.trial(&tid).await?.unwrap_or_default();
+            if ts.final_mark.is_some() || tx.lease(&tid).await?.is_some() {
                 continue;
             }
             tx.del_ready(
                 &provider_queue(provider_of(meta, &trial.arm)),
                 trial_key(&trial),
-            )?;
-            dequeue(tx, &mut ts, &trial, meta)?;
+            )
+            .await?;
+            dequeue(tx, &mut ts, &trial, meta).await?;
             let reason = ExcludedReason::Phase2Refused(why.clone());
             let row = Row::bare(
                 &meta.spec.id,
@@ -467,7 +481,7 @@ fn refuse_block(
                     ..StoreFields::default()
                 },
             );
-            append_row(tx, meta, &row)?;
+            append_row(tx, meta, &row).await?;
             ts.history.add_row(&row, true);
             ts.rows += 1;
             meta.not_started += 1;
@@ -481,20 +495,21 @@ fn refuse_block(
                     excluded_reason: Some(reason),
                 },
                 now,
-            )?;
-            tx.put_trial(&tid, &ts)?;
+            )
+            .await?;
+            tx.put_trial(&tid, &ts).await?;
         }
     }
     Ok(())
 }
 
-pub(crate) fn claim(
+pub(crate) async fn claim(
     tx: &mut impl Tx,
     c: &CampaignId,
     req: &ClaimRequest,
     now: EpochMs,
 ) -> R<ClaimOutcome> {
-    let mut meta = meta_of(tx, c)?;
+    let mut meta = meta_of(tx, c).await?;
     let ttl = ttl_ms(&meta);
     meta.lanes_seen.insert(req.lane.clone(), now);
     meta.lanes_seen.retain(|_, t| now - *t <= 10 * ttl);
@@ -511,7 +526,7 @@ pub(crate) fn claim(
         .filter(|a| req.arms.as_ref().is_none_or(|want| want.contains(&a.id)))
         .collect();
     if arms.is_empty() {
-        tx.put_meta(&meta)?;
+        tx.put_meta(&meta).await?;
         return Ok(no_work(NoWorkReason::NoMatchingArms));
     }
     let all_arms = arms.len() == meta.spec.arms.len();
@@ -522,7 +537,7 @@ pub(crate) fn claim(
         .into_iter()
         .collect();
 
-    promote_delayed(tx, &meta, now)?;
+    promote_delayed(tx, &meta, now).await?;
     let verdict = claim_gate(&GateInput {
         now_ms: now,
         state: meta.state,
@@ -539,15 +554,15 @@ pub(crate) fn claim(
     });
     let gates = match verdict {
         GateVerdict::Stop(reason) => {
-            set_stopping(tx, &mut meta, reason, now)?;
-            maybe_finish(tx, &mut meta, now)?;
-            tx.put_meta(&meta)?;
+            set_stopping(tx, &mut meta, reason, now).await?;
+            maybe_finish(tx, &mut meta, now).await?;
+            tx.put_meta(&meta).await?;
             return Ok(no_work(NoWorkReason::Stopped {
                 stop_reason: Some(reason),
             }));
         }
         GateVerdict::Wait(reason) => {
-            tx.put_meta(&meta)?;
+            tx.put_meta(&meta).await?;
             return Ok(no_work(reason));
         }
         GateVerdict::Open(gates) => gates,
@@ -568,11 +583,11 @@ pub(crate) fn claim(
 
     let mut assignments = Vec::new();
     let mut wait: Option<NoWorkReason> = None;
-    let mut next_ms: Option<EpochMs> = tx.delayed_next()?;
+    let mut next_ms: Option<EpochMs> = tx.delayed_next().await?;
     'units: while assignments.len() < req.max_units as usize {
         let mut candidates = Vec::new();
         for q in &queues {
-            for (key, unit) in tx.ready_first(q, SCAN)? {
+            for (key, unit) in tx.ready_first(q, SCAN).await? {
                 candidates.push(Candidate {
                     queue: q.clone(),
                     key,
@@ -589,15 +604,15 @@ pub(crate) fn claim(
                     wait = Some(NoWorkReason::Phase1Pending);
                     break 'units;
                 }
-                if !phase2_allows(tx, &mut meta, tp, now)? {
+                if !phase2_allows(tx, &mut meta, tp, now).await? {
                     // The block got its not_started rows: look again.
                     continue 'units;
                 }
             }
             if cand.unit == UNIT_TRIAL {
-                let trial = trial_by_key(tx, &meta, cand.key)?;
+                let trial = trial_by_key(tx, &meta, cand.key).await?;
                 let tid = trial.trial_id.to_string();
-                let ts = tx.trial(&tid)?.unwrap_or_default();
+                let ts = tx.trial(&tid).await?.unwrap_or_default();
                 let placement = ts.queued.as_ref().map(|q| (&q.placement, q.since_ms));
                 let blocked = match placement {
                     Some((Placement::OtherLane(l), since)) => {
@@ -613,7 +628,7 @@ pub(crate) fn claim(
                     continue;
                 }
             }
-            match lease_unit(tx, &mut meta, &cand, req, now)? {
+            match lease_unit(tx, &mut meta, &cand, req, now).await? {
                 Some(a) => {
                     assignments.push(a);
                     continue 'units;
@@ -627,9 +642,9 @@ pub(crate) fn claim(
         break;
     }
     if meta.finals >= meta.trials_total {
-        maybe_finish(tx, &mut meta, now)?;
+        maybe_finish(tx, &mut meta, now).await?;
     }
-    tx.put_meta(&meta)?;
+    tx.put_meta(&meta).await?;
     if !assignments.is_empty() {
         return Ok(ClaimOutcome::Assigned(assignments));
     }
@@ -648,7 +663,7 @@ pub(crate) fn claim(
 }
 
 /// Leases one unit. `None` when the budget cannot take it while reservations are open.
-fn lease_unit(
+async fn lease_unit(
     tx: &mut impl Tx,
     meta: &mut Meta,
     cand: &Candidate,
@@ -659,19 +674,20 @@ fn lease_unit(
     let mut trials = Vec::new();
     if cand.unit == UNIT_GROUP {
         let (_, tp, run, _) = from_position_key(cand.key);
-        let task = tx.task(tp)?;
+        let task = tx.task(tp).await?;
         for slot in 0..n {
             let t = trial_at(&meta.spec, meta.n_tasks as usize, tp, &task, run, slot);
             let done = tx
-                .trial(t.trial_id.as_str())?
+                .trial(t.trial_id.as_str())
+                .await?
                 .is_some_and(|s| s.final_mark.is_some())
-                || tx.lease(t.trial_id.as_str())?.is_some();
+                || tx.lease(t.trial_id.as_str()).await?.is_some();
             if !done {
                 trials.push(t);
             }
         }
     } else {
-        trials.push(trial_by_key(tx, meta, cand.key)?);
+        trials.push(trial_by_key(tx, meta, cand.key).await?);
     }
     let reserve: Vec<f64> = trials.iter().map(|t| reservation(meta, &t.arm)).collect();
     // Each unit of a multi-unit claim passes the budget gate on its own.
@@ -683,7 +699,7 @@ fn lease_unit(
     {
         return Ok(None);
     }
-    tx.del_ready(&cand.queue, cand.key)?;
+    tx.del_ready(&cand.queue, cand.key).await?;
     let paired = cand.unit == UNIT_GROUP;
     let ttl = ttl_ms(meta);
     let timeouts: Vec<u32> = trials.iter().map(|t| t.timeout_s).collect();
@@ -691,7 +707,7 @@ fn lease_unit(
     let mut assigned = Vec::new();
     for ((trial, hard), reserved) in trials.into_iter().zip(hard).zip(reserve) {
         let tid = trial.trial_id.to_string();
-        let mut ts = tx.trial(&tid)?.unwrap_or_default();
+        let mut ts = tx.trial(&tid).await?.unwrap_or_default();
         ts.attempts += 1;
         ts.queued = None;
         let token = Token {
@@ -716,10 +732,12 @@ fn lease_unit(
                 cancel_requested: false,
                 revoked: false,
             },
-        )?;
-        tx.add_deadline(deadline, &tid)?;
-        tx.put_token(&tid, ts.attempts, &TokenRecord::default())?;
-        tx.put_trial(&tid, &ts)?;
+        )
+        .await?;
+        tx.add_deadline(deadline, &tid).await?;
+        tx.put_token(&tid, ts.attempts, &TokenRecord::default())
+            .await?;
+        tx.put_trial(&tid, &ts).await?;
         meta.reserved_usd += reserved;
         meta.leases_open += 1;
         emit(
@@ -731,9 +749,10 @@ fn lease_unit(
                 lane: req.lane.clone(),
                 host: req.host.clone(),
             },
-        )?;
+        )
+        .await?;
         let (_, tp, _, _) = from_position_key(trial_key(&trial));
-        let task = tx.task(tp)?;
+        let task = tx.task(tp).await?;
         let arm_config = meta
             .spec
             .arm(&trial.arm)
@@ -758,26 +777,26 @@ fn lease_unit(
 // ---------------------------------------------------------------------------------------------
 // renew
 
-pub(crate) fn renew(
+pub(crate) async fn renew(
     tx: &mut impl Tx,
     c: &CampaignId,
     tokens: &[(Token, Phase)],
     now: EpochMs,
 ) -> R<Vec<(Token, RenewState)>> {
-    let mut meta = meta_of(tx, c)?;
+    let mut meta = meta_of(tx, c).await?;
     let ttl = ttl_ms(&meta);
     let mut out = Vec::with_capacity(tokens.len());
     for (token, phase) in tokens {
         let tid = token.trial_id.as_str();
-        let state = match tx.lease(tid)? {
+        let state = match tx.lease(tid).await? {
             Some(mut lease)
                 if lease.attempt == token.attempt
                     && !lease.revoked
                     && now <= lease.hard_deadline_ms =>
             {
                 let deadline = (now + ttl).min(lease.hard_deadline_ms);
-                tx.del_deadline(lease.deadline_ms, tid)?;
-                tx.add_deadline(deadline, tid)?;
+                tx.del_deadline(lease.deadline_ms, tid).await?;
+                tx.add_deadline(deadline, tid).await?;
                 lease.deadline_ms = deadline;
                 lease.heartbeat_seen = true;
                 meta.lanes_seen.insert(lease.lane.clone(), now);
@@ -791,10 +810,11 @@ pub(crate) fn renew(
                             token: token.clone(),
                             phase: *phase,
                         },
-                    )?;
+                    )
+                    .await?;
                 }
                 let cancel = lease.cancel_requested;
-                tx.put_lease(tid, &lease)?;
+                tx.put_lease(tid, &lease).await?;
                 if cancel {
                     RenewState::Cancel
                 } else {
@@ -805,23 +825,23 @@ pub(crate) fn renew(
         };
         out.push((token.clone(), state));
     }
-    tx.put_meta(&meta)?;
+    tx.put_meta(&meta).await?;
     Ok(out)
 }
 
 // ---------------------------------------------------------------------------------------------
 // complete, release, reap: all end in `record`
 
-fn append_row(tx: &mut impl Tx, meta: &mut Meta, row: &Row) -> R<()> {
-    tx.put_row(row)?;
+async fn append_row(tx: &mut impl Tx, meta: &mut Meta, row: &Row) -> R<()> {
+    tx.put_row(row).await?;
     meta.next_seq += 1;
     *meta.rows_by_status.entry(row.status).or_default() += 1;
-    let mut block = tx.block(&row.block)?;
+    let mut block = tx.block(&row.block).await?;
     block.wall_s += row.wall_s;
-    tx.put_block(&row.block, &block)
+    tx.put_block(&row.block, &block).await
 }
 
-fn mark_final(
+async fn mark_final(
     tx: &mut impl Tx,
     meta: &mut Meta,
     trial: &Trial,
@@ -847,7 +867,7 @@ fn mark_final(
         {
             meta.excluded += 1;
         }
-        let mut block = tx.block(&trial.block)?;
+        let mut block = tx.block(&trial.block).await?;
         block.finals += 1;
         if !block.complete && block.finals >= block_total(meta, trial.phase) {
             block.complete = true;
@@ -858,7 +878,7 @@ fn mark_final(
                 BLOCK_STATS_CAP,
             );
         }
-        tx.put_block(&trial.block, &block)?;
+        tx.put_block(&trial.block, &block).await?;
     }
     emit(
         tx,
@@ -869,28 +889,30 @@ fn mark_final(
             counted: mark.counted,
             excluded_reason: mark.excluded_reason.clone(),
         },
-    )?;
+    )
+    .await?;
     ts.final_mark = Some(mark);
     Ok(())
 }
 
 /// Takes a trial out of wherever it waits for a retry.
-fn dequeue(tx: &mut impl Tx, ts: &mut TrialState, trial: &Trial, meta: &Meta) -> R<()> {
+async fn dequeue(tx: &mut impl Tx, ts: &mut TrialState, trial: &Trial, meta: &Meta) -> R<()> {
     if let Some(q) = ts.queued.take() {
         match q.delayed_until {
-            Some(at) => tx.del_delayed(at, trial.trial_id.as_str())?,
+            Some(at) => tx.del_delayed(at, trial.trial_id.as_str()).await?,
             None => {
                 tx.del_ready(
                     &provider_queue(provider_of(meta, &trial.arm)),
                     trial_key(trial),
-                )?;
+                )
+                .await?;
             }
         }
     }
     Ok(())
 }
 
-fn enqueue_retry(
+async fn enqueue_retry(
     tx: &mut impl Tx,
     meta: &Meta,
     trial: &Trial,
@@ -899,20 +921,21 @@ fn enqueue_retry(
     placement: Placement,
     now: EpochMs,
 ) -> R<()> {
-    dequeue(tx, ts, trial, meta)?;
+    dequeue(tx, ts, trial, meta).await?;
     if at <= now {
         tx.add_ready(
             &provider_queue(provider_of(meta, &trial.arm)),
             trial_key(trial),
             UNIT_TRIAL,
-        )?;
+        )
+        .await?;
         ts.queued = Some(Queued {
             delayed_until: None,
             placement,
             since_ms: now,
         });
     } else {
-        tx.add_delayed(at, trial.trial_id.as_str())?;
+        tx.add_delayed(at, trial.trial_id.as_str()).await?;
         ts.queued = Some(Queued {
             delayed_until: Some(at),
             placement,
@@ -923,7 +946,7 @@ fn enqueue_retry(
 }
 
 /// Turns a result into a row, applies the retry decision and answers.
-fn record(
+async fn record(
     tx: &mut impl Tx,
     meta: &mut Meta,
     trial: &Trial,
@@ -933,8 +956,8 @@ fn record(
 ) -> R<CompleteAck> {
     let tid = trial.trial_id.to_string();
     let attempt = outcome.token.attempt;
-    let mut ts = tx.trial(&tid)?.unwrap_or_default();
-    let mut token_rec = tx.token(&tid, attempt)?.unwrap_or_default();
+    let mut ts = tx.trial(&tid).await?.unwrap_or_default();
+    let mut token_rec = tx.token(&tid, attempt).await?.unwrap_or_default();
     let late = token_rec.rows > 0;
     let decision = decide(
         &ts.history,
@@ -954,11 +977,11 @@ fn record(
 
     // The lease goes if this token still holds it; its reservation is settled.
     let mut paired = false;
-    if let Some(lease) = tx.lease(&tid)? {
+    if let Some(lease) = tx.lease(&tid).await? {
         if lease.attempt == attempt {
             paired = lease.paired;
-            tx.del_lease(&tid)?;
-            tx.del_deadline(lease.deadline_ms, &tid)?;
+            tx.del_lease(&tid).await?;
+            tx.del_deadline(lease.deadline_ms, &tid).await?;
             meta.reserved_usd = (meta.reserved_usd - lease.reserved_usd).max(0.0);
             meta.leases_open = meta.leases_open.saturating_sub(1);
         } else if lease.attempt > attempt
@@ -966,7 +989,7 @@ fn record(
         {
             let mut newer = lease;
             newer.revoked = true;
-            tx.put_lease(&tid, &newer)?;
+            tx.put_lease(&tid, &newer).await?;
         }
     }
 
@@ -1013,14 +1036,14 @@ fn record(
             ARM_STATS_CAP,
         );
     }
-    append_row(tx, meta, &row)?;
+    append_row(tx, meta, &row).await?;
     ts.history.add_row(&row, !late);
     ts.rows += 1;
     token_rec.rows += 1;
 
     match decision {
         Decision::Counted { .. } => {
-            dequeue(tx, &mut ts, trial, meta)?;
+            dequeue(tx, &mut ts, trial, meta).await?;
             mark_final(
                 tx,
                 meta,
@@ -1031,16 +1054,17 @@ fn record(
                     excluded_reason: None,
                 },
                 now,
-            )?;
+            )
+            .await?;
         }
         Decision::Duplicate => {}
         Decision::Retry {
             at_ms, placement, ..
         } => {
-            enqueue_retry(tx, meta, trial, &mut ts, at_ms, placement, now)?;
+            enqueue_retry(tx, meta, trial, &mut ts, at_ms, placement, now).await?;
         }
         Decision::Excluded(reason) => {
-            dequeue(tx, &mut ts, trial, meta)?;
+            dequeue(tx, &mut ts, trial, meta).await?;
             mark_final(
                 tx,
                 meta,
@@ -1051,14 +1075,15 @@ fn record(
                     excluded_reason: Some(reason),
                 },
                 now,
-            )?;
+            )
+            .await?;
         }
         Decision::Stop {
             reason,
             retry_at_ms,
         } => {
-            enqueue_retry(tx, meta, trial, &mut ts, retry_at_ms, Placement::Any, now)?;
-            set_stopping(tx, meta, reason, now)?;
+            enqueue_retry(tx, meta, trial, &mut ts, retry_at_ms, Placement::Any, now).await?;
+            set_stopping(tx, meta, reason, now).await?;
         }
     }
     let token = row.token();
@@ -1073,11 +1098,12 @@ fn record(
             counted,
             row_seq: row.seq,
         },
-    )?;
+    )
+    .await?;
     let winner_attempt = if counted {
         Some(attempt)
     } else {
-        winner_of(tx, &tid, ts.attempts)?
+        winner_of(tx, &tid, ts.attempts).await?
     };
     let ack = CompleteAck {
         token,
@@ -1092,16 +1118,16 @@ fn record(
     if answer {
         token_rec.ack = Some(ack.clone());
     }
-    tx.put_token(&tid, attempt, &token_rec)?;
-    tx.put_trial(&tid, &ts)?;
-    maybe_finish(tx, meta, now)?;
+    tx.put_token(&tid, attempt, &token_rec).await?;
+    tx.put_trial(&tid, &ts).await?;
+    maybe_finish(tx, meta, now).await?;
     Ok(ack)
 }
 
 /// The attempt whose completion counted, from its token records.
-fn winner_of(tx: &mut impl Tx, tid: &str, attempts: u32) -> R<Option<u32>> {
+async fn winner_of(tx: &mut impl Tx, tid: &str, attempts: u32) -> R<Option<u32>> {
     for a in 1..=attempts {
-        if let Some(rec) = tx.token(tid, a)?
+        if let Some(rec) = tx.token(tid, a).await?
             && rec.ack.as_ref().is_some_and(|k| k.counted)
         {
             return Ok(Some(a));
@@ -1110,11 +1136,13 @@ fn winner_of(tx: &mut impl Tx, tid: &str, attempts: u32) -> R<Option<u32>> {
     Ok(None)
 }
 
-fn check_token(tx: &mut impl Tx, meta: &Meta, token: &Token) -> R<Trial> {
-    let trial = resolve(tx, meta, token.trial_id.as_str())?
+async fn check_token(tx: &mut impl Tx, meta: &Meta, token: &Token) -> R<Trial> {
+    let trial = resolve(tx, meta, token.trial_id.as_str())
+        .await?
         .ok_or_else(|| StoreError::UnknownToken(token.clone()))?;
     let issued = tx
-        .trial(token.trial_id.as_str())?
+        .trial(token.trial_id.as_str())
+        .await?
         .is_some_and(|s| token.attempt >= 1 && token.attempt <= s.attempts);
     if !issued {
         return Err(StoreError::UnknownToken(token.clone()));
@@ -1122,40 +1150,46 @@ fn check_token(tx: &mut impl Tx, meta: &Meta, token: &Token) -> R<Trial> {
     Ok(trial)
 }
 
-pub(crate) fn complete(
+pub(crate) async fn complete(
     tx: &mut impl Tx,
     c: &CampaignId,
     outcome: Outcome,
     now: EpochMs,
 ) -> R<CompleteAck> {
     let outcome = outcome.validate()?;
-    let mut meta = meta_of(tx, c)?;
-    let trial = check_token(tx, &meta, &outcome.token)?;
+    let mut meta = meta_of(tx, c).await?;
+    let trial = check_token(tx, &meta, &outcome.token).await?;
     if let Some(ack) = tx
-        .token(trial.trial_id.as_str(), outcome.token.attempt)?
+        .token(trial.trial_id.as_str(), outcome.token.attempt)
+        .await?
         .and_then(|r| r.ack)
     {
         return Ok(ack);
     }
-    let ack = record(tx, &mut meta, &trial, outcome, true, now)?;
-    tx.put_meta(&meta)?;
+    let ack = record(tx, &mut meta, &trial, outcome, true, now).await?;
+    tx.put_meta(&meta).await?;
     Ok(ack)
 }
 
-pub(crate) fn release(
+pub(crate) async fn release(
     tx: &mut impl Tx,
     c: &CampaignId,
     release: &Release,
     now: EpochMs,
 ) -> R<CompleteAck> {
-    let mut meta = meta_of(tx, c)?;
-    let trial = check_token(tx, &meta, &release.token)?;
+    let mut meta = meta_of(tx, c).await?;
+    let trial = check_token(tx, &meta, &release.token).await?;
     let tid = trial.trial_id.as_str();
-    if let Some(ack) = tx.token(tid, release.token.attempt)?.and_then(|r| r.ack) {
+    if let Some(ack) = tx
+        .token(tid, release.token.attempt)
+        .await?
+        .and_then(|r| r.ack)
+    {
         return Ok(ack);
     }
     if tx
-        .lease(tid)?
+        .lease(tid)
+        .await?
         .is_none_or(|l| l.attempt != release.token.attempt)
     {
         return Err(StoreError::StaleToken(release.token.clone()));
@@ -1168,22 +1202,25 @@ pub(crate) fn release(
     outcome.failure_kind = kind;
     outcome.error = release.detail.clone();
     let outcome = outcome.validate()?;
-    let ack = record(tx, &mut meta, &trial, outcome, true, now)?;
-    tx.put_meta(&meta)?;
+    let ack = record(tx, &mut meta, &trial, outcome, true, now).await?;
+    tx.put_meta(&meta).await?;
     Ok(ack)
 }
 
-pub(crate) fn reap(tx: &mut impl Tx, c: &CampaignId, now: EpochMs) -> R<ReapReport> {
-    let mut meta = meta_of(tx, c)?;
+pub(crate) async fn reap(tx: &mut impl Tx, c: &CampaignId, now: EpochMs) -> R<ReapReport> {
+    let mut meta = meta_of(tx, c).await?;
     let grace = i64::from(meta.spec.ops.publish_grace_s) * 1000;
     let mut report = ReapReport::default();
-    for (at, tid) in tx.deadlines_due(now - super::REAP_GRACE_MS - 1, 1024)? {
-        let Some(lease) = tx.lease(&tid)? else {
-            tx.del_deadline(at, &tid)?;
+    for (at, tid) in tx
+        .deadlines_due(now - super::REAP_GRACE_MS - 1, 1024)
+        .await?
+    {
+        let Some(lease) = tx.lease(&tid).await? else {
+            tx.del_deadline(at, &tid).await?;
             continue;
         };
         if lease.deadline_ms != at {
-            tx.del_deadline(at, &tid)?;
+            tx.del_deadline(at, &tid).await?;
             continue;
         }
         let token = Token {
@@ -1208,34 +1245,35 @@ pub(crate) fn reap(tx: &mut impl Tx, c: &CampaignId, now: EpochMs) -> R<ReapRepo
                 "lease expired",
             )
         };
-        let trial = resolve(tx, &meta, &tid)?
+        let trial = resolve(tx, &meta, &tid)
+            .await?
             .ok_or_else(|| StoreError::Corrupt(format!("leased trial {tid} not in schedule")))?;
         let mut outcome = Outcome::new(token, &lease.lane, &lease.host, status);
         outcome.failure_kind = kind;
         outcome.worker = lease.worker.clone();
         outcome.error = Some(why.to_owned());
         outcome.lease_lost = true;
-        record(tx, &mut meta, &trial, outcome, false, now)?;
+        record(tx, &mut meta, &trial, outcome, false, now).await?;
         if status == Status::Cancelled {
             report.cancelled += 1;
         } else {
             report.expired += 1;
         }
     }
-    tx.put_meta(&meta)?;
+    tx.put_meta(&meta).await?;
     Ok(report)
 }
 
 // ---------------------------------------------------------------------------------------------
 // stop, status
 
-pub(crate) fn stop(
+pub(crate) async fn stop(
     tx: &mut impl Tx,
     c: &CampaignId,
     mode: StopMode,
     now: EpochMs,
 ) -> R<CampaignState> {
-    let mut meta = meta_of(tx, c)?;
+    let mut meta = meta_of(tx, c).await?;
     if matches!(meta.state, CampaignState::Running | CampaignState::Stopping) {
         if meta.state == CampaignState::Running {
             meta.state = CampaignState::Stopping;
@@ -1247,28 +1285,29 @@ pub(crate) fn stop(
                 EventKind::CampaignStopping {
                     reason: StopReason::User,
                 },
-            )?;
+            )
+            .await?;
         }
         // A cancel may follow a drain, never the other way round.
         if mode == StopMode::Cancel || meta.stop_mode.is_none() {
             meta.stop_mode = Some(mode);
         }
         if meta.stop_mode == Some(StopMode::Cancel) {
-            for (tid, mut lease) in tx.leases()? {
+            for (tid, mut lease) in tx.leases().await? {
                 if !lease.cancel_requested {
                     lease.cancel_requested = true;
-                    tx.put_lease(&tid, &lease)?;
+                    tx.put_lease(&tid, &lease).await?;
                 }
             }
         }
-        maybe_finish(tx, &mut meta, now)?;
+        maybe_finish(tx, &mut meta, now).await?;
     }
-    tx.put_meta(&meta)?;
+    tx.put_meta(&meta).await?;
     Ok(meta.state)
 }
 
-pub(crate) fn status(tx: &mut impl Tx, c: &CampaignId, now: EpochMs) -> R<CampaignStatus> {
-    let meta = meta_of(tx, c)?;
+pub(crate) async fn status(tx: &mut impl Tx, c: &CampaignId, now: EpochMs) -> R<CampaignStatus> {
+    let meta = meta_of(tx, c).await?;
     let mut gates = Vec::new();
     let providers: BTreeSet<&str> = meta.spec.arms.iter().map(|a| a.provider.as_str()).collect();
     for p in providers {
@@ -1323,7 +1362,7 @@ pub(crate) fn status(tx: &mut impl Tx, c: &CampaignId, now: EpochMs) -> R<Campai
         });
     }
     let mut in_flight = Vec::new();
-    for (tid, lease) in tx.leases()? {
+    for (tid, lease) in tx.leases().await? {
         in_flight.push(InFlight {
             token: Token {
                 trial_id: TrialId::new(tid).map_err(|e| StoreError::Corrupt(e.to_string()))?,

@@ -11,48 +11,49 @@ use super::model::{BlockState, Lease, Meta, TokenRecord, TrialState};
 pub(crate) type R<T> = Result<T, StoreError>;
 
 /// One campaign's keys within one atomic transaction.
+#[allow(async_fn_in_trait)]
 pub(crate) trait Tx {
-    fn meta(&mut self) -> R<Option<Meta>>;
-    fn put_meta(&mut self, meta: &Meta) -> R<()>;
+    async fn meta(&mut self) -> R<Option<Meta>>;
+    async fn put_meta(&mut self, meta: &Meta) -> R<()>;
 
-    fn task(&mut self, pos: u32) -> R<Task>;
-    fn put_task(&mut self, pos: u32, task: &Task) -> R<()>;
-    fn tasks(&mut self) -> R<Vec<Task>>;
-    fn task_pos(&mut self, id: &str) -> R<Option<u32>>;
+    async fn task(&mut self, pos: u32) -> R<Task>;
+    async fn put_task(&mut self, pos: u32, task: &Task) -> R<()>;
+    async fn tasks(&mut self) -> R<Vec<Task>>;
+    async fn task_pos(&mut self, id: &str) -> R<Option<u32>>;
 
-    fn trial(&mut self, id: &str) -> R<Option<TrialState>>;
-    fn put_trial(&mut self, id: &str, state: &TrialState) -> R<()>;
+    async fn trial(&mut self, id: &str) -> R<Option<TrialState>>;
+    async fn put_trial(&mut self, id: &str, state: &TrialState) -> R<()>;
     /// Ids of every trial with a stored state.
-    fn trial_ids(&mut self) -> R<Vec<String>>;
+    async fn trial_ids(&mut self) -> R<Vec<String>>;
 
-    fn lease(&mut self, trial: &str) -> R<Option<Lease>>;
-    fn put_lease(&mut self, trial: &str, lease: &Lease) -> R<()>;
-    fn del_lease(&mut self, trial: &str) -> R<()>;
-    fn leases(&mut self) -> R<Vec<(String, Lease)>>;
+    async fn lease(&mut self, trial: &str) -> R<Option<Lease>>;
+    async fn put_lease(&mut self, trial: &str, lease: &Lease) -> R<()>;
+    async fn del_lease(&mut self, trial: &str) -> R<()>;
+    async fn leases(&mut self) -> R<Vec<(String, Lease)>>;
 
-    fn add_deadline(&mut self, at: EpochMs, trial: &str) -> R<()>;
-    fn del_deadline(&mut self, at: EpochMs, trial: &str) -> R<()>;
+    async fn add_deadline(&mut self, at: EpochMs, trial: &str) -> R<()>;
+    async fn del_deadline(&mut self, at: EpochMs, trial: &str) -> R<()>;
     /// Deadlines at or before `before`, oldest first.
-    fn deadlines_due(&mut self, before: EpochMs, limit: usize) -> R<Vec<(EpochMs, String)>>;
+    async fn deadlines_due(&mut self, before: EpochMs, limit: usize) -> R<Vec<(EpochMs, String)>>;
 
-    fn add_ready(&mut self, queue: &str, key: u64, unit: u8) -> R<()>;
+    async fn add_ready(&mut self, queue: &str, key: u64, unit: u8) -> R<()>;
     /// Whether the entry existed.
-    fn del_ready(&mut self, queue: &str, key: u64) -> R<bool>;
+    async fn del_ready(&mut self, queue: &str, key: u64) -> R<bool>;
     /// The first entries of a queue, in key order.
-    fn ready_first(&mut self, queue: &str, limit: usize) -> R<Vec<(u64, u8)>>;
-    fn queues(&mut self) -> R<Vec<String>>;
+    async fn ready_first(&mut self, queue: &str, limit: usize) -> R<Vec<(u64, u8)>>;
+    async fn queues(&mut self) -> R<Vec<String>>;
 
-    fn add_delayed(&mut self, at: EpochMs, trial: &str) -> R<()>;
-    fn del_delayed(&mut self, at: EpochMs, trial: &str) -> R<()>;
-    fn delayed_due(&mut self, now: EpochMs, limit: usize) -> R<Vec<(EpochMs, String)>>;
-    fn delayed_next(&mut self) -> R<Option<EpochMs>>;
+    async fn add_delayed(&mut self, at: EpochMs, trial: &str) -> R<()>;
+    async fn del_delayed(&mut self, at: EpochMs, trial: &str) -> R<()>;
+    async fn delayed_due(&mut self, now: EpochMs, limit: usize) -> R<Vec<(EpochMs, String)>>;
+    async fn delayed_next(&mut self) -> R<Option<EpochMs>>;
 
-    fn token(&mut self, trial: &str, attempt: u32) -> R<Option<TokenRecord>>;
-    fn put_token(&mut self, trial: &str, attempt: u32, record: &TokenRecord) -> R<()>;
+    async fn token(&mut self, trial: &str, attempt: u32) -> R<Option<TokenRecord>>;
+    async fn put_token(&mut self, trial: &str, attempt: u32, record: &TokenRecord) -> R<()>;
 
-    fn put_row(&mut self, row: &Row) -> R<()>;
-    fn put_event(&mut self, event: &Event) -> R<()>;
+    async fn put_row(&mut self, row: &Row) -> R<()>;
+    async fn put_event(&mut self, event: &Event) -> R<()>;
 
-    fn block(&mut self, name: &str) -> R<BlockState>;
-    fn put_block(&mut self, name: &str, block: &BlockState) -> R<()>;
+    async fn block(&mut self, name: &str) -> R<BlockState>;
+    async fn put_block(&mut self, name: &str, block: &BlockState) -> R<()>;
 }

@@ -1,0 +1,131 @@
+//! A real `redis-server` for tests: started on a free loopback port in its own temp dir with
+//! AOF and `appendfsync always`, killed on drop. Never a shared instance, never a standard port.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A redis-server child process.
+pub struct RedisServer {
+    child: Option<Child>,
+    pub port: u16,
+    pub dir: PathBuf,
+    fsync: &'static str,
+    _tmp: Option<tempfile::TempDir>,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+impl RedisServer {
+    /// Starts a durable server (`appendonly yes`, `appendfsync always`).
+    pub fn start() -> Self {
+        Self::start_with("always")
+    }
+
+    /// Starts a server with the given `appendfsync` policy.
+    pub fn start_with(fsync: &'static str) -> Self {
+        let tmp = tempfile::tempdir().expect("temp dir");
+        let dir = tmp.path().to_owned();
+        let mut s = Self {
+            child: None,
+            port: free_port(),
+            dir,
+            fsync,
+            _tmp: Some(tmp),
+        };
+        s.spawn();
+        s
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    fn spawn(&mut self) {
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .arg("--dir")
+            .arg(&self.dir)
+            .args(["--save", "", "--appendonly", "yes", "--appendfsync", self.fsync])
+            .args(["--protected-mode", "no", "--daemonize", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!(
+                    "cannot start redis-server ({e}). The Redis store tests need it: install it \
+                     with `apt-get update && apt-get install -y redis-server`, or run \
+                     ./scripts/test.sh, which does"
+                )
+            });
+        self.child = Some(child);
+        wait_until_ready(self.port, &self.dir);
+    }
+
+    /// SIGTERM, then wait for a clean exit (AOF flushed).
+    pub fn terminate(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .status();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGKILL: no chance to flush anything it had not fsynced.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts again on the same port and data directory.
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none(), "stop the server before restarting it");
+        self.spawn();
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// Polls PING until the server answers, with a deadline and a clear failure.
+fn wait_until_ready(port: u16, dir: &Path) {
+    use std::io::{Read, Write};
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+            let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+            if s.write_all(b"PING\r\n").is_ok() {
+                let mut buf = [0u8; 64];
+                if let Ok(n) = s.read(&mut buf)
+                    && buf[..n].starts_with(b"+PONG")
+                {
+                    return;
+                }
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "redis-server on port {port} (dir {}) did not answer PING within 20 s",
+            dir.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
