@@ -13,7 +13,11 @@ fn example() -> std::path::PathBuf {
 #[test]
 fn prints_the_shipped_example_schedule_then_a_summary() {
     let out = lanes().arg("schedule").arg(example()).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8(out.stdout).unwrap();
     let lines: Vec<serde_json::Value> = text
         .lines()
@@ -23,10 +27,26 @@ fn prints_the_shipped_example_schedule_then_a_summary() {
     assert_eq!(summary["summary"], true);
     assert_eq!(summary["trials"], 80);
     assert_eq!(trials.len(), 80);
-    assert!(summary["spec_hash"].as_str().unwrap().starts_with("sha256:"));
+    assert!(
+        summary["spec_hash"]
+            .as_str()
+            .unwrap()
+            .starts_with("sha256:")
+    );
     for key in [
-        "trial_id", "task", "arm", "run_index", "phase", "block", "order_index", "task_pos",
-        "arm_slot", "first_arm", "seed", "timeout_s", "max_turns",
+        "trial_id",
+        "task",
+        "arm",
+        "run_index",
+        "phase",
+        "block",
+        "order_index",
+        "task_pos",
+        "arm_slot",
+        "first_arm",
+        "seed",
+        "timeout_s",
+        "max_turns",
     ] {
         assert!(trials[0].get(key).is_some(), "missing {key}");
     }
@@ -47,7 +67,10 @@ fn table_format_ends_with_the_count_and_hash() {
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
     let last = text.lines().last().unwrap();
-    assert!(last.starts_with("80 trials (10 tasks x 4 runs x 2 arms), spec_hash sha256:"), "{last}");
+    assert!(
+        last.starts_with("80 trials (10 tasks x 4 runs x 2 arms), spec_hash sha256:"),
+        "{last}"
+    );
 }
 
 #[test]
@@ -66,6 +89,10 @@ fn a_bad_file_exits_2_with_the_message_on_stderr() {
     assert!(err.contains("unknown key `schedul_seed`"), "{err}");
     assert!(out.stdout.is_empty());
 
-    let out = lanes().arg("schedule").arg(dir.path().join("missing.toml")).output().unwrap();
+    let out = lanes()
+        .arg("schedule")
+        .arg(dir.path().join("missing.toml"))
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
 }

@@ -56,7 +56,16 @@ fn main() {
 
     println!("tasks: {TASKS}, trials: {trials}, spec hash {hash}");
     println!("baseline  (serde_json::Value per line): {baseline:7.3} s");
-    println!("load_file (parse + validate + payload canonical + sha256): {load:7.3} s  = {:.2}x baseline", load / baseline);
-    println!("spec_hash: {hash_s:7.3} s  = {:.2}x baseline", hash_s / baseline);
-    println!("schedule ({trials} trials): {schedule_s:7.3} s  = {:.2}x baseline", schedule_s / baseline);
+    println!(
+        "load_file (parse + validate + payload canonical + sha256): {load:7.3} s  = {:.2}x baseline",
+        load / baseline
+    );
+    println!(
+        "spec_hash: {hash_s:7.3} s  = {:.2}x baseline",
+        hash_s / baseline
+    );
+    println!(
+        "schedule ({trials} trials): {schedule_s:7.3} s  = {:.2}x baseline",
+        schedule_s / baseline
+    );
 }

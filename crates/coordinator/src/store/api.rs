@@ -243,6 +243,9 @@ pub enum StoreError {
     Refused(Vec<Conflict>),
     #[error("invalid outcome: {0}")]
     InvalidOutcome(#[from] OutcomeError),
+    /// The backend cannot guarantee that acknowledged writes survive a crash.
+    #[error("store not durable: {0}")]
+    NotDurable(String),
     /// The backend is unreachable; the operation may be retried.
     #[error("store unavailable: {0}")]
     Unavailable(String),

@@ -10,6 +10,7 @@ pub mod clock;
 pub mod embedded;
 mod engine;
 mod model;
+pub mod redis;
 mod tx;
 
 use async_trait::async_trait;
@@ -19,6 +20,7 @@ use lanes_common::spec::Campaign;
 use lanes_common::state::{CampaignState, StopMode};
 use lanes_common::utc::EpochMs;
 
+pub use self::redis::{Durability, RedisOptions, RedisStore};
 pub use api::*;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use embedded::EmbeddedStore;

@@ -3,6 +3,8 @@
 
 #![allow(dead_code, unreachable_pub)]
 
+pub mod redis_server;
+
 use std::path::Path;
 use std::sync::Arc;
 
@@ -10,8 +12,10 @@ use lanes_common::ids::{CampaignId, Token};
 use lanes_common::row::{FailureKind, Outcome, Phase, Status};
 use lanes_common::spec::{self, Campaign};
 use lanes_coordinator::store::{
-    Assignment, ClaimOutcome, ClaimRequest, EmbeddedStore, ManualClock, Store,
+    Assignment, ClaimOutcome, ClaimRequest, EmbeddedStore, ManualClock, RedisOptions, RedisStore,
+    Store,
 };
+use redis_server::RedisServer;
 
 /// 2026-12-01T00:00:00Z.
 pub const T0: i64 = 1_796_083_200_000;
@@ -22,6 +26,8 @@ pub struct Harness {
     pub clock: ManualClock,
     pub dir: tempfile::TempDir,
     pub backend: &'static str,
+    /// The Redis backend's own server.
+    pub redis: Option<RedisServer>,
 }
 
 impl Harness {
@@ -33,7 +39,33 @@ impl Harness {
             clock: ManualClock::new(T0),
             dir,
             backend: "embedded",
+            redis: None,
         }
+    }
+
+    /// A Redis store on its own, freshly started, durable `redis-server`.
+    pub async fn redis() -> Self {
+        let server = RedisServer::start();
+        let store = RedisStore::connect(&server.url(), RedisOptions::default())
+            .await
+            .expect("connect to the test redis-server");
+        Self {
+            store: Arc::new(store),
+            clock: ManualClock::new(T0),
+            dir: tempfile::tempdir().expect("temp dir"),
+            backend: "redis",
+            redis: Some(server),
+        }
+    }
+
+    /// A new connection to this harness's Redis server.
+    pub async fn reconnect(&mut self) {
+        let url = self.redis.as_ref().expect("a redis harness").url();
+        self.store = Arc::new(
+            RedisStore::connect(&url, RedisOptions::default())
+                .await
+                .expect("reconnect to redis"),
+        );
     }
 
     /// Closes and reopens the store on the same data (embedded: the same file). redb locks

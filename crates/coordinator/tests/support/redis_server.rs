@@ -54,7 +54,14 @@ impl RedisServer {
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .arg("--dir")
             .arg(&self.dir)
-            .args(["--save", "", "--appendonly", "yes", "--appendfsync", self.fsync])
+            .args([
+                "--save",
+                "",
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                self.fsync,
+            ])
             .args(["--protected-mode", "no", "--daemonize", "no"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -92,6 +99,11 @@ impl RedisServer {
     pub fn restart(&mut self) {
         assert!(self.child.is_none(), "stop the server before restarting it");
         self.spawn();
+    }
+
+    /// The server's process id (for SIGSTOP and the like).
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("server running").id()
     }
 
     pub fn dir(&self) -> &Path {

@@ -1,0 +1,465 @@
+//! The Redis backend: the distributed store, shared by any number of coordinator replicas.
+//!
+//! # How an operation runs
+//! Every key of a campaign carries the hash tag `{c:<id>}` (see [`keys`]), so one script can
+//! touch any of them, on Redis Cluster too. An operation:
+//! 1. takes the campaign's lock (`SET lock <token> NX PX`), so concurrent operations queue
+//!    instead of wasting work, and reads the campaign's version;
+//! 2. runs the shared engine (the same transitions as the embedded backend, with the same
+//!    pure policy), whose reads go to Redis and whose writes are buffered;
+//! 3. commits through **one Lua script**, `commit.lua`, loaded once and called by SHA (reloaded
+//!    on NOSCRIPT). The script applies the write set only if the version is unchanged and no
+//!    other operation holds the lock, then bumps the version. Otherwise nothing is written and
+//!    the operation runs again. So every state transition is atomic even if a lock expired
+//!    under a stalled replica. First scored wins is also checked in the script: a counted row does
+//!    `HSETNX scored <trial>`, and the script refuses to run if the field already exists.
+//!
+//! A large submit writes its tasks in chunks first (invisible: nothing refers to a task
+//! position beyond the committed count) and stages large ready queues in chunked staging sets
+//! that the commit script merges with `ZUNIONSTORE`; the campaign becomes visible only when
+//! the script commits its meta.
+//!
+//! # Durability
+//! An outcome is acknowledged only after the commit script returned, so only after Redis
+//! applied it. That is durable only with `appendonly yes` and `appendfsync always`: with
+//! `everysec`, a Redis crash can lose up to a second of acknowledged outcomes, and with
+//! `appendonly no` everything since the last snapshot. At connect the store reads both
+//! settings with `CONFIG GET` and refuses to run unless they are durable, or unless
+//! `allow_lossy` (`--allow-lossy-store`) is set, in which case it logs what can be lost. A
+//! managed Redis that forbids `CONFIG` also needs the flag, and the store says so.
+//!
+//! Replica failover can lose writes the primary acknowledged but had not replicated.
+//! `wait_replicas = Some(n)` issues `WAIT n <timeout>` after each commit and logs when fewer
+//! replicas confirmed; it narrows that window but cannot close it.
+//!
+//! # Connection loss
+//! Operations run over a `ConnectionManager`, which reconnects in the background. A command
+//! that fails because the connection dropped, timed out or was refused fails the operation
+//! with [`StoreError::Unavailable`] (retryable), never with a wrong answer. A commit whose
+//! reply was lost may or may not have been applied: retrying is safe, because completions and
+//! releases are idempotent per token, and an assignment whose claim reply was lost is never
+//! renewed and is reaped as `cancelled`.
+
+mod keys;
+mod tx;
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+
+use lanes_common::ids::{CampaignId, Token};
+use lanes_common::row::{Outcome, Phase, Row};
+use lanes_common::spec::Campaign;
+use lanes_common::state::{CampaignState, StopMode};
+use lanes_common::utc::EpochMs;
+
+use self::keys::{CAMPAIGNS, Keys, stream_id};
+use self::tx::{Committed, RedisTx, nonce};
+use super::Store;
+use super::api::*;
+use super::engine;
+
+/// How long a campaign lock is held at most before another operation may take it. Short,
+/// because a replica that dies holding it stalls the campaign that long; safe, because the
+/// commit checks the version, not the lock.
+const LOCK_TTL_MS: u64 = 3_000;
+/// How long an operation waits for a busy campaign lock before failing as unavailable.
+const LOCK_WAIT: Duration = Duration::from_secs(10);
+/// Commit attempts before giving up (each conflict means another operation won).
+const MAX_ATTEMPTS: u32 = 100;
+
+/// Maps a Redis error: connection trouble is retryable, the rest is a backend error.
+pub(crate) fn redis_err(e: redis::RedisError) -> StoreError {
+    if e.is_io_error() || e.is_connection_dropped() || e.is_timeout() || e.is_connection_refusal() {
+        StoreError::Unavailable(e.to_string())
+    } else {
+        StoreError::Backend(e.to_string())
+    }
+}
+
+/// Options of the Redis store.
+#[derive(Debug, Clone, Default)]
+pub struct RedisOptions {
+    /// Run even when Redis cannot guarantee that acknowledged writes survive a crash.
+    pub allow_lossy: bool,
+    /// `WAIT n` after each commit.
+    pub wait_replicas: Option<u32>,
+}
+
+/// The store on Redis.
+#[derive(Clone)]
+pub struct RedisStore {
+    conn: ConnectionManager,
+    script: redis::Script,
+    opts: RedisOptions,
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("opts", &self.opts)
+            .finish()
+    }
+}
+
+/// What `CONFIG GET` said about durability.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Durability {
+    /// `appendonly yes` and `appendfsync always`.
+    Durable,
+    /// Acknowledged writes can be lost; the text says which.
+    Lossy(String),
+    /// `CONFIG` is not allowed here (managed Redis), so durability is unknown.
+    Unknown(String),
+}
+
+impl RedisStore {
+    /// Connects, loads the commit script and checks durability.
+    pub async fn connect(url: &str, opts: RedisOptions) -> Result<Self, StoreError> {
+        let client = redis::Client::open(url)
+            .map_err(|e| StoreError::Backend(format!("bad redis url: {e}")))?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(Duration::from_secs(2)))
+            .set_response_timeout(Some(Duration::from_secs(10)))
+            .set_number_of_retries(3)
+            .set_max_delay(Duration::from_millis(500));
+        let conn = ConnectionManager::new_with_config(client, config)
+            .await
+            .map_err(redis_err)?;
+        let store = Self {
+            conn,
+            script: redis::Script::new(include_str!("commit.lua")),
+            opts,
+        };
+        match store.durability().await? {
+            Durability::Durable => {}
+            Durability::Lossy(what) | Durability::Unknown(what) if store.opts.allow_lossy => {
+                tracing::warn!(what = %what, "redis store is not durable: acknowledged outcomes can be lost on a redis crash");
+            }
+            Durability::Lossy(what) => {
+                return Err(StoreError::NotDurable(format!(
+                    "{what}; set `appendonly yes` and `appendfsync always`, or pass --allow-lossy-store to accept the loss"
+                )));
+            }
+            Durability::Unknown(what) => {
+                return Err(StoreError::NotDurable(format!(
+                    "{what}; durability cannot be checked, so pass --allow-lossy-store if the server is configured with appendfsync always"
+                )));
+            }
+        }
+        let mut conn = store.conn.clone();
+        store
+            .script
+            .load_async(&mut conn)
+            .await
+            .map_err(redis_err)?;
+        Ok(store)
+    }
+
+    /// Reads `appendonly` and `appendfsync`.
+    pub async fn durability(&self) -> Result<Durability, StoreError> {
+        let get = |name: &'static str| {
+            let mut conn = self.conn.clone();
+            async move {
+                redis::cmd("CONFIG")
+                    .arg("GET")
+                    .arg(name)
+                    .query_async::<Vec<String>>(&mut conn)
+                    .await
+            }
+        };
+        let aof = get("appendonly").await;
+        let fsync = get("appendfsync").await;
+        match (aof, fsync) {
+            (Ok(a), Ok(f)) => {
+                let aof = a.get(1).map(String::as_str).unwrap_or("");
+                let fsync = f.get(1).map(String::as_str).unwrap_or("");
+                Ok(if aof != "yes" {
+                    Durability::Lossy(format!(
+                        "redis has appendonly {aof:?}: every write since the last snapshot can be lost"
+                    ))
+                } else if fsync != "always" {
+                    Durability::Lossy(format!(
+                        "redis has appendfsync {fsync:?}: up to a second of acknowledged writes can be lost"
+                    ))
+                } else {
+                    Durability::Durable
+                })
+            }
+            (Err(e), _) | (_, Err(e)) if e.is_io_error() || e.is_connection_dropped() => {
+                Err(redis_err(e))
+            }
+            (Err(e), _) | (_, Err(e)) => Ok(Durability::Unknown(format!(
+                "redis refused CONFIG GET ({e})"
+            ))),
+        }
+    }
+
+    /// Takes the campaign lock and starts a transaction at the current version.
+    async fn begin(&self, campaign: &str) -> Result<RedisTx, StoreError> {
+        let keys = Keys::new(campaign);
+        let token = nonce().to_string();
+        let mut conn = self.conn.clone();
+        let started = std::time::Instant::now();
+        let mut pause = 100u64;
+        loop {
+            let got: Option<String> = redis::cmd("SET")
+                .arg(keys.lock())
+                .arg(&token)
+                .arg("NX")
+                .arg("PX")
+                .arg(LOCK_TTL_MS)
+                .query_async(&mut conn)
+                .await
+                .map_err(redis_err)?;
+            if got.is_some() {
+                break;
+            }
+            if started.elapsed() > LOCK_WAIT {
+                return Err(StoreError::Unavailable(format!(
+                    "campaign {campaign} stayed locked for {LOCK_WAIT:?}"
+                )));
+            }
+            // Backoff with jitter while another operation holds the lock.
+            let jitter = nonce() % pause.max(1);
+            tokio::time::sleep(Duration::from_micros(pause + jitter)).await;
+            pause = (pause * 2).min(5_000);
+        }
+        let version: Option<String> = redis::cmd("GET")
+            .arg(keys.version())
+            .query_async(&mut conn)
+            .await
+            .map_err(redis_err)?;
+        Ok(RedisTx::new(
+            conn,
+            keys,
+            version.unwrap_or_else(|| "0".into()),
+            token,
+        ))
+    }
+
+    /// Gives the lock back after an operation that failed before its commit: the engine's
+    /// writes are dropped, and an empty commit only releases the lock.
+    async fn abort(&self, tx: RedisTx) {
+        let _ = tx.discard().commit(&self.script).await;
+    }
+
+    async fn after_commit(&self, wrote: bool) {
+        if let (true, Some(n)) = (wrote, self.opts.wait_replicas) {
+            let mut conn = self.conn.clone();
+            match redis::cmd("WAIT")
+                .arg(n)
+                .arg(1000)
+                .query_async::<i64>(&mut conn)
+                .await
+            {
+                Ok(acked) if acked < i64::from(n) => {
+                    tracing::warn!(
+                        acked,
+                        wanted = n,
+                        "fewer redis replicas confirmed the commit"
+                    );
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "redis WAIT failed"),
+            }
+        }
+    }
+
+    async fn read_stream<T: serde::de::DeserializeOwned>(
+        &self,
+        key: String,
+        from: u64,
+        limit: usize,
+    ) -> Result<Vec<T>, StoreError> {
+        let mut conn = self.conn.clone();
+        let reply: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
+            .arg(&key)
+            .arg(stream_id(from))
+            .arg("+")
+            .arg("COUNT")
+            .arg(limit.min(100_000))
+            .query_async(&mut conn)
+            .await
+            .map_err(redis_err)?;
+        reply
+            .ids
+            .into_iter()
+            .map(|entry| {
+                let bytes: Vec<u8> = entry.get("j").ok_or_else(|| {
+                    StoreError::Corrupt(format!("stream entry {} has no body", entry.id))
+                })?;
+                serde_json::from_slice(&bytes).map_err(|e| StoreError::Corrupt(e.to_string()))
+            })
+            .collect()
+    }
+}
+
+/// Runs one engine operation with retries on conflict: `$body` is evaluated with `$tx` bound
+/// to a fresh transaction each attempt.
+macro_rules! op {
+    ($self:ident, $campaign:expr, |$tx:ident| $body:expr) => {{
+        let campaign: &str = $campaign;
+        let mut attempt = 0u32;
+        loop {
+            let mut $tx = $self.begin(campaign).await?;
+            let out = $body;
+            match out {
+                Err(e) => {
+                    $self.abort($tx).await;
+                    break Err(e);
+                }
+                Ok(value) => match $tx.commit(&$self.script).await? {
+                    Committed::Yes { wrote } => {
+                        $self.after_commit(wrote).await;
+                        break Ok(value);
+                    }
+                    Committed::Conflict => {
+                        attempt += 1;
+                        if attempt >= MAX_ATTEMPTS {
+                            break Err(StoreError::Unavailable(format!(
+                                "campaign {campaign}: {attempt} commit conflicts in a row"
+                            )));
+                        }
+                    }
+                },
+            }
+        }
+    }};
+}
+
+#[async_trait]
+impl Store for RedisStore {
+    async fn submit(&self, campaign: Campaign, now_ms: EpochMs) -> Result<Submitted, StoreError> {
+        let id = campaign.spec.id.to_string();
+        let out = op!(self, &id, |tx| engine::submit(
+            &mut tx,
+            campaign.clone(),
+            now_ms
+        )
+        .await)?;
+        let mut conn = self.conn.clone();
+        redis::cmd("SADD")
+            .arg(CAMPAIGNS)
+            .arg(&id)
+            .query_async::<()>(&mut conn)
+            .await
+            .map_err(redis_err)?;
+        Ok(out)
+    }
+
+    async fn claim(
+        &self,
+        campaign: &CampaignId,
+        req: ClaimRequest,
+        now_ms: EpochMs,
+    ) -> Result<ClaimOutcome, StoreError> {
+        op!(self, campaign.as_str(), |tx| engine::claim(
+            &mut tx, campaign, &req, now_ms
+        )
+        .await)
+    }
+
+    async fn renew(
+        &self,
+        campaign: &CampaignId,
+        tokens: Vec<(Token, Phase)>,
+        now_ms: EpochMs,
+    ) -> Result<Vec<(Token, RenewState)>, StoreError> {
+        op!(self, campaign.as_str(), |tx| engine::renew(
+            &mut tx, campaign, &tokens, now_ms
+        )
+        .await)
+    }
+
+    async fn complete(
+        &self,
+        campaign: &CampaignId,
+        outcome: Outcome,
+        now_ms: EpochMs,
+    ) -> Result<CompleteAck, StoreError> {
+        op!(self, campaign.as_str(), |tx| engine::complete(
+            &mut tx,
+            campaign,
+            outcome.clone(),
+            now_ms
+        )
+        .await)
+    }
+
+    async fn release(
+        &self,
+        campaign: &CampaignId,
+        release: Release,
+        now_ms: EpochMs,
+    ) -> Result<CompleteAck, StoreError> {
+        op!(self, campaign.as_str(), |tx| engine::release(
+            &mut tx, campaign, &release, now_ms
+        )
+        .await)
+    }
+
+    async fn reap(&self, campaign: &CampaignId, now_ms: EpochMs) -> Result<ReapReport, StoreError> {
+        op!(self, campaign.as_str(), |tx| engine::reap(
+            &mut tx, campaign, now_ms
+        )
+        .await)
+    }
+
+    async fn stop(
+        &self,
+        campaign: &CampaignId,
+        mode: StopMode,
+        now_ms: EpochMs,
+    ) -> Result<CampaignState, StoreError> {
+        op!(self, campaign.as_str(), |tx| engine::stop(
+            &mut tx, campaign, mode, now_ms
+        )
+        .await)
+    }
+
+    async fn status(
+        &self,
+        campaign: &CampaignId,
+        now_ms: EpochMs,
+    ) -> Result<CampaignStatus, StoreError> {
+        op!(self, campaign.as_str(), |tx| engine::status(
+            &mut tx, campaign, now_ms
+        )
+        .await)
+    }
+
+    async fn rows(
+        &self,
+        campaign: &CampaignId,
+        from_seq: u64,
+        limit: usize,
+    ) -> Result<Vec<Row>, StoreError> {
+        self.read_stream(Keys::new(campaign.as_str()).results(), from_seq, limit)
+            .await
+    }
+
+    async fn events(
+        &self,
+        campaign: &CampaignId,
+        from: u64,
+        limit: usize,
+    ) -> Result<Vec<Event>, StoreError> {
+        self.read_stream(Keys::new(campaign.as_str()).events(), from, limit)
+            .await
+    }
+
+    async fn list(&self) -> Result<Vec<CampaignId>, StoreError> {
+        let mut conn = self.conn.clone();
+        let mut ids: Vec<String> = redis::cmd("SMEMBERS")
+            .arg(CAMPAIGNS)
+            .query_async(&mut conn)
+            .await
+            .map_err(redis_err)?;
+        ids.sort();
+        ids.into_iter()
+            .map(|id| CampaignId::new(id).map_err(|e| StoreError::Corrupt(e.to_string())))
+            .collect()
+    }
+}
