@@ -1033,6 +1033,95 @@ async fn lane_arms_filter_claims(h: &mut Harness) {
     );
 }
 
+/// A campaign large enough that the Redis backend writes it in chunks and stages its ready
+/// queue, then an amendment that appends as many again: every trial is claimable exactly
+/// once, in schedule order.
+async fn large_submit_and_amendment_are_whole(h: &mut Harness) {
+    let c = cid("large");
+    let big = |n| {
+        campaign(
+            "large",
+            &[("a", "pa")],
+            n,
+            "pairing = \"none\"\nlease_ttl_s = 600",
+            "",
+        )
+    };
+    let first = big(2500);
+    let expected_first: Vec<String> = lanes_common::schedule::trials(&first)
+        .map(|t| t.trial_id.to_string())
+        .collect();
+    assert_eq!(h.submit(first).await.trials, 2500);
+    let mut got = Vec::new();
+    for a in h.claim_some(&c, "l", "h", 1000).await {
+        got.push(a.trials[0].trial.trial_id.to_string());
+    }
+    assert_eq!(got, expected_first[..1000]);
+    let grown = big(5000);
+    let expected: Vec<String> = lanes_common::schedule::trials(&grown)
+        .map(|t| t.trial_id.to_string())
+        .collect();
+    assert_eq!(h.submit(grown).await.kind, SubmitKind::Amended);
+    loop {
+        match h.claim(&c, "l", "h", 1000).await {
+            ClaimOutcome::Assigned(a) => {
+                got.extend(a.iter().map(|x| x.trials[0].trial.trial_id.to_string()));
+            }
+            ClaimOutcome::NoWork { reason, .. } => {
+                assert!(
+                    matches!(reason, NoWorkReason::NothingReady { .. }),
+                    "{reason:?}"
+                );
+                break;
+            }
+        }
+    }
+    assert_eq!(got, expected, "each trial once, in schedule order");
+    let st = h.store.status(&c, h.now()).await.unwrap();
+    assert_eq!((st.trials_total, st.in_flight.len()), (5000, 5000));
+}
+
+/// An assignment reaped as undelivered whose lane did run it: its late score still counts,
+/// and the newer attempt's score is a duplicate (found by the model-based test).
+async fn late_score_after_an_undelivered_reap_counts_once(h: &mut Harness) {
+    let c = cid("undelivered-late");
+    h.submit(campaign(
+        "undelivered-late",
+        &[("a", "pa")],
+        1,
+        "pairing = \"none\"\nlease_ttl_s = 10",
+        "",
+    ))
+    .await;
+    let first = h.claim_tokens(&c, "l0", "h0").await.remove(0);
+    h.advance_s(TTL + 3);
+    assert_eq!(h.store.reap(&c, h.now()).await.unwrap().cancelled, 1);
+    let second = h.claim_tokens(&c, "l1", "h1").await.remove(0);
+    let ack = h
+        .store
+        .complete(
+            &c,
+            scored(&first, "l0", "h0", Status::Completed, 1.0),
+            h.now(),
+        )
+        .await
+        .unwrap();
+    assert!(ack.counted && ack.late);
+    assert_eq!(h.renew(&c, &second, Phase::Agent).await, RenewState::Lost);
+    let ack = h
+        .store
+        .complete(
+            &c,
+            scored(&second, "l1", "h1", Status::Completed, 1.0),
+            h.now(),
+        )
+        .await
+        .unwrap();
+    assert!(ack.duplicate && !ack.counted);
+    let rows = h.rows(&c).await;
+    assert_eq!(rows.iter().filter(|r| r.counted).count(), 1);
+}
+
 per_backend!(embedded => Harness::embedded();
     schedule_order_and_whole_groups,
     first_scored_wins_under_32_concurrent_completions,
@@ -1058,6 +1147,8 @@ per_backend!(embedded => Harness::embedded();
     phase2_block_refused_gets_not_started_rows_and_ends_done,
     resume_is_idempotent_refuses_drift_and_records_growth,
     lane_arms_filter_claims,
+    large_submit_and_amendment_are_whole,
+    late_score_after_an_undelivered_reap_counts_once,
     embedded_file_reopened_keeps_everything,
 );
 
@@ -1086,6 +1177,8 @@ per_backend!(redis => Harness::redis().await;
     phase2_block_refused_gets_not_started_rows_and_ends_done,
     resume_is_idempotent_refuses_drift_and_records_growth,
     lane_arms_filter_claims,
+    large_submit_and_amendment_are_whole,
+    late_score_after_an_undelivered_reap_counts_once,
     redis_restart_keeps_every_acknowledged_outcome_score_and_lease,
     redis_kill9_mid_complete_errors_and_the_retry_lands_once,
     redis_without_fsync_always_is_refused_unless_allowed,

@@ -584,62 +584,84 @@ pub(crate) async fn claim(
     let mut assignments = Vec::new();
     let mut wait: Option<NoWorkReason> = None;
     let mut next_ms: Option<EpochMs> = tx.delayed_next().await?;
+    // Candidates are read once per batch, merged across queues in key order. `horizon` is the
+    // last key up to which the merge is complete: past it, a truncated queue may hold lower
+    // keys than the buffer's, so the batch is read again.
+    let mut buffer: std::collections::VecDeque<Candidate> = Default::default();
+    let mut horizon = u64::MAX;
+    let mut skipped: BTreeSet<(String, u64)> = BTreeSet::new();
     'units: while assignments.len() < req.max_units as usize {
-        let mut candidates = Vec::new();
-        for q in &queues {
-            for (key, unit) in tx.ready_first(q, SCAN).await? {
-                candidates.push(Candidate {
-                    queue: q.clone(),
-                    key,
-                    unit,
-                });
+        if buffer.front().is_none_or(|c| c.key > horizon) {
+            buffer.clear();
+            horizon = u64::MAX;
+            let want = SCAN.max(req.max_units as usize - assignments.len()) + skipped.len();
+            let mut batch = Vec::new();
+            for q in &queues {
+                let entries = tx.ready_first(q, want).await?;
+                if entries.len() == want
+                    && let Some((last, _)) = entries.last()
+                {
+                    horizon = horizon.min(*last);
+                }
+                for (key, unit) in entries {
+                    if !skipped.contains(&(q.clone(), key)) {
+                        batch.push(Candidate {
+                            queue: q.clone(),
+                            key,
+                            unit,
+                        });
+                    }
+                }
+            }
+            batch.sort_by_key(|c| c.key);
+            buffer.extend(batch);
+            if buffer.is_empty() {
+                break;
             }
         }
-        candidates.sort_by_key(|c| c.key);
-        for cand in candidates {
-            let (phase, tp, _, _) = from_position_key(cand.key);
-            if phase == 2 {
-                if meta.phase1_finals < meta.phase1_total {
-                    // Only phase-2 work is left here, and phase 1 is not final.
-                    wait = Some(NoWorkReason::Phase1Pending);
-                    break 'units;
-                }
-                if !phase2_allows(tx, &mut meta, tp, now).await? {
-                    // The block got its not_started rows: look again.
-                    continue 'units;
-                }
+        let Some(cand) = buffer.pop_front() else {
+            break;
+        };
+        let (phase, tp, _, _) = from_position_key(cand.key);
+        if phase == 2 {
+            if meta.phase1_finals < meta.phase1_total {
+                // Only phase-2 work is left here, and phase 1 is not final.
+                wait = Some(NoWorkReason::Phase1Pending);
+                break;
             }
-            if cand.unit == UNIT_TRIAL {
-                let trial = trial_by_key(tx, &meta, cand.key).await?;
-                let tid = trial.trial_id.to_string();
-                let ts = tx.trial(&tid).await?.unwrap_or_default();
-                let placement = ts.queued.as_ref().map(|q| (&q.placement, q.since_ms));
-                let blocked = match placement {
-                    Some((Placement::OtherLane(l), since)) => {
-                        (l == &req.lane && now - since < ttl).then_some(since + ttl)
-                    }
-                    Some((Placement::OtherHost(h), since)) => {
-                        (h == &req.host && now - since < ttl).then_some(since + ttl)
-                    }
-                    _ => None,
-                };
-                if let Some(at) = blocked {
-                    next_ms = Some(next_ms.map_or(at, |n| n.min(at)));
-                    continue;
-                }
-            }
-            match lease_unit(tx, &mut meta, &cand, req, now).await? {
-                Some(a) => {
-                    assignments.push(a);
-                    continue 'units;
-                }
-                None => {
-                    wait = Some(NoWorkReason::BudgetReserved);
-                    break 'units;
-                }
+            if !phase2_allows(tx, &mut meta, tp, now).await? {
+                // The block got its not_started rows: read the queues again.
+                buffer.clear();
+                continue 'units;
             }
         }
-        break;
+        if cand.unit == UNIT_TRIAL {
+            let trial = trial_by_key(tx, &meta, cand.key).await?;
+            let tid = trial.trial_id.to_string();
+            let ts = tx.trial(&tid).await?.unwrap_or_default();
+            let placement = ts.queued.as_ref().map(|q| (&q.placement, q.since_ms));
+            let blocked = match placement {
+                Some((Placement::OtherLane(l), since)) => {
+                    (l == &req.lane && now - since < ttl).then_some(since + ttl)
+                }
+                Some((Placement::OtherHost(h), since)) => {
+                    (h == &req.host && now - since < ttl).then_some(since + ttl)
+                }
+                _ => None,
+            };
+            if let Some(at) = blocked {
+                next_ms = Some(next_ms.map_or(at, |n| n.min(at)));
+                skipped.insert((cand.queue.clone(), cand.key));
+                continue;
+            }
+        }
+        match lease_unit(tx, &mut meta, &cand, req, now).await? {
+            Some(a) => assignments.push(a),
+            None => {
+                wait = Some(NoWorkReason::BudgetReserved);
+                break;
+            }
+        }
     }
     if meta.finals >= meta.trials_total {
         maybe_finish(tx, &mut meta, now).await?;

@@ -19,6 +19,7 @@ if version ~= ARGV[1] then
 end
 -- The lock only queues operations; the version check above is what keeps them atomic, so
 -- a commit whose lock expired still applies if nobody committed in between.
+-- An optimistic attempt (empty token) holds no lock and must not release anyone's.
 local holder = redis.call('GET', KEYS[2])
 if holder and holder ~= ARGV[2] then
   return -1
@@ -69,5 +70,7 @@ end
 if writes > 0 then
   redis.call('INCR', KEYS[1])
 end
-redis.call('DEL', KEYS[2])
+if holder then
+  redis.call('DEL', KEYS[2])
+end
 return 1

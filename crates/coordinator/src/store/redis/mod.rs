@@ -3,8 +3,9 @@
 //! # How an operation runs
 //! Every key of a campaign carries the hash tag `{c:<id>}` (see [`keys`]), so one script can
 //! touch any of them, on Redis Cluster too. An operation:
-//! 1. takes the campaign's lock (`SET lock <token> NX PX`), so concurrent operations queue
-//!    instead of wasting work, and reads the campaign's version;
+//! 1. reads the campaign's version. The first attempt is optimistic; a retry after a
+//!    conflict first takes the campaign's lock (`SET lock <token> NX PX`), so contending
+//!    operations queue instead of retrying each other out;
 //! 2. runs the shared engine (the same transitions as the embedded backend, with the same
 //!    pure policy), whose reads go to Redis and whose writes are buffered;
 //! 3. commits through **one Lua script**, `commit.lua`, loaded once and called by SHA (reloaded
@@ -196,11 +197,26 @@ impl RedisStore {
         }
     }
 
-    /// Takes the campaign lock and starts a transaction at the current version.
-    async fn begin(&self, campaign: &str) -> Result<RedisTx, StoreError> {
+    /// Starts a transaction at the current version. The first attempt of an operation is
+    /// optimistic (no lock, so no extra write); after a conflict it takes the campaign lock so
+    /// contending operations queue instead of retrying each other out.
+    async fn begin(&self, campaign: &str, locked: bool) -> Result<RedisTx, StoreError> {
         let keys = Keys::new(campaign);
-        let token = nonce().to_string();
         let mut conn = self.conn.clone();
+        if !locked {
+            let version: Option<String> = redis::cmd("GET")
+                .arg(keys.version())
+                .query_async(&mut conn)
+                .await
+                .map_err(redis_err)?;
+            return Ok(RedisTx::new(
+                conn,
+                keys,
+                version.unwrap_or_else(|| "0".into()),
+                String::new(),
+            ));
+        }
+        let token = nonce().to_string();
         let started = std::time::Instant::now();
         let mut pause = 100u64;
         loop {
@@ -303,7 +319,7 @@ macro_rules! op {
         let campaign: &str = $campaign;
         let mut attempt = 0u32;
         loop {
-            let mut $tx = $self.begin(campaign).await?;
+            let mut $tx = $self.begin(campaign, attempt > 0).await?;
             let out = $body;
             match out {
                 Err(e) => {
