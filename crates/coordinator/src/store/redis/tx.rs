@@ -60,6 +60,9 @@ pub(crate) struct RedisTx {
     lock_token: String,
     meta: Option<Option<Vec<u8>>>,
     hashes: HashMap<String, HashMap<String, Option<Vec<u8>>>>,
+    /// Hash fields already read in this transaction: the lock or the version check makes a
+    /// second read of the same field pointless.
+    read_cache: HashMap<(String, String), Option<Vec<u8>>>,
     zsets: HashMap<String, ZOverlay>,
     queues_added: BTreeSet<String>,
     streams: Vec<(String, String, Vec<u8>)>,
@@ -83,6 +86,7 @@ impl RedisTx {
             lock_token,
             meta: None,
             hashes: HashMap::new(),
+            read_cache: HashMap::new(),
             zsets: HashMap::new(),
             queues_added: BTreeSet::new(),
             streams: Vec::new(),
@@ -95,12 +99,18 @@ impl RedisTx {
         if let Some(v) = self.hashes.get(key).and_then(|h| h.get(field)) {
             return Ok(v.clone());
         }
-        redis::cmd("HGET")
+        let cache_key = (key.to_owned(), field.to_owned());
+        if let Some(v) = self.read_cache.get(&cache_key) {
+            return Ok(v.clone());
+        }
+        let v: Option<Vec<u8>> = redis::cmd("HGET")
             .arg(key)
             .arg(field)
             .query_async(&mut self.conn)
             .await
-            .map_err(redis_err)
+            .map_err(redis_err)?;
+        self.read_cache.insert(cache_key, v.clone());
+        Ok(v)
     }
 
     fn hset(&mut self, key: String, field: String, value: Option<Vec<u8>>) {
