@@ -18,4 +18,5 @@ if ! command -v redis-server >/dev/null 2>&1; then
   fi
 fi
 
-cargo test --workspace --all-targets "$@"
+# Benches (harness = false) are run with `cargo bench`, not here.
+cargo test --workspace "$@"

@@ -1,1 +1,10 @@
-//! Harnesses for the end-to-end and fault-injection suites: real processes, cleaned up on drop.
+//! Harnesses for the end-to-end and fault-injection suites: real servers and processes, given
+//! back as handles that clean up on drop.
+
+#![allow(unreachable_pub)]
+
+#[path = "../crates/coordinator/tests/support/redis_server.rs"]
+pub mod redis_server;
+
+pub mod coordinator;
+pub mod lane_client;

@@ -1,6 +1,8 @@
 //! The `lanes` command: parses arguments and wires the libraries together.
 
+mod coordinator;
 mod exit;
+mod logging;
 mod schedule;
 
 use std::path::PathBuf;
@@ -28,12 +30,15 @@ enum Command {
         #[arg(long, value_enum, default_value_t = schedule::Format::Jsonl)]
         format: schedule::Format,
     },
+    /// Serve the gRPC API (CampaignService, LaneService) over a Redis or embedded store.
+    Coordinator(coordinator::Args),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Schedule { file, format } => schedule::run(&file, format),
+        Command::Coordinator(args) => coordinator::run(args),
     };
     match result {
         Ok(code) => code.into(),

@@ -134,7 +134,8 @@ impl TryFrom<pb::Token> for Token {
 
 /// Reads a required token field.
 pub fn token(field: &str, t: Option<pb::Token>) -> Result<Token, ConvertError> {
-    Token::try_from(t.ok_or_else(|| ConvertError::missing(field))?)
+    let t = t.ok_or_else(|| ConvertError::missing(field))?;
+    Token::try_from(t).map_err(|e| ConvertError::new(e.field.replacen("token", field, 1), e.reason))
 }
 
 impl From<DriverIdentity> for pb::DriverIdentity {
@@ -219,6 +220,7 @@ impl From<Outcome> for pb::Outcome {
             started_utc: o.started_utc.unwrap_or_default(),
             ended_utc: o.ended_utc.unwrap_or_default(),
             error: o.error.unwrap_or_default(),
+            campaign: String::new(),
         }
     }
 }
@@ -379,15 +381,8 @@ impl TryFrom<pb::SubmitRequest> for Campaign {
     fn try_from(r: pb::SubmitRequest) -> Result<Self, ConvertError> {
         let spec: CampaignSpec = serde_json::from_str(&r.spec_json)
             .map_err(|e| ConvertError::new("spec_json", e.to_string()))?;
-        if spec.arms.is_empty() {
-            return Err(ConvertError::new("spec_json.arms", "at least one arm"));
-        }
-        if spec.phase1_runs == 0 {
-            return Err(ConvertError::new(
-                "spec_json.phase1_runs",
-                "must be at least 1",
-            ));
-        }
+        spec.validate()
+            .map_err(|e| ConvertError::new(format!("spec_json.{}", e.field), e.message))?;
         if r.tasks.is_empty() || r.tasks.len() > MAX_TASKS {
             return Err(ConvertError::new(
                 "tasks",

@@ -7,6 +7,7 @@ pub mod convert;
 pub mod ids;
 pub mod policy;
 pub mod proto;
+pub mod report;
 pub mod resume;
 pub mod row;
 pub mod schedule;

@@ -236,7 +236,7 @@ fn unknown_failure_kind_enum_value_is_refused() {
 fn attempt_zero_is_refused() {
     let mut w = to_wire(&full_outcome());
     w.token.as_mut().unwrap().attempt = 0;
-    assert_eq!(wire_err(w).field, "token.attempt");
+    assert_eq!(wire_err(w).field, "outcome.token.attempt");
 }
 
 #[test]
@@ -252,7 +252,7 @@ fn bad_trial_ids_are_refused() {
         let mut w = to_wire(&full_outcome());
         w.token.as_mut().unwrap().trial_id = bad.into();
         let e = wire_err(w);
-        assert_eq!(e.field, "token.trial_id", "{bad:?}: {e}");
+        assert_eq!(e.field, "outcome.token.trial_id", "{bad:?}: {e}");
     }
     let mut w = to_wire(&full_outcome());
     w.token = None;

@@ -1,5 +1,15 @@
 //! The Lanes coordinator: owns the queue and the "first scored attempt wins" state.
 //!
-//! [`store`] holds the `Store` trait, its backends and the transitions they share.
+//! - [`store`]: the `Store` trait, its backends (embedded redb, Redis) and the transitions they
+//!   share;
+//! - [`run`]: the gRPC server (CampaignService, LaneService, health) with the reaper.
 
+pub mod auth;
+mod grpc_status;
+mod reaper;
+mod server;
+mod service;
 pub mod store;
+mod wire;
+
+pub use server::{CoordinatorConfig, ServeError, run};

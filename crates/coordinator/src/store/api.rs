@@ -168,6 +168,8 @@ pub struct CampaignStatus {
     /// Ledger rows by status.
     pub rows_by_status: BTreeMap<Status, u64>,
     pub rows_total: u64,
+    /// The cursor of the next event.
+    pub events_total: u64,
     pub blocks_total: u64,
     pub blocks_complete: u64,
     pub spend_usd: f64,

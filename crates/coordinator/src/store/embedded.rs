@@ -14,7 +14,7 @@ use serde::de::DeserializeOwned;
 
 use lanes_common::ids::{CampaignId, Token};
 use lanes_common::row::{Outcome, Phase, Row};
-use lanes_common::spec::{Campaign, Task};
+use lanes_common::spec::{Campaign, CampaignSpec, Task};
 use lanes_common::state::{CampaignState, StopMode};
 use lanes_common::utc::EpochMs;
 
@@ -546,6 +546,18 @@ impl Store for EmbeddedStore {
         limit: usize,
     ) -> Result<Vec<Event>, StoreError> {
         self.read_range(EVENTS, campaign, from, limit).await
+    }
+
+    async fn spec(&self, campaign: &CampaignId) -> Result<CampaignSpec, StoreError> {
+        let c = campaign.clone();
+        self.write(campaign, move |tx| ready(engine::spec(tx, &c)))
+            .await
+    }
+
+    async fn campaign(&self, campaign: &CampaignId) -> Result<Campaign, StoreError> {
+        let c = campaign.clone();
+        self.write(campaign, move |tx| ready(engine::campaign(tx, &c)))
+            .await
     }
 
     async fn list(&self) -> Result<Vec<CampaignId>, StoreError> {

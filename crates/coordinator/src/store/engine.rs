@@ -1410,6 +1410,7 @@ pub(crate) async fn status(tx: &mut impl Tx, c: &CampaignId, now: EpochMs) -> R<
         trials_excluded: meta.excluded,
         trials_not_started: meta.not_started,
         rows_total: meta.next_seq,
+        events_total: meta.next_event,
         rows_by_status: meta.rows_by_status.clone(),
         blocks_total: meta.blocks_total,
         blocks_complete: meta.blocks_complete,
@@ -1418,4 +1419,18 @@ pub(crate) async fn status(tx: &mut impl Tx, c: &CampaignId, now: EpochMs) -> R<
         gates,
         in_flight,
     })
+}
+
+/// The campaign as recorded: its current spec and its tasks.
+pub(crate) async fn campaign(tx: &mut impl Tx, c: &CampaignId) -> R<Campaign> {
+    let meta = meta_of(tx, c).await?;
+    Ok(Campaign {
+        spec: meta.spec,
+        tasks: tx.tasks().await?,
+    })
+}
+
+/// The campaign's current spec, without its tasks.
+pub(crate) async fn spec(tx: &mut impl Tx, c: &CampaignId) -> R<lanes_common::spec::CampaignSpec> {
+    Ok(meta_of(tx, c).await?.spec)
 }

@@ -16,7 +16,7 @@ mod tx;
 use async_trait::async_trait;
 use lanes_common::ids::{CampaignId, Token};
 use lanes_common::row::{Outcome, Phase, Row};
-use lanes_common::spec::Campaign;
+use lanes_common::spec::{Campaign, CampaignSpec};
 use lanes_common::state::{CampaignState, StopMode};
 use lanes_common::utc::EpochMs;
 
@@ -97,6 +97,12 @@ pub trait Store: Send + Sync + 'static {
 
     /// Every campaign id, in id order.
     async fn list(&self) -> Result<Vec<CampaignId>, StoreError>;
+
+    /// The campaign's current spec (without its tasks).
+    async fn spec(&self, campaign: &CampaignId) -> Result<CampaignSpec, StoreError>;
+
+    /// The campaign as recorded, with its tasks (for reports).
+    async fn campaign(&self, campaign: &CampaignId) -> Result<Campaign, StoreError>;
 }
 
 /// A lease is reaped only once its deadline has passed by more than this.

@@ -51,7 +51,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
 use lanes_common::ids::{CampaignId, Token};
 use lanes_common::row::{Outcome, Phase, Row};
-use lanes_common::spec::Campaign;
+use lanes_common::spec::{Campaign, CampaignSpec};
 use lanes_common::state::{CampaignState, StopMode};
 use lanes_common::utc::EpochMs;
 
@@ -464,6 +464,20 @@ impl Store for RedisStore {
     ) -> Result<Vec<Event>, StoreError> {
         self.read_stream(Keys::new(campaign.as_str()).events(), from, limit)
             .await
+    }
+
+    async fn spec(&self, campaign: &CampaignId) -> Result<CampaignSpec, StoreError> {
+        op!(self, campaign.as_str(), |tx| engine::spec(
+            &mut tx, campaign
+        )
+        .await)
+    }
+
+    async fn campaign(&self, campaign: &CampaignId) -> Result<Campaign, StoreError> {
+        op!(self, campaign.as_str(), |tx| engine::campaign(
+            &mut tx, campaign
+        )
+        .await)
     }
 
     async fn list(&self) -> Result<Vec<CampaignId>, StoreError> {

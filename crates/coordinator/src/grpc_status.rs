@@ -1,0 +1,57 @@
+//! Store and conversion errors as gRPC statuses, in one place.
+
+use prost::Message;
+use tonic::{Code, Status};
+
+use lanes_common::convert::ConvertError;
+use lanes_common::proto as pb;
+
+use crate::store::StoreError;
+
+/// The status for a store error. A refused resume carries its conflicts in the details, as an
+/// encoded `SubmitResponse`.
+pub(crate) fn from_store(e: StoreError) -> Status {
+    let message = e.to_string();
+    match e {
+        StoreError::UnknownCampaign(_) => Status::not_found(message),
+        StoreError::UnknownToken(_) => Status::not_found(message),
+        StoreError::StaleToken(_) => Status::failed_precondition(message),
+        StoreError::ForeignToken(..) => Status::invalid_argument(message),
+        StoreError::Refused(conflicts) => {
+            let listed: Vec<String> = conflicts
+                .iter()
+                .map(|c| {
+                    format!(
+                        "{}: recorded {}, submitted {}",
+                        c.field, c.recorded, c.submitted
+                    )
+                })
+                .collect();
+            let details = pb::SubmitResponse {
+                conflicts: conflicts.into_iter().map(Into::into).collect(),
+                ..Default::default()
+            }
+            .encode_to_vec();
+            Status::with_details(
+                Code::FailedPrecondition,
+                format!("resume refused: {}", listed.join("; ")),
+                details.into(),
+            )
+        }
+        StoreError::InvalidOutcome(_) => Status::invalid_argument(message),
+        StoreError::NotDurable(_) => Status::failed_precondition(message),
+        StoreError::Unavailable(_) => Status::unavailable(message),
+        StoreError::Corrupt(_) => Status::data_loss(message),
+        StoreError::Backend(_) => Status::internal(message),
+    }
+}
+
+/// The status for a request field that does not validate.
+pub(crate) fn from_convert(e: ConvertError) -> Status {
+    Status::invalid_argument(e.to_string())
+}
+
+/// A request field that is not a valid id.
+pub(crate) fn bad_field(field: &str, e: impl std::fmt::Display) -> Status {
+    Status::invalid_argument(format!("invalid {field}: {e}"))
+}

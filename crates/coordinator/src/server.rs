@@ -1,0 +1,135 @@
+//! The coordinator server: both services, gRPC health, limits, the reaper, and graceful
+//! shutdown. `run` takes its listener and shutdown signal from the caller (tests bind
+//! 127.0.0.1:0; the binary binds `--listen`).
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+use tonic::service::interceptor::InterceptedService;
+
+use lanes_common::proto::campaign_service_server::CampaignServiceServer;
+use lanes_common::proto::lane_service_server::LaneServiceServer;
+
+use crate::auth::{BearerAuth, Role, Secret};
+use crate::service::Shared;
+use crate::service::campaign::CampaignSvc;
+use crate::service::lane::LaneSvc;
+use crate::store::{Clock, Store};
+
+/// How the coordinator runs.
+#[derive(Debug, Clone)]
+pub struct CoordinatorConfig {
+    pub client_token: Option<Secret>,
+    pub lane_token: Option<Secret>,
+    /// Largest request a client may send (a submit carries every task).
+    pub max_client_message_bytes: usize,
+    /// Largest message on a lane session.
+    pub max_lane_message_bytes: usize,
+    pub max_concurrent_streams: u32,
+    pub keepalive_interval: Duration,
+    pub keepalive_timeout: Duration,
+    /// How often Watch and Rows poll the store.
+    pub poll: Duration,
+    /// How often the reaper runs.
+    pub reap_every: Duration,
+    /// The reaper waits this long after start and after a store outage (one lease TTL).
+    pub reaper_start_delay: Duration,
+}
+
+impl Default for CoordinatorConfig {
+    fn default() -> Self {
+        Self {
+            client_token: None,
+            lane_token: None,
+            max_client_message_bytes: 256 * 1024 * 1024,
+            max_lane_message_bytes: 4 * 1024 * 1024,
+            max_concurrent_streams: 1024,
+            keepalive_interval: Duration::from_secs(20),
+            keepalive_timeout: Duration::from_secs(10),
+            poll: Duration::from_millis(200),
+            reap_every: Duration::from_secs(1),
+            reaper_start_delay: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Why the server stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("grpc server failed: {0}")]
+    Transport(#[from] tonic::transport::Error),
+}
+
+/// Serves until `shutdown` resolves, then stops accepting, tells lanes to reconnect, and lets
+/// in-flight calls finish.
+pub async fn run(
+    config: CoordinatorConfig,
+    store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
+    if config.client_token.is_none() {
+        tracing::warn!(
+            "no client token configured: CampaignService is open to anyone who can reach it"
+        );
+    }
+    if config.lane_token.is_none() {
+        tracing::warn!("no lane token configured: LaneService is open to anyone who can reach it");
+    }
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let shared = Shared {
+        store: store.clone(),
+        clock: clock.clone(),
+        poll: config.poll,
+        shutdown: stop_rx.clone(),
+    };
+    let reaper = tokio::spawn(crate::reaper::run(
+        store,
+        clock,
+        config.reaper_start_delay.as_millis() as i64,
+        config.reap_every,
+        stop_rx,
+    ));
+
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health
+        .set_serving::<CampaignServiceServer<CampaignSvc>>()
+        .await;
+    health.set_serving::<LaneServiceServer<LaneSvc>>().await;
+
+    let campaigns = CampaignServiceServer::new(CampaignSvc {
+        shared: shared.clone(),
+    })
+    .max_decoding_message_size(config.max_client_message_bytes)
+    .max_encoding_message_size(config.max_client_message_bytes);
+    let lanes = LaneServiceServer::new(LaneSvc { shared })
+        .max_decoding_message_size(config.max_lane_message_bytes)
+        .max_encoding_message_size(config.max_lane_message_bytes);
+
+    let signal = async move {
+        shutdown.await;
+        tracing::info!("shutting down: telling sessions to reconnect");
+        let _ = stop_tx.send(true);
+    };
+    let served = tonic::transport::Server::builder()
+        .max_concurrent_streams(Some(config.max_concurrent_streams))
+        .http2_keepalive_interval(Some(config.keepalive_interval))
+        .http2_keepalive_timeout(Some(config.keepalive_timeout))
+        .add_service(health_service)
+        .add_service(InterceptedService::new(
+            campaigns,
+            BearerAuth::new(Role::Client, config.client_token.clone()),
+        ))
+        .add_service(InterceptedService::new(
+            lanes,
+            BearerAuth::new(Role::Lane, config.lane_token.clone()),
+        ))
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), signal)
+        .await;
+    reaper.abort();
+    served.map_err(Into::into)
+}

@@ -1,0 +1,362 @@
+//! LaneService: one bidirectional session per worker process. Each credit (work request) gets
+//! exactly one answer, an assignment or "no work, retry after", so the coordinator never pushes
+//! more assignments than credits. Outcomes are acknowledged only after the store committed them.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::pin::Pin;
+
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::{Stream, StreamExt};
+use tonic::{Request, Response, Status, Streaming};
+
+use lanes_common::convert::{token, wire_enum};
+use lanes_common::ids::{ArmId, CampaignId, Token};
+use lanes_common::policy::NoWorkReason;
+use lanes_common::proto as pb;
+use lanes_common::proto::coordinator_message::Msg as Out;
+use lanes_common::proto::lane_service_server::LaneService;
+use lanes_common::proto::worker_message::Msg as In;
+use lanes_common::row::{FailureKind, Outcome, Phase};
+
+use super::Shared;
+use crate::grpc_status::{bad_field, from_convert};
+use crate::store::{ClaimOutcome, ClaimRequest, CompleteAck, Release, ReleaseReason, StoreError};
+use crate::wire;
+
+type Boxed<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
+
+/// Retry-after hint when no campaign exists at all.
+const IDLE_RETRY_MS: u64 = 5_000;
+/// Retry-after hint for an outcome the store could not take.
+const OUTCOME_RETRY_MS: u64 = 1_000;
+
+pub(crate) struct LaneSvc {
+    pub(crate) shared: Shared,
+}
+
+/// What a worker said about itself.
+#[derive(Debug, Clone)]
+struct Worker {
+    id: String,
+    host: String,
+    arms: Option<Vec<ArmId>>,
+}
+
+fn msg(m: Out) -> Result<pb::CoordinatorMessage, Status> {
+    Ok(pb::CoordinatorMessage { msg: Some(m) })
+}
+
+fn campaign_of(field: &str, id: &str) -> Result<CampaignId, Status> {
+    CampaignId::new(id).map_err(|e| bad_field(field, e))
+}
+
+fn ack(campaign: &CampaignId, a: CompleteAck) -> pb::OutcomeAck {
+    pb::OutcomeAck {
+        token: Some(pb::Token::from(&a.token)),
+        counted: a.counted,
+        duplicate: a.duplicate,
+        late: a.late,
+        winner_attempt: a.winner_attempt.unwrap_or(0),
+        seq: a.seq,
+        campaign: campaign.to_string(),
+    }
+}
+
+/// The store refused or could not take an outcome: the lane keeps it and sends it again.
+fn outcome_error(campaign: &str, t: &Token, e: &StoreError) -> pb::OutcomeError {
+    pb::OutcomeError {
+        token: Some(pb::Token::from(t)),
+        retryable: e.is_retryable(),
+        reason: e.to_string(),
+        retry_after_ms: OUTCOME_RETRY_MS,
+        campaign: campaign.to_owned(),
+    }
+}
+
+/// Why no campaign had work: the most telling reason, and the soonest time to ask again.
+fn pick_reason(reasons: Vec<(NoWorkReason, u64)>) -> (String, u64) {
+    let rank = |r: &NoWorkReason| match r {
+        NoWorkReason::Done => 4,
+        NoWorkReason::Stopped { .. } => 3,
+        NoWorkReason::NoMatchingArms | NoWorkReason::LaneExcluded => 2,
+        _ => 0,
+    };
+    reasons
+        .into_iter()
+        .min_by_key(|(r, after)| (rank(r), *after))
+        .map(|(r, after)| (r.to_string(), after))
+        .unwrap_or_else(|| ("no_campaigns".to_owned(), IDLE_RETRY_MS))
+}
+
+impl LaneSvc {
+    #[tracing::instrument(skip_all, fields(worker = %w.id, lane = %lane))]
+    async fn work(
+        &self,
+        w: &Worker,
+        lane: String,
+        exclude: BTreeSet<String>,
+    ) -> Result<pb::CoordinatorMessage, Status> {
+        let s = &self.shared;
+        let mut reasons = Vec::new();
+        let ids = match s.store.list().await {
+            Ok(ids) => ids,
+            Err(e) => {
+                return msg(Out::NoWork(pb::NoWork {
+                    lane,
+                    reason: format!("store unavailable: {e}"),
+                    retry_after_ms: IDLE_RETRY_MS,
+                }));
+            }
+        };
+        for c in ids {
+            if exclude.contains(c.as_str()) {
+                reasons.push((NoWorkReason::LaneExcluded, IDLE_RETRY_MS));
+                continue;
+            }
+            let req = ClaimRequest {
+                lane: lane.clone(),
+                host: w.host.clone(),
+                worker: w.id.clone(),
+                arms: w.arms.clone(),
+                max_units: 1,
+            };
+            match s.store.claim(&c, req, s.now()).await {
+                Ok(ClaimOutcome::Assigned(mut a)) if !a.is_empty() => {
+                    let spec = s
+                        .store
+                        .spec(&c)
+                        .await
+                        .map_err(crate::grpc_status::from_store)?;
+                    let a = a.remove(0);
+                    tracing::info!(campaign = %c, trials = a.trials.len(), "assigned");
+                    return msg(Out::Assignment(wire::assignment(a, &lane, &spec)));
+                }
+                Ok(ClaimOutcome::Assigned(_)) => {}
+                Ok(ClaimOutcome::NoWork {
+                    reason,
+                    retry_after_ms,
+                }) => reasons.push((reason, retry_after_ms)),
+                Err(e) => {
+                    tracing::warn!(campaign = %c, error = %e, "claim failed");
+                    reasons.push((
+                        NoWorkReason::NothingReady { next_ms: None },
+                        OUTCOME_RETRY_MS,
+                    ));
+                }
+            }
+        }
+        let (reason, retry_after_ms) = pick_reason(reasons);
+        msg(Out::NoWork(pb::NoWork {
+            lane,
+            reason,
+            retry_after_ms,
+        }))
+    }
+
+    /// Renews tokens grouped by campaign; unknown campaigns answer lost.
+    async fn renew(&self, items: Vec<pb::TokenPhase>) -> Result<Vec<pb::TokenRenewal>, Status> {
+        let s = &self.shared;
+        let mut by_campaign: BTreeMap<String, Vec<(Token, Phase)>> = BTreeMap::new();
+        for (i, tp) in items.into_iter().enumerate() {
+            let t = token(&format!("tokens[{i}].token"), tp.token).map_err(from_convert)?;
+            let phase: Phase = wire_enum::<pb::Phase, _>(&format!("tokens[{i}].phase"), tp.phase)
+                .map_err(from_convert)?;
+            campaign_of(&format!("tokens[{i}].campaign"), &tp.campaign)?;
+            by_campaign.entry(tp.campaign).or_default().push((t, phase));
+        }
+        let mut out = Vec::new();
+        for (c, tokens) in by_campaign {
+            let c = CampaignId::new(c).expect("validated above");
+            match s.store.renew(&c, tokens.clone(), s.now()).await {
+                Ok(states) => {
+                    out.extend(states.into_iter().map(|(t, st)| wire::renewal(&c, &t, st)));
+                }
+                Err(StoreError::UnknownCampaign(_)) => out.extend(
+                    tokens
+                        .iter()
+                        .map(|(t, _)| wire::renewal(&c, t, crate::store::RenewState::Lost)),
+                ),
+                Err(e) => return Err(crate::grpc_status::from_store(e)),
+            }
+        }
+        Ok(out)
+    }
+
+    #[tracing::instrument(skip_all, fields(campaign = %o.campaign, token))]
+    async fn outcome(&self, o: pb::Outcome) -> Result<pb::CoordinatorMessage, Status> {
+        let campaign = campaign_of("outcome.campaign", &o.campaign)?;
+        let outcome = Outcome::try_from(o).map_err(from_convert)?;
+        tracing::Span::current().record("token", tracing::field::display(&outcome.token));
+        let t = outcome.token.clone();
+        let s = &self.shared;
+        match s.store.complete(&campaign, outcome, s.now()).await {
+            Ok(a) => msg(Out::OutcomeAck(ack(&campaign, a))),
+            Err(e) => {
+                tracing::warn!(error = %e, "outcome not committed");
+                msg(Out::OutcomeError(outcome_error(campaign.as_str(), &t, &e)))
+            }
+        }
+    }
+
+    async fn release(&self, w: &Worker, r: pb::Release) -> Result<pb::CoordinatorMessage, Status> {
+        let campaign = campaign_of("release.campaign", &r.campaign)?;
+        let t = token("release.token", r.token).map_err(from_convert)?;
+        let reason = match pb::ReleaseReason::try_from(r.reason) {
+            Ok(pb::ReleaseReason::Cancelled) => ReleaseReason::Cancelled,
+            Ok(pb::ReleaseReason::Blocked) => {
+                let kind: FailureKind =
+                    wire_enum::<pb::FailureKind, _>("release.failure_kind", r.failure_kind)
+                        .unwrap_or(FailureKind::Preflight);
+                ReleaseReason::Blocked(kind)
+            }
+            _ => return Err(bad_field("release.reason", "must be cancelled or blocked")),
+        };
+        let s = &self.shared;
+        let release = Release {
+            token: t.clone(),
+            reason,
+            lane: r.lane,
+            host: w.host.clone(),
+            detail: (!r.detail.is_empty()).then_some(r.detail),
+        };
+        match s.store.release(&campaign, release, s.now()).await {
+            Ok(a) => msg(Out::OutcomeAck(ack(&campaign, a))),
+            Err(e) => msg(Out::OutcomeError(outcome_error(campaign.as_str(), &t, &e))),
+        }
+    }
+
+    /// Handles one message; `None` means nothing to answer.
+    async fn handle(
+        &self,
+        worker: &mut Option<Worker>,
+        m: In,
+        out: &mpsc::Sender<Result<pb::CoordinatorMessage, Status>>,
+    ) -> Result<(), Status> {
+        if let In::Register(r) = m {
+            if r.worker_id.is_empty() || r.worker_id.len() > 256 {
+                return Err(bad_field(
+                    "register.worker_id",
+                    "must be 1 to 256 characters",
+                ));
+            }
+            if r.host.is_empty() || r.host.len() > 256 {
+                return Err(bad_field("register.host", "must be 1 to 256 characters"));
+            }
+            let arms = if r.arms.is_empty() {
+                None
+            } else {
+                Some(
+                    r.arms
+                        .iter()
+                        .enumerate()
+                        .map(|(i, a)| {
+                            ArmId::new(a.clone())
+                                .map_err(|e| bad_field(&format!("register.arms[{i}]"), e))
+                        })
+                        .collect::<Result<Vec<_>, _>>()?,
+                )
+            };
+            tracing::info!(worker = %r.worker_id, host = %r.host, lanes = r.lanes, "worker registered");
+            *worker = Some(Worker {
+                id: r.worker_id.clone(),
+                host: r.host,
+                arms,
+            });
+            let _ = out
+                .send(msg(Out::Registered(pb::Registered {
+                    session: r.worker_id,
+                })))
+                .await;
+            return Ok(());
+        }
+        let Some(w) = worker.clone() else {
+            return Err(Status::failed_precondition("register first"));
+        };
+        let reply = match m {
+            In::Register(_) => unreachable!("handled above"),
+            In::WorkRequest(r) => {
+                if r.lane.is_empty() || r.lane.len() > 256 {
+                    return Err(bad_field(
+                        "work_request.lane",
+                        "must be 1 to 256 characters",
+                    ));
+                }
+                self.work(&w, r.lane, r.exclude_campaigns.into_iter().collect())
+                    .await?
+            }
+            In::Heartbeat(h) => {
+                let renewals = self.renew(h.tokens).await?;
+                for r in renewals
+                    .iter()
+                    .filter(|r| r.state == pb::RenewState::Cancel as i32)
+                {
+                    let _ = out
+                        .send(msg(Out::Cancel(pb::Cancel {
+                            token: r.token.clone(),
+                            reason: "campaign cancelled".into(),
+                            campaign: r.campaign.clone(),
+                        })))
+                        .await;
+                }
+                msg(Out::HeartbeatAck(pb::HeartbeatAck { tokens: renewals }))?
+            }
+            In::Outcome(o) => self.outcome(o).await?,
+            In::Release(r) => self.release(&w, r).await?,
+            In::Reconnect(r) => {
+                let renewals = self.renew(r.in_flight).await?;
+                msg(Out::ReconnectAck(pb::ReconnectAck { tokens: renewals }))?
+            }
+        };
+        let _ = out.send(Ok(reply)).await;
+        Ok(())
+    }
+}
+
+#[tonic::async_trait]
+impl LaneService for LaneSvc {
+    type SessionStream = Boxed<pb::CoordinatorMessage>;
+
+    async fn session(
+        &self,
+        request: Request<Streaming<pb::WorkerMessage>>,
+    ) -> Result<Response<Self::SessionStream>, Status> {
+        let mut inbound = request.into_inner();
+        let (tx, rx) = mpsc::channel(64);
+        let svc = LaneSvc {
+            shared: self.shared.clone(),
+        };
+        tokio::spawn(async move {
+            let mut worker = None;
+            let mut shutdown = svc.shared.shutdown.clone();
+            loop {
+                let next = tokio::select! {
+                    m = inbound.next() => m,
+                    _ = shutdown.changed() => {
+                        let _ = tx.send(msg(Out::GoAway(pb::GoAway { reason: "coordinator shutting down".into() }))).await;
+                        return;
+                    }
+                };
+                match next {
+                    None => return,
+                    Some(Err(e)) => {
+                        tracing::debug!(error = %e, "session ended");
+                        return;
+                    }
+                    Some(Ok(pb::WorkerMessage { msg: None })) => {
+                        let _ = tx.send(Err(bad_field("msg", "empty message"))).await;
+                        return;
+                    }
+                    Some(Ok(pb::WorkerMessage { msg: Some(m) })) => {
+                        if let Err(status) = svc.handle(&mut worker, m, &tx).await {
+                            // A malformed message ends the session with the field named.
+                            let _ = tx.send(Err(status)).await;
+                            return;
+                        }
+                    }
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+}

@@ -1,0 +1,28 @@
+//! The gRPC services: thin handlers that turn a request into a store operation, wait for the
+//! answer and map errors in one place (`grpc_status`).
+
+pub(crate) mod campaign;
+pub(crate) mod lane;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::store::{Clock, Store};
+
+/// What every handler needs: the store, the clock, and how often streams poll the store.
+#[derive(Clone)]
+pub(crate) struct Shared {
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) clock: Arc<dyn Clock>,
+    /// How often Watch, Rows (follow) poll the store for news. Polling the store (not a local
+    /// channel) is what makes them work across replicas.
+    pub(crate) poll: Duration,
+    /// Fired when the coordinator shuts down: streams end, lanes are told to reconnect.
+    pub(crate) shutdown: tokio::sync::watch::Receiver<bool>,
+}
+
+impl Shared {
+    pub(crate) fn now(&self) -> i64 {
+        self.clock.now_ms()
+    }
+}
