@@ -735,3 +735,77 @@ async fn redis_watch_on_one_replica_sees_events_of_another() {
     assert_eq!(finished, 2);
     let _ = clock.now_ms();
 }
+
+/// Graceful shutdown tells every open session to reconnect elsewhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn shutdown_tells_lanes_to_reconnect() {
+    let e = env("embedded").await;
+    let mut l = lane(&e.coord.url(), "w", "h").await;
+    e.coord.shutdown().await;
+    match l.next().await {
+        Ok(Msg::GoAway(g)) => assert!(g.reason.contains("shutting down")),
+        other => panic!("expected go-away, got {other:?}"),
+    }
+    drop(e.store);
+}
+
+/// The reaper waits one TTL after the replica starts before it takes any lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn reaper_waits_one_ttl_after_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let store: Arc<dyn Store> = Arc::new(EmbeddedStore::open(dir.path()).unwrap());
+    let config = lanes_coordinator::CoordinatorConfig {
+        reaper_start_delay: Duration::from_secs(30),
+        ..lanes_tests::coordinator::test_config()
+    };
+    let coord = CoordinatorHandle::start_with(config, store.clone(), Arc::new(clock.clone())).await;
+    let mut c = client(&coord.url(), Some(CLIENT_TOKEN)).await;
+    c.submit(submit_request(&small_campaign(
+        "startup",
+        1,
+        "pairing = \"none\"",
+    )))
+    .await
+    .unwrap();
+    let mut l = lane(&coord.url(), "w", "h").await;
+    let Msg::Assignment(a) = l.work("w-0").await else {
+        panic!("work")
+    };
+    l.heartbeat("startup", &tokens(&a), pb::Phase::Agent).await;
+    // Expired by the clock, but the replica is younger than one TTL: several reaper ticks pass
+    // and the lease stays.
+    clock.advance_ms(20_000);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let st = c
+        .get(pb::GetRequest {
+            id: "startup".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        (st.rows_total, st.in_flight.len()),
+        (0, 1),
+        "reaped before one TTL"
+    );
+    clock.advance_ms(11_000);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let st = c
+            .get(pb::GetRequest {
+                id: "startup".into(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        if st.rows_total == 1 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never reaped after the start delay"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -1,0 +1,108 @@
+//! `lanes coordinator` end to end: the real binary serves, and refuses a lossy Redis.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn lanes() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_lanes"))
+}
+
+/// Kills the child when the test ends, even by a panic.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn serves_on_the_embedded_store_and_logs_its_address_without_tokens() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Killed(
+        lanes()
+            .args(["coordinator", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(dir.path())
+            .env("LANES_CLIENT_TOKEN", "very-secret-client")
+            .env("LANES_LANE_TOKEN", "very-secret-lane")
+            .env("RUST_LOG", "debug")
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let stderr = child.0.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut seen = Vec::new();
+    let addr = loop {
+        let line = rx
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .unwrap_or_else(|_| panic!("no listening line; stderr: {seen:#?}"));
+        if let Some(i) = line.find("addr=") {
+            break line[i + 5..].split_whitespace().next().unwrap().to_owned();
+        }
+        seen.push(line);
+    };
+    // It answers TCP, and it wrote its store file.
+    assert!(std::net::TcpStream::connect(&addr).is_ok(), "{addr}");
+    assert!(dir.path().join("lanes.redb").exists());
+    drop(child);
+    let logs: String = seen.join("\n") + &rx.try_iter().collect::<Vec<_>>().join("\n");
+    assert!(!logs.contains("very-secret"), "a token reached the logs");
+}
+
+#[test]
+fn refuses_a_redis_without_fsync_always_unless_allowed() {
+    if Command::new("redis-server")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        panic!("redis-server is not installed: run ./scripts/test.sh, which installs it");
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = tempfile::tempdir().unwrap();
+    let redis = Killed(
+        Command::new("redis-server")
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+            ])
+            .args(["--appendonly", "yes", "--appendfsync", "everysec"])
+            .arg("--dir")
+            .arg(dir.path())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let url = format!("redis://127.0.0.1:{port}/");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "redis-server did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = lanes()
+        .args(["coordinator", "--listen", "127.0.0.1:0", "--redis", &url])
+        .output()
+        .unwrap();
+    drop(redis);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("appendfsync"), "{err}");
+    assert!(err.contains("--allow-lossy-store"), "{err}");
+}
