@@ -121,7 +121,18 @@ impl LaneSvc {
                 arms: w.arms.clone(),
                 max_units: 1,
             };
-            match s.store.claim(&c, req, s.now()).await {
+            let span = tracing::info_span!(
+                "claim",
+                campaign = %c,
+                lane = %lane,
+                trial = tracing::field::Empty,
+                token = tracing::field::Empty
+            );
+            let claimed = {
+                use tracing::Instrument;
+                s.store.claim(&c, req, s.now()).instrument(span.clone()).await
+            };
+            match claimed {
                 Ok(ClaimOutcome::Assigned(mut a)) if !a.is_empty() => {
                     let spec = s
                         .store
@@ -129,7 +140,11 @@ impl LaneSvc {
                         .await
                         .map_err(crate::grpc_status::from_store)?;
                     let a = a.remove(0);
-                    tracing::info!(campaign = %c, trials = a.trials.len(), "assigned");
+                    if let Some(first) = a.trials.first() {
+                        span.record("trial", first.trial.trial_id.as_str());
+                        span.record("token", tracing::field::display(&first.token));
+                    }
+                    span.in_scope(|| tracing::info!(trials = a.trials.len(), "assigned"));
                     return msg(Out::Assignment(wire::assignment(a, &lane, &spec)));
                 }
                 Ok(ClaimOutcome::Assigned(_)) => {}
@@ -183,11 +198,13 @@ impl LaneSvc {
         Ok(out)
     }
 
-    #[tracing::instrument(skip_all, fields(campaign = %o.campaign, token))]
+    #[tracing::instrument(name = "complete", skip_all, fields(campaign = %o.campaign, trial, token))]
     async fn outcome(&self, o: pb::Outcome) -> Result<pb::CoordinatorMessage, Status> {
         let campaign = campaign_of("outcome.campaign", &o.campaign)?;
         let outcome = Outcome::try_from(o).map_err(from_convert)?;
-        tracing::Span::current().record("token", tracing::field::display(&outcome.token));
+        let span = tracing::Span::current();
+        span.record("trial", outcome.token.trial_id.as_str());
+        span.record("token", tracing::field::display(&outcome.token));
         let t = outcome.token.clone();
         let s = &self.shared;
         match s.store.complete(&campaign, outcome, s.now()).await {
