@@ -42,9 +42,17 @@ impl CoordinatorHandle {
         store: Arc<dyn Store>,
         clock: Arc<dyn Clock>,
     ) -> Self {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
+        Self::start_on("127.0.0.1:0".parse().expect("addr"), config, store, clock).await
+    }
+
+    /// Starts on a given address (a restart on the same port).
+    pub async fn start_on(
+        addr: SocketAddr,
+        config: CoordinatorConfig,
+        store: Arc<dyn Store>,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        let listener = tokio::net::TcpListener::bind(addr).await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(async move {

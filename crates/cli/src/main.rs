@@ -1,9 +1,11 @@
 //! The `lanes` command: parses arguments and wires the libraries together.
 
 mod coordinator;
+mod driver;
 mod exit;
 mod logging;
 mod schedule;
+mod worker;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -32,6 +34,13 @@ enum Command {
     },
     /// Serve the gRPC API (CampaignService, LaneService) over a Redis or embedded store.
     Coordinator(coordinator::Args),
+    /// Run lanes on this host: claim, boot, reset, agent, evaluate, publish.
+    Worker(worker::Args),
+    /// Run a built-in driver: what a lane starts as its child process.
+    Driver {
+        #[command(subcommand)]
+        which: driver::DriverCmd,
+    },
 }
 
 fn main() -> ExitCode {
@@ -39,6 +48,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Schedule { file, format } => schedule::run(&file, format),
         Command::Coordinator(args) => coordinator::run(args),
+        Command::Worker(args) => worker::run(args),
+        Command::Driver { which } => driver::run(which),
     };
     match result {
         Ok(code) => code.into(),

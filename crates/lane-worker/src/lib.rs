@@ -1,1 +1,21 @@
 //! The Lanes lane worker: runs claim → boot → reset → agent → evaluate → publish on a host.
+//!
+//! - [`driver`]: the driver protocol, its line codec and the driver child process;
+//! - [`lifecycle`]: the attempt lifecycle, a pure state machine;
+//! - [`outbox`]: outcomes on disk until the coordinator acknowledges them;
+//! - [`worker`]: the supervisor and lane actors, and [`run`];
+//! - [`sim`]: the built-in deterministic sim driver (`lanes driver sim`).
+
+pub mod driver {
+    //! Drivers: long-lived child processes that speak JSON-RPC 2.0 over stdio.
+    pub mod codec;
+    pub mod process;
+    pub mod protocol;
+}
+pub mod artifacts;
+pub mod lifecycle;
+pub mod outbox;
+pub mod sim;
+pub mod worker;
+
+pub use worker::{WorkerConfig, WorkerError, run};

@@ -501,6 +501,7 @@ fn validate_sim(sim: &SimConfig) -> Result<(), String> {
     duration("boot_s", sim.boot_s)?;
     duration("reset_s", sim.reset_s)?;
     duration("evaluate_s", sim.evaluate_s)?;
+    duration("rate_limit_reset_s", sim.rate_limit_reset_s)?;
     for (name, [lo, hi]) in [("agent_s", sim.agent_s), ("cost_usd", sim.cost_usd)] {
         duration(name, lo)?;
         duration(name, hi)?;
@@ -521,6 +522,12 @@ fn validate_sim(sim: &SimConfig) -> Result<(), String> {
             SimFault::Kind(FailureKind::LeaseExpired) => {
                 return Err("faults.lease_expired: only the reaper writes it".into());
             }
+            SimFault::Kind(FailureKind::IdentityMismatch | FailureKind::Preflight) => {
+                return Err(format!(
+                    "faults.{}: a sim fault must be something a driver can do",
+                    fault_name(*fault)
+                ));
+            }
             SimFault::Status(s) if !s.is_scored() || *s == Status::Completed => {
                 return Err(format!(
                     "faults.{s}: a status fault must be timeout, max_turns, agent_error or violation"
@@ -538,10 +545,7 @@ fn validate_sim(sim: &SimConfig) -> Result<(), String> {
 }
 
 fn fault_name(f: SimFault) -> &'static str {
-    match f {
-        SimFault::Kind(k) => k.as_str(),
-        SimFault::Status(s) => s.as_str(),
-    }
+    f.name()
 }
 
 fn tasks(

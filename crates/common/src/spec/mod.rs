@@ -265,6 +265,8 @@ pub struct SimConfig {
     /// Cost of one trial, `[min, max]` USD.
     pub cost_usd: [f64; 2],
     pub turns: [u32; 2],
+    /// For an injected `rate_limit`: seconds from now until the provider's window resets.
+    pub rate_limit_reset_s: f64,
 }
 
 impl Default for SimConfig {
@@ -279,14 +281,41 @@ impl Default for SimConfig {
             faults: BTreeMap::new(),
             cost_usd: [0.0, 0.0],
             turns: [1, 10],
+            rate_limit_reset_s: 30.0,
         }
     }
 }
 
-/// A fault the sim driver can inject: an infra failure kind or an agent outcome.
+/// A fault the sim driver can inject: an infra failure kind, an agent outcome, or a
+/// misbehaviour of the driver process itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum SimFault {
     Kind(FailureKind),
     Status(Status),
+    Process(SimProcessFault),
+}
+
+/// Ways the sim driver process can misbehave, for fault tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SimProcessFault {
+    /// Never answer `run_agent` (the lane must kill it at the deadline).
+    Hang,
+    /// Print a line that is not JSON-RPC during `run_agent`.
+    Garbage,
+    /// Exit during `run_agent`.
+    Exit,
+}
+
+impl SimFault {
+    pub fn name(self) -> &'static str {
+        match self {
+            SimFault::Kind(k) => k.as_str(),
+            SimFault::Status(s) => s.as_str(),
+            SimFault::Process(SimProcessFault::Hang) => "hang",
+            SimFault::Process(SimProcessFault::Garbage) => "garbage",
+            SimFault::Process(SimProcessFault::Exit) => "exit",
+        }
+    }
 }

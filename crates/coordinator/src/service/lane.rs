@@ -130,7 +130,10 @@ impl LaneSvc {
             );
             let claimed = {
                 use tracing::Instrument;
-                s.store.claim(&c, req, s.now()).instrument(span.clone()).await
+                s.store
+                    .claim(&c, req, s.now())
+                    .instrument(span.clone())
+                    .await
             };
             match claimed {
                 Ok(ClaimOutcome::Assigned(mut a)) if !a.is_empty() => {

@@ -1,0 +1,102 @@
+//! `lanes worker`: runs N lanes on this host against a coordinator.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+
+use lanes_worker::WorkerConfig;
+
+use crate::exit::Code;
+
+#[derive(clap::Args, Debug)]
+pub(crate) struct Args {
+    /// The coordinator's address.
+    #[arg(
+        long,
+        env = "LANES_COORDINATOR",
+        default_value = "http://127.0.0.1:7700"
+    )]
+    coordinator: String,
+    /// Lanes (VM slots) on this host.
+    #[arg(long, default_value_t = 1)]
+    lanes: u32,
+    /// Where attempt records, driver stderr and the outbox live.
+    #[arg(long, env = "LANES_ARTIFACTS", default_value = "artifacts")]
+    artifacts: PathBuf,
+    /// The outbox directory [default: <artifacts>/.outbox].
+    #[arg(long)]
+    outbox: Option<PathBuf>,
+    /// Below this much free disk (GB) under --artifacts, no work is asked for.
+    #[arg(long)]
+    disk_floor_gb: Option<f64>,
+    /// Replace the campaign's driver command on this host (everything after it).
+    #[arg(long, num_args = 1.., allow_hyphen_values = true, value_terminator = "--")]
+    driver: Option<Vec<String>>,
+    /// The lane role's bearer token (prefer the env variable).
+    #[arg(long, env = "LANES_LANE_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// This worker's id [default: <host>-<pid>].
+    #[arg(long)]
+    worker_id: Option<String>,
+    /// This host's name, for anti-affinity [default: the machine's hostname].
+    #[arg(long, env = "LANES_HOST")]
+    host: Option<String>,
+    /// Serve only these arms (comma-separated); all when unset.
+    #[arg(long, value_delimiter = ',')]
+    arms: Vec<String>,
+    /// Seconds in-flight attempts may run after SIGTERM before they are cancelled.
+    #[arg(long, default_value_t = 30)]
+    shutdown_grace_s: u64,
+    /// Seconds an agent may take to stop after its timeout's cancel before its driver is
+    /// declared hung and restarted.
+    #[arg(long, default_value_t = 30)]
+    cancel_grace_s: u64,
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/etc/hostname")
+        .ok()
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "localhost".to_owned())
+}
+
+pub(crate) fn run(args: Args) -> anyhow::Result<Code> {
+    crate::logging::init();
+    let host = args.host.unwrap_or_else(hostname);
+    let worker_id = args
+        .worker_id
+        .unwrap_or_else(|| format!("{host}-{}", std::process::id()));
+    let exe = std::env::current_exe().context("cannot find the lanes binary for the sim driver")?;
+    let config = WorkerConfig {
+        coordinator: args.coordinator,
+        token: args.token,
+        worker_id,
+        host,
+        lanes: args.lanes.max(1),
+        outbox: args
+            .outbox
+            .unwrap_or_else(|| args.artifacts.join(".outbox")),
+        artifacts: args.artifacts,
+        driver_override: args.driver,
+        sim_command: vec![exe.display().to_string(), "driver".into(), "sim".into()],
+        disk_floor_gb: args.disk_floor_gb,
+        arms: args.arms,
+        shutdown_grace: Duration::from_secs(args.shutdown_grace_s),
+        cancel_grace: Duration::from_secs(args.cancel_grace_s),
+    };
+    let rt = tokio::runtime::Runtime::new()?;
+    rt.block_on(async move {
+        let shutdown = async {
+            use tokio::signal::unix::{SignalKind, signal};
+            let mut term = signal(SignalKind::terminate()).expect("sigterm handler");
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+        };
+        lanes_worker::run(config, shutdown).await?;
+        Ok::<_, anyhow::Error>(Code::Ok)
+    })
+}

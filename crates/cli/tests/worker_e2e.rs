@@ -1,0 +1,444 @@
+//! `lanes worker` end to end: real worker processes running the sim driver (`lanes driver
+//! sim`) against a real coordinator on a real redis-server.
+
+use std::collections::BTreeMap;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use lanes_common::ids::CampaignId;
+use lanes_common::policy::TrialHistory;
+use lanes_common::proto as pb;
+use lanes_common::row::{ExcludedReason, FailureKind, Row};
+use lanes_coordinator::store::{RedisOptions, RedisStore, Store, SystemClock};
+use lanes_tests::coordinator::{CLIENT_TOKEN, CoordinatorHandle, LANE_TOKEN};
+use lanes_tests::lane_client::{client, submit_request};
+use lanes_tests::redis_server::RedisServer;
+
+/// A worker process, killed on drop.
+struct Worker(Child);
+
+impl Worker {
+    fn start(coordinator: &str, artifacts: &std::path::Path, lanes: u32, host: &str) -> Self {
+        let child = Command::new(env!("CARGO_BIN_EXE_lanes"))
+            .args([
+                "worker",
+                "--coordinator",
+                coordinator,
+                "--lanes",
+                &lanes.to_string(),
+            ])
+            .arg("--artifacts")
+            .arg(artifacts)
+            .args([
+                "--host",
+                host,
+                "--cancel-grace-s",
+                "1",
+                "--shutdown-grace-s",
+                "5",
+            ])
+            .env("LANES_LANE_TOKEN", LANE_TOKEN)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start lanes worker");
+        Self(child)
+    }
+
+    fn kill9(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+struct Fleet {
+    redis: RedisServer,
+    store: Arc<dyn Store>,
+    coord: CoordinatorHandle,
+    dir: tempfile::TempDir,
+}
+
+async fn fleet() -> Fleet {
+    let redis = RedisServer::start();
+    let store: Arc<dyn Store> = Arc::new(
+        RedisStore::connect(&redis.url(), RedisOptions::default())
+            .await
+            .unwrap(),
+    );
+    let coord = CoordinatorHandle::start(store.clone(), Arc::new(SystemClock)).await;
+    Fleet {
+        redis,
+        store,
+        coord,
+        dir: tempfile::tempdir().unwrap(),
+    }
+}
+
+fn campaign_text(id: &str, tasks: usize, runs: u32, head: &str, sim: &str, retry: &str) -> String {
+    let mut t = format!(
+        "id = \"{id}\"\nphase1_runs = {runs}\nschedule_seed = 11\nlease_ttl_s = 4\npublish_grace_s = 5\n{head}\n[defaults]\ntimeout_s = 5\nmax_turns = 20\n[[arms]]\nid = \"a\"\nprovider = \"pa\"\n[[arms]]\nid = \"b\"\nprovider = \"pb\"\n[driver]\nsim = {{ {sim} }}\n[retry]\n{retry}\n[tasks]\nitems = [\n"
+    );
+    for i in 0..tasks {
+        t.push_str(&format!("  {{ id = \"T{i:03}\" }},\n"));
+    }
+    t.push_str("]\n");
+    t
+}
+
+/// Waits (bounded) until the campaign leaves `running`/`stopping`; returns its status.
+async fn wait_ended(url: &str, id: &str, within: Duration) -> pb::CampaignStatus {
+    let mut c = client(url, Some(CLIENT_TOKEN)).await;
+    let deadline = Instant::now() + within;
+    loop {
+        let st = c
+            .get(pb::GetRequest { id: id.into() })
+            .await
+            .unwrap()
+            .into_inner();
+        if st.state == pb::CampaignState::Done as i32
+            || st.state == pb::CampaignState::Stopped as i32
+        {
+            return st;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "campaign {id} did not end within {within:?}: {st:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn rows(store: &Arc<dyn Store>, id: &str) -> Vec<Row> {
+    store
+        .rows(&CampaignId::new(id).unwrap(), 0, usize::MAX)
+        .await
+        .unwrap()
+}
+
+fn by_trial(rows: &[Row]) -> BTreeMap<String, Vec<&Row>> {
+    let mut m: BTreeMap<String, Vec<&Row>> = BTreeMap::new();
+    for r in rows {
+        m.entry(r.trial_id.to_string()).or_default().push(r);
+    }
+    m
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_200_trial_campaign_with_every_fault_but_auth_reaches_done() {
+    let f = fleet().await;
+    let mut c = client(&f.coord.url(), Some(CLIENT_TOKEN)).await;
+    let sim = "agent_s = [0.0, 0.02], default_pass_rate = 0.6, rate_limit_reset_s = 1.0, cost_usd = [0.01, 0.02], faults = { boot_failed = 0.03, reset_unverified = 0.03, rate_limit = 0.03, overloaded = 0.03, guest_lost = 0.03, evaluator_error = 0.03, harness_error = 0.03, driver_crash = 0.02, garbage = 0.02, exit = 0.02, timeout = 0.03, max_turns = 0.02, agent_error = 0.03, violation = 0.02 }";
+    let text = campaign_text(
+        "faults",
+        50,
+        2,
+        "pairing = \"none\"",
+        sim,
+        "infra_backoff_s = 0\noverloaded_backoff_s = 0\nrate_limit_backoff_s = 1",
+    );
+    let r = c.submit(submit_request(&text)).await.unwrap().into_inner();
+    assert_eq!(r.trials, 200);
+    let _w1 = Worker::start(&f.coord.url(), &f.dir.path().join("w1"), 4, "host-1");
+    let _w2 = Worker::start(&f.coord.url(), &f.dir.path().join("w2"), 4, "host-2");
+    let st = wait_ended(&f.coord.url(), "faults", Duration::from_secs(180)).await;
+    assert_eq!(st.state, pb::CampaignState::Done as i32, "{st:?}");
+    assert_eq!(st.trials_final, 200);
+
+    let rows = rows(&f.store, "faults").await;
+    let trials = by_trial(&rows);
+    assert_eq!(trials.len(), 200);
+    let policy = lanes_common::spec::RetryPolicy {
+        infra_backoff_s: 0,
+        overloaded_backoff_s: 0,
+        rate_limit_backoff_s: 1,
+        ..Default::default()
+    };
+    let mut kinds_seen = std::collections::BTreeSet::new();
+    for (id, rs) in &trials {
+        let counted = rs.iter().filter(|r| r.counted).count();
+        let excluded = rs.iter().any(|r| r.is_final && r.excluded);
+        assert!(counted <= 1, "{id} counted {counted} times");
+        assert!(
+            counted == 1 || excluded,
+            "{id} is neither counted nor excluded"
+        );
+        for r in rs.iter() {
+            if let Some(k) = r.failure_kind {
+                kinds_seen.insert(k);
+            }
+        }
+        // Retried as the policy says: an exclusion comes only with its budget spent.
+        let h = TrialHistory::from_rows(rs.iter().copied());
+        if let Some(r) = rs.iter().find(|r| r.excluded) {
+            match r.excluded_reason.as_ref().unwrap() {
+                ExcludedReason::InfraFailure(FailureKind::Overloaded) => {
+                    assert_eq!(h.overloaded_used, policy.overloaded_retries + 1, "{id}")
+                }
+                ExcludedReason::InfraFailure(_) => {
+                    assert_eq!(h.infra_used, policy.infra_retries + 1, "{id}")
+                }
+                other => panic!("{id}: unexpected exclusion {other}"),
+            }
+        }
+        // Attempts without gaps.
+        let attempts: Vec<u32> = rs.iter().map(|r| r.attempt).collect();
+        let max = *attempts.iter().max().unwrap();
+        for a in 1..=max {
+            assert!(attempts.contains(&a), "{id}: attempt {a} has no row");
+        }
+    }
+    for k in [
+        FailureKind::BootFailed,
+        FailureKind::DriverCrash,
+        FailureKind::EvaluatorError,
+        FailureKind::RateLimit,
+    ] {
+        assert!(kinds_seen.contains(&k), "no {k} seen: {kinds_seen:?}");
+    }
+    // Every row carries the driver's identity when the driver answered initialize.
+    assert!(
+        rows.iter()
+            .filter(|r| r.status.is_scored())
+            .all(|r| r.driver.as_ref().is_some_and(|d| d.name == "lanes-sim"))
+    );
+    drop(f.redis);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_auth_failure_campaign_stops_with_stopped_auth() {
+    let f = fleet().await;
+    let mut c = client(&f.coord.url(), Some(CLIENT_TOKEN)).await;
+    let text = campaign_text(
+        "auth",
+        3,
+        1,
+        "pairing = \"none\"",
+        "faults = { auth = 1.0 }",
+        "auth_backoff_s = 0",
+    );
+    c.submit(submit_request(&text)).await.unwrap();
+    let _w = Worker::start(&f.coord.url(), f.dir.path(), 1, "h");
+    let st = wait_ended(&f.coord.url(), "auth", Duration::from_secs(60)).await;
+    assert_eq!(st.state, pb::CampaignState::Stopped as i32);
+    assert_eq!(st.stop_reason, pb::StopReason::Auth as i32);
+    let rows = rows(&f.store, "auth").await;
+    assert!(
+        rows.iter()
+            .all(|r| r.failure_kind == Some(FailureKind::Auth))
+    );
+    assert!(!rows.last().unwrap().is_final, "a resume retries it");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_run_group_runs_back_to_back_on_one_lane_in_slot_order() {
+    let f = fleet().await;
+    let mut c = client(&f.coord.url(), Some(CLIENT_TOKEN)).await;
+    let text = campaign_text(
+        "groups",
+        6,
+        2,
+        "pairing = \"group\"",
+        "agent_s = [0.01, 0.03]",
+        "",
+    );
+    c.submit(submit_request(&text)).await.unwrap();
+    let _w1 = Worker::start(&f.coord.url(), &f.dir.path().join("w1"), 2, "h1");
+    let _w2 = Worker::start(&f.coord.url(), &f.dir.path().join("w2"), 2, "h2");
+    let st = wait_ended(&f.coord.url(), "groups", Duration::from_secs(60)).await;
+    assert_eq!(st.state, pb::CampaignState::Done as i32);
+    let rows = rows(&f.store, "groups").await;
+    let mut groups: BTreeMap<(String, u32), Vec<&Row>> = BTreeMap::new();
+    for r in &rows {
+        groups
+            .entry((r.task.to_string(), r.run_index))
+            .or_default()
+            .push(r);
+    }
+    assert_eq!(groups.len(), 12);
+    for (g, rs) in groups {
+        assert_eq!(rs.len(), 2, "{g:?}");
+        assert!(rs.iter().all(|r| r.paired));
+        assert_eq!(
+            rs[0].lane, rs[1].lane,
+            "{g:?}: one lane runs the whole group"
+        );
+        // Slot order: the first arm of the run went first.
+        let first = lanes_common::schedule::arm_index(0, 0, 0, 2);
+        let _ = first;
+        assert!(
+            rs[0].started_utc <= rs[1].started_utc,
+            "{g:?}: back to back, in order"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_hung_driver_is_killed_at_its_deadline_and_the_next_attempt_gets_a_fresh_one() {
+    let f = fleet().await;
+    let mut c = client(&f.coord.url(), Some(CLIENT_TOKEN)).await;
+    let text = campaign_text(
+        "hang",
+        1,
+        1,
+        "pairing = \"none\"\n",
+        "faults = { hang = 1.0 }",
+        "infra_backoff_s = 0",
+    )
+    .replace("timeout_s = 5", "timeout_s = 1");
+    c.submit(submit_request(&text)).await.unwrap();
+    let _w = Worker::start(&f.coord.url(), f.dir.path(), 1, "h");
+    let st = wait_ended(&f.coord.url(), "hang", Duration::from_secs(60)).await;
+    assert_eq!(st.state, pb::CampaignState::Done as i32);
+    let rows = rows(&f.store, "hang").await;
+    let crashes: Vec<&Row> = rows
+        .iter()
+        .filter(|r| r.failure_kind == Some(FailureKind::DriverCrash))
+        .collect();
+    // Two trials (arms a and b), each tried twice: every attempt got a driver that answered
+    // boot and reset, so a hung driver never blocked the next attempt.
+    assert_eq!(crashes.len(), 4, "{rows:#?}");
+    assert!(
+        crashes.iter().all(|r| r
+            .error
+            .as_deref()
+            .is_some_and(|e| e.contains("deadline") || e.contains("run_agent"))),
+        "{crashes:#?}"
+    );
+    assert!(rows.iter().filter(|r| r.is_final).all(|r| r.excluded));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn kill9_mid_agent_retakes_the_trials_after_the_ttl_and_counts_nothing_twice() {
+    let f = fleet().await;
+    let mut c = client(&f.coord.url(), Some(CLIENT_TOKEN)).await;
+    let text = campaign_text(
+        "kill",
+        4,
+        1,
+        "pairing = \"none\"",
+        "agent_s = [1.5, 1.5]",
+        "infra_backoff_s = 0",
+    );
+    c.submit(submit_request(&text)).await.unwrap();
+    let mut w = Worker::start(&f.coord.url(), &f.dir.path().join("w1"), 2, "h1");
+    // Bounded wait until an attempt is in its agent phase, then kill the worker.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let st = c
+            .get(pb::GetRequest { id: "kill".into() })
+            .await
+            .unwrap()
+            .into_inner();
+        if st
+            .in_flight
+            .iter()
+            .any(|f| f.phase == pb::Phase::Agent as i32)
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no attempt reached the agent phase"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    w.kill9();
+    let _w2 = Worker::start(&f.coord.url(), &f.dir.path().join("w2"), 2, "h2");
+    let st = wait_ended(&f.coord.url(), "kill", Duration::from_secs(90)).await;
+    assert_eq!(st.state, pb::CampaignState::Done as i32);
+    let rows = rows(&f.store, "kill").await;
+    let trials = by_trial(&rows);
+    assert!(
+        rows.iter()
+            .any(|r| r.failure_kind == Some(FailureKind::LeaseExpired)),
+        "the killed attempts were reaped"
+    );
+    for (id, rs) in trials {
+        assert_eq!(rs.iter().filter(|r| r.counted).count(), 1, "{id}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn kill9_after_evaluate_before_the_ack_lands_once_after_the_restart() {
+    let f = fleet().await;
+    let mut c = client(&f.coord.url(), Some(CLIENT_TOKEN)).await;
+    let text = campaign_text(
+        "outbox",
+        1,
+        1,
+        "pairing = \"none\"",
+        "agent_s = [1.0, 1.0]",
+        "",
+    );
+    c.submit(submit_request(&text)).await.unwrap();
+    let artifacts = f.dir.path().join("w");
+    let mut w = Worker::start(&f.coord.url(), &artifacts, 1, "h1");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let first = loop {
+        let st = c
+            .get(pb::GetRequest {
+                id: "outbox".into(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        if let Some(fl) = st
+            .in_flight
+            .iter()
+            .find(|fl| fl.phase == pb::Phase::Agent as i32)
+        {
+            break fl.token.clone().unwrap();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no attempt reached the agent phase"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    // The coordinator goes away while the agent runs: the evaluated outcome can only reach
+    // the outbox. Then the worker dies with it unacknowledged.
+    let addr = f.coord.addr;
+    f.coord.shutdown().await;
+    let outbox = artifacts.join(".outbox");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::fs::read_dir(&outbox).map(|d| d.count()).unwrap_or(0) == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the outcome never reached the outbox"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    w.kill9();
+    let coord = CoordinatorHandle::start_on(
+        addr,
+        lanes_tests::coordinator::test_config(),
+        f.store.clone(),
+        Arc::new(SystemClock),
+    )
+    .await;
+    let _w2 = Worker::start(&coord.url(), &artifacts, 1, "h1");
+    let st = wait_ended(&coord.url(), "outbox", Duration::from_secs(60)).await;
+    assert_eq!(st.state, pb::CampaignState::Done as i32);
+    let rows = rows(&f.store, "outbox").await;
+    let mine: Vec<&Row> = rows
+        .iter()
+        .filter(|r| r.trial_id.as_str() == first.trial_id)
+        .collect();
+    assert_eq!(mine.iter().filter(|r| r.counted).count(), 1, "{mine:#?}");
+    assert!(
+        mine.iter().all(|r| r.attempt == 1),
+        "the trial was not run again: {mine:#?}"
+    );
+    assert!(
+        std::fs::read_dir(&outbox).unwrap().count() == 0,
+        "the outbox is empty once acknowledged"
+    );
+}

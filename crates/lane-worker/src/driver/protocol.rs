@@ -1,0 +1,221 @@
+//! The driver protocol (`lanes-driver/1`): JSON-RPC 2.0 over the driver's stdin/stdout, one
+//! JSON object per line. The lane sends requests (and the `cancel` notification); the driver
+//! answers each request by id and may send `progress` and `log` notifications at any time.
+//!
+//! These are the params and results of every method, shared by the lane's driver runtime and
+//! the built-in sim driver, so both sides agree by construction.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use lanes_common::row::{Check, DriverIdentity, QuotaReading, TokenUsage};
+
+/// The protocol name sent in `initialize`.
+pub const PROTOCOL: &str = "lanes-driver/1";
+/// The longest line either side may send, in bytes. Longer is a protocol error.
+pub const MAX_LINE_BYTES: usize = 1024 * 1024;
+
+/// Method names.
+pub mod method {
+    pub const INITIALIZE: &str = "initialize";
+    pub const BOOT: &str = "boot";
+    pub const RESET: &str = "reset";
+    pub const GATE: &str = "gate";
+    pub const RUN_AGENT: &str = "run_agent";
+    pub const EVALUATE: &str = "evaluate";
+    pub const HEALTH: &str = "health";
+    pub const TEARDOWN: &str = "teardown";
+    pub const SHUTDOWN: &str = "shutdown";
+    /// Notification from the lane: stop the running agent of this token.
+    pub const CANCEL: &str = "cancel";
+    /// Notifications from the driver.
+    pub const PROGRESS: &str = "progress";
+    pub const LOG: &str = "log";
+}
+
+/// `initialize` params.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InitializeParams {
+    pub protocol: String,
+    pub lane: String,
+    pub host: String,
+    /// The sim driver's config (JSON of `SimConfig`), when the campaign uses it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sim: Option<serde_json::Value>,
+}
+
+/// `initialize` result: the driver's identity, recorded in every row.
+pub type InitializeResult = DriverIdentity;
+
+/// The attempt every per-attempt call is about. `tag` labels any environment the driver
+/// creates, so a later `teardown` can find leftovers of a crashed lane.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AttemptRef {
+    pub campaign: String,
+    pub trial_id: String,
+    pub attempt: u32,
+    pub tag: String,
+}
+
+/// `boot` and `reset` params.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EnvParams {
+    pub attempt: AttemptRef,
+    pub task: String,
+    pub arm: String,
+    pub seed: u64,
+    /// The task payload, with `secret_payload_keys` included (the driver needs them).
+    pub payload: serde_json::Value,
+}
+
+/// `boot` and `reset` result.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct EnvResult {
+    /// Reset only: the environment was checked to be in its initial state.
+    #[serde(default)]
+    pub verified: bool,
+    /// A guest health URL the lane polls during the agent phase.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_url: Option<String>,
+}
+
+/// `gate` result: only an explicit `infeasible = true` skips the agent.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct GateResult {
+    #[serde(default)]
+    pub infeasible: bool,
+    #[serde(default)]
+    pub turns: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// `run_agent` params.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentParams {
+    pub attempt: AttemptRef,
+    pub task: String,
+    pub arm: String,
+    pub arm_config: serde_json::Value,
+    pub payload: serde_json::Value,
+    pub seed: u64,
+    pub timeout_s: u32,
+    pub max_turns: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_cost_usd: Option<f64>,
+}
+
+/// How the agent ended, in the driver's words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AgentStatus {
+    Completed,
+    Timeout,
+    MaxTurns,
+    AgentError,
+    Violation,
+    /// The harness or provider failed; `failure_kind` says how.
+    InfraError,
+    /// The agent stopped because the lane sent `cancel`.
+    Cancelled,
+}
+
+/// `run_agent` result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentResult {
+    pub status: AgentStatus,
+    /// For `infra_error`: a failure kind name (`rate_limit`, `overloaded`, `auth`,
+    /// `guest_lost`, `harness_error`, …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_kind: Option<String>,
+    /// For `rate_limit`: when the provider's window resets, epoch seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reset_epoch: Option<i64>,
+    /// The agent's own terminal reason, e.g. `budget_exhausted`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime_outcome: Option<String>,
+    /// The agent declared the task infeasible.
+    #[serde(default)]
+    pub infeasible: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub final_text: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turns: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<TokenUsage>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quota: Option<QuotaReading>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// `evaluate` result: the official evaluator's verdict.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EvaluateResult {
+    pub score: f64,
+    pub passed: bool,
+    #[serde(default)]
+    pub checks: Vec<Check>,
+}
+
+/// `health` result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HealthResult {
+    pub ok: bool,
+}
+
+/// `teardown` params: one attempt's environment, or (no tag) everything this lane's earlier
+/// processes left behind.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TeardownParams {
+    pub lane: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tag: Option<String>,
+}
+
+/// `cancel` notification params.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CancelParams {
+    pub tag: String,
+}
+
+/// `progress` notification params.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProgressParams {
+    #[serde(default)]
+    pub tag: String,
+    #[serde(default)]
+    pub turns: Option<u32>,
+    #[serde(default)]
+    pub message: Option<String>,
+}
+
+/// `log` notification params.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LogParams {
+    #[serde(default)]
+    pub level: String,
+    pub message: String,
+}
+
+/// JSON-RPC error codes the protocol uses.
+pub mod code {
+    pub const PARSE_ERROR: i64 = -32700;
+    pub const INVALID_REQUEST: i64 = -32600;
+    pub const METHOD_NOT_FOUND: i64 = -32601;
+    pub const INVALID_PARAMS: i64 = -32602;
+    /// The call failed in the driver; `data.failure_kind` may name the infra kind.
+    pub const DRIVER_ERROR: i64 = -32000;
+}
+
+/// The `data` of a driver error.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ErrorData {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_kind: Option<String>,
+    #[serde(default, flatten)]
+    pub extra: BTreeMap<String, serde_json::Value>,
+}

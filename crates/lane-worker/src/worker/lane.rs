@@ -1,0 +1,673 @@
+//! The Lane actor: one per VM slot. It runs one trial, or one run group back to back in slot
+//! order, by feeding the lifecycle machine and executing its effects. Driver calls run in
+//! spawned tasks whose results come back as messages, so the lane always answers cancel, ping
+//! and renewal news.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use serde_json::{Value, json};
+
+use lanes_common::ids::{CampaignId, Token};
+use lanes_common::proto as pb;
+use lanes_common::row::{DriverIdentity, FailureKind, Outcome, Phase, PhaseWalls, Status};
+use lanes_common::utc::format_rfc3339;
+
+use super::WorkerConfig;
+use super::supervisor::SupMsg;
+use crate::artifacts;
+use crate::driver::process::{DriverCommand, DriverError, DriverProcess};
+use crate::driver::protocol::{
+    self as proto, AgentParams, AgentResult, AttemptRef, EnvParams, EnvResult, EvaluateResult,
+    GateResult, InitializeParams, TeardownParams, method,
+};
+use crate::lifecycle::{Attempt, Effect, Event, ReleaseKind, Verdict};
+use crate::outbox::Entry;
+
+/// Deadlines of driver calls besides the agent's own timeout.
+const INIT_DEADLINE: Duration = Duration::from_secs(60);
+const ENV_DEADLINE: Duration = Duration::from_secs(600);
+const EVAL_DEADLINE: Duration = Duration::from_secs(300);
+
+pub(crate) enum LaneMsg {
+    Assign(pb::Assignment),
+    /// A result of a spawned driver call, for the attempt with this tag.
+    Event {
+        tag: String,
+        event: Event,
+    },
+    /// Renewal news from a heartbeat.
+    Renewal {
+        token: Token,
+        state: i32,
+    },
+    Ping(RpcReplyPort<()>),
+    /// Cancel whatever runs (worker shutdown past its grace).
+    CancelAll,
+    /// Start the next trial of the unit (or ask for work).
+    Next,
+}
+
+pub(crate) struct LaneActor {
+    pub(crate) name: String,
+    pub(crate) config: Arc<WorkerConfig>,
+    pub(crate) supervisor: ActorRef<SupMsg>,
+}
+
+/// The unit being run.
+struct Unit {
+    campaign: CampaignId,
+    driver: pb::DriverSpec,
+    gate: bool,
+    remaining: VecDeque<pb::AssignedTrial>,
+}
+
+/// The attempt being run.
+struct Current {
+    trial: pb::AssignedTrial,
+    token: Token,
+    tag: String,
+    machine: Attempt,
+    started_utc: String,
+    phase_started: Instant,
+    phase: Phase,
+    walls: PhaseWalls,
+    agent: Option<AgentResult>,
+    agent_timer: Option<tokio::task::JoinHandle<()>>,
+}
+
+pub(crate) struct LaneState {
+    driver: Option<Arc<DriverProcess>>,
+    /// The command the running driver was started from.
+    driver_key: Option<Vec<String>>,
+    identity: Option<DriverIdentity>,
+    unit: Option<Unit>,
+    current: Option<Current>,
+}
+
+fn tag_of(campaign: &CampaignId, token: &Token) -> String {
+    format!("{campaign}/{token}")
+}
+
+fn now_utc() -> String {
+    format_rfc3339(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0),
+    )
+}
+
+fn parse_json(s: &str) -> Value {
+    if s.is_empty() {
+        json!({})
+    } else {
+        serde_json::from_str(s).unwrap_or(json!({}))
+    }
+}
+
+impl LaneActor {
+    /// The command for a driver spec on this host.
+    fn command(&self, spec: &pb::DriverSpec) -> Vec<String> {
+        if let Some(cmd) = &self.config.driver_override {
+            return cmd.clone();
+        }
+        if spec.command.is_empty() {
+            return self.config.sim_command.clone();
+        }
+        spec.command.clone()
+    }
+
+    /// Starts (or reuses) the driver for this unit and initializes it.
+    async fn ensure_driver(
+        &self,
+        state: &mut LaneState,
+        spec: &pb::DriverSpec,
+    ) -> Result<Arc<DriverProcess>, DriverError> {
+        let cmd = self.command(spec);
+        if let (Some(d), Some(key)) = (&state.driver, &state.driver_key)
+            && d.is_alive()
+            && *key == cmd
+        {
+            return Ok(d.clone());
+        }
+        if let Some(old) = state.driver.take() {
+            old.kill().await;
+        }
+        let env: Vec<(String, String)> = spec
+            .env
+            .iter()
+            .map(|(k, v)| {
+                let value = match v.strip_prefix('$') {
+                    Some(name) => std::env::var(name).unwrap_or_default(),
+                    None => v.clone(),
+                };
+                (k.clone(), value)
+            })
+            .collect();
+        let command = DriverCommand {
+            program: cmd[0].clone(),
+            args: cmd[1..].to_vec(),
+            cwd: None,
+            env,
+        };
+        let driver = Arc::new(DriverProcess::spawn(&command).await?);
+        let sim = (!spec.sim_json.is_empty()).then(|| parse_json(&spec.sim_json));
+        let identity: DriverIdentity = driver
+            .call(
+                method::INITIALIZE,
+                &InitializeParams {
+                    protocol: proto::PROTOCOL.into(),
+                    lane: self.name.clone(),
+                    host: self.config.host.clone(),
+                    sim,
+                },
+                INIT_DEADLINE,
+            )
+            .await?;
+        // No orphans: whatever an earlier process of this lane left behind goes first.
+        let _: Value = driver
+            .call(
+                method::TEARDOWN,
+                &TeardownParams {
+                    lane: self.name.clone(),
+                    tag: None,
+                },
+                ENV_DEADLINE,
+            )
+            .await
+            .unwrap_or(Value::Null);
+        state.identity = Some(identity);
+        state.driver = Some(driver.clone());
+        state.driver_key = Some(cmd);
+        Ok(driver)
+    }
+
+    fn attempt_ref(&self, unit: &Unit, cur: &Current) -> AttemptRef {
+        AttemptRef {
+            campaign: unit.campaign.to_string(),
+            trial_id: cur.token.trial_id.to_string(),
+            attempt: cur.token.attempt,
+            tag: cur.tag.clone(),
+        }
+    }
+
+    /// Starts the next trial of the unit, or reports the lane idle.
+    async fn next_trial(&self, myself: &ActorRef<LaneMsg>, state: &mut LaneState) {
+        let Some(unit) = state.unit.as_mut() else {
+            let _ = self.supervisor.cast(SupMsg::WantWork(self.name.clone()));
+            return;
+        };
+        let Some(trial) = unit.remaining.pop_front() else {
+            state.unit = None;
+            let _ = self.supervisor.cast(SupMsg::WantWork(self.name.clone()));
+            return;
+        };
+        let Some(token) = trial.token.clone().and_then(|t| Token::try_from(t).ok()) else {
+            tracing::error!("assignment without a valid token");
+            let _ = myself.cast(LaneMsg::Next);
+            return;
+        };
+        let tag = tag_of(&unit.campaign, &token);
+        let gate = unit.gate;
+        let cur = Current {
+            trial,
+            token,
+            tag,
+            machine: Attempt::new(gate),
+            started_utc: now_utc(),
+            phase_started: Instant::now(),
+            phase: Phase::Admit,
+            walls: PhaseWalls::default(),
+            agent: None,
+            agent_timer: None,
+        };
+        let effects = cur.machine.start();
+        state.current = Some(cur);
+        self.run_effects(myself, state, effects).await;
+    }
+
+    async fn run_effects(
+        &self,
+        myself: &ActorRef<LaneMsg>,
+        state: &mut LaneState,
+        effects: Vec<Effect>,
+    ) {
+        for effect in effects {
+            self.run_effect(myself, state, effect).await;
+        }
+    }
+
+    fn record_wall(cur: &mut Current) {
+        let s = cur.phase_started.elapsed().as_secs_f64();
+        let w = &mut cur.walls;
+        match cur.phase {
+            Phase::Assigned | Phase::Admit => w.admit_s += s,
+            Phase::Boot => w.boot_s += s,
+            Phase::Reset => w.reset_s += s,
+            Phase::Gate => w.gate_s += s,
+            Phase::Agent => w.agent_s += s,
+            Phase::Evaluate => w.evaluate_s += s,
+            Phase::Publish => w.publish_s += s,
+        }
+        cur.phase_started = Instant::now();
+    }
+
+    /// Spawns a driver call whose result comes back as an event.
+    fn spawn_call<F>(&self, myself: &ActorRef<LaneMsg>, tag: String, fut: F)
+    where
+        F: std::future::Future<Output = Event> + Send + 'static,
+    {
+        let me = myself.clone();
+        tokio::spawn(async move {
+            let event = fut.await;
+            let _ = me.cast(LaneMsg::Event { tag, event });
+        });
+    }
+
+    async fn run_effect(&self, myself: &ActorRef<LaneMsg>, state: &mut LaneState, effect: Effect) {
+        let (Some(unit), Some(cur)) = (state.unit.as_ref(), state.current.as_ref()) else {
+            return;
+        };
+        let tag = cur.tag.clone();
+        let campaign = unit.campaign.clone();
+        match effect {
+            Effect::EnterPhase(p) => {
+                if let Some(cur) = state.current.as_mut() {
+                    Self::record_wall(cur);
+                    cur.phase = p;
+                    let _ = self.supervisor.cast(SupMsg::Phase {
+                        campaign: campaign.clone(),
+                        token: cur.token.clone(),
+                        phase: p,
+                    });
+                }
+            }
+            Effect::WriteAttemptRecord => {
+                let spec = unit.driver.clone();
+                let event = self.admit(state, &spec).await;
+                let _ = myself.cast(LaneMsg::Event { tag, event });
+            }
+            Effect::Boot | Effect::Reset => {
+                let Some(driver) = state.driver.clone() else {
+                    return;
+                };
+                let params = self.env_params(unit, cur);
+                let is_boot = effect == Effect::Boot;
+                self.spawn_call(myself, tag, async move {
+                    let m = if is_boot { method::BOOT } else { method::RESET };
+                    match driver.call::<_, EnvResult>(m, &params, ENV_DEADLINE).await {
+                        Ok(r) if is_boot => {
+                            let _ = r;
+                            Event::Booted
+                        }
+                        Ok(r) => Event::Reset {
+                            verified: r.verified,
+                        },
+                        Err(e) if e.is_crash() => Event::DriverCrashed {
+                            reason: e.to_string(),
+                        },
+                        Err(e) if is_boot => Event::BootFailed {
+                            reason: e.to_string(),
+                        },
+                        Err(e) => Event::ResetFailed {
+                            reason: e.to_string(),
+                        },
+                    }
+                });
+            }
+            Effect::Gate => {
+                let Some(driver) = state.driver.clone() else {
+                    return;
+                };
+                let params = self.env_params(unit, cur);
+                self.spawn_call(myself, tag, async move {
+                    match driver
+                        .call::<_, GateResult>(method::GATE, &params, ENV_DEADLINE)
+                        .await
+                    {
+                        Ok(r) => Event::GateAnswered {
+                            infeasible: r.infeasible,
+                            turns: r.turns,
+                        },
+                        Err(e) if e.is_crash() => Event::DriverCrashed {
+                            reason: e.to_string(),
+                        },
+                        Err(e) => Event::GateFailed {
+                            reason: e.to_string(),
+                        },
+                    }
+                });
+            }
+            Effect::StartAgent => {
+                let Some(driver) = state.driver.clone() else {
+                    return;
+                };
+                let t = &cur.trial;
+                let timeout = Duration::from_secs(u64::from(t.timeout_s));
+                let slack = self.config.cancel_grace;
+                let params = AgentParams {
+                    attempt: self.attempt_ref(unit, cur),
+                    task: t.task.clone(),
+                    arm: t.arm.clone(),
+                    arm_config: parse_json(&t.arm_config_json),
+                    payload: parse_json(&t.payload_json),
+                    seed: t.seed,
+                    timeout_s: t.timeout_s,
+                    max_turns: t.max_turns.saturating_sub(cur.machine.gate_turns),
+                    max_cost_usd: t.max_cost_usd,
+                };
+                self.spawn_call(myself, tag.clone(), async move {
+                    match driver
+                        .call::<_, AgentResult>(method::RUN_AGENT, &params, timeout + slack)
+                        .await
+                    {
+                        Ok(r) => Event::AgentFinished(r),
+                        Err(e) => Event::DriverCrashed {
+                            reason: e.to_string(),
+                        },
+                    }
+                });
+                let me = myself.clone();
+                let timer = tokio::spawn(async move {
+                    tokio::time::sleep(timeout).await;
+                    let _ = me.cast(LaneMsg::Event {
+                        tag,
+                        event: Event::TaskTimeout,
+                    });
+                });
+                if let Some(cur) = state.current.as_mut() {
+                    cur.agent_timer = Some(timer);
+                }
+            }
+            Effect::CancelAgent => {
+                if let Some(driver) = &state.driver {
+                    driver.notify(method::CANCEL, &proto::CancelParams { tag });
+                }
+            }
+            // The guest-health watchdog needs a health URL from boot or reset; drivers that
+            // give none (the sim) have nothing to watch.
+            Effect::StartWatchdog | Effect::StopWatchdog => {}
+            Effect::Evaluate => {
+                let Some(driver) = state.driver.clone() else {
+                    return;
+                };
+                let params = self.env_params(unit, cur);
+                self.spawn_call(myself, tag, async move {
+                    match driver
+                        .call::<_, EvaluateResult>(method::EVALUATE, &params, EVAL_DEADLINE)
+                        .await
+                    {
+                        Ok(r) => Event::Evaluated {
+                            score: r.score,
+                            passed: r.passed,
+                            checks: r.checks,
+                        },
+                        Err(e) if e.is_crash() => Event::DriverCrashed {
+                            reason: e.to_string(),
+                        },
+                        Err(e) => Event::EvaluateFailed {
+                            reason: e.to_string(),
+                        },
+                    }
+                });
+            }
+            Effect::Publish(verdict) => {
+                let outcome = self.outcome(state, verdict);
+                let entry = Box::new(Entry { campaign, outcome });
+                let published = ractor::call!(self.supervisor, SupMsg::Publish, entry);
+                if let Err(e) = published {
+                    tracing::error!(error = %e, "could not hand the outcome to the supervisor");
+                }
+                self.finish(myself, state).await;
+            }
+            Effect::Release(kind) => {
+                let (reason, failure_kind) = match kind {
+                    ReleaseKind::Cancelled => (pb::ReleaseReason::Cancelled, 0),
+                    ReleaseKind::Blocked(k) => {
+                        (pb::ReleaseReason::Blocked, pb::FailureKind::from(k) as i32)
+                    }
+                };
+                let _ = self.supervisor.cast(SupMsg::Release(pb::Release {
+                    token: Some(pb::Token::from(&cur.token)),
+                    reason: reason as i32,
+                    detail: String::new(),
+                    campaign: campaign.to_string(),
+                    failure_kind,
+                    lane: self.name.clone(),
+                }));
+                self.finish(myself, state).await;
+            }
+            Effect::Abandon => {
+                tracing::warn!(lane = %self.name, trial = %cur.token, "lease lost before evaluate: attempt abandoned");
+                self.finish(myself, state).await;
+            }
+            Effect::RestartDriver => {
+                if let Some(d) = state.driver.take() {
+                    d.kill().await;
+                }
+                state.driver_key = None;
+            }
+        }
+    }
+
+    fn env_params(&self, unit: &Unit, cur: &Current) -> EnvParams {
+        EnvParams {
+            attempt: self.attempt_ref(unit, cur),
+            task: cur.trial.task.clone(),
+            arm: cur.trial.arm.clone(),
+            seed: cur.trial.seed,
+            payload: parse_json(&cur.trial.payload_json),
+        }
+    }
+
+    /// Writes the attempt record, starts the driver and checks identity pins.
+    async fn admit(&self, state: &mut LaneState, spec: &pb::DriverSpec) -> Event {
+        let (Some(unit), Some(cur)) = (state.unit.as_ref(), state.current.as_ref()) else {
+            return Event::PreflightFailed {
+                kind: FailureKind::Preflight,
+                reason: "no attempt".into(),
+            };
+        };
+        let dir = match artifacts::attempt_dir(&self.config.artifacts, &unit.campaign, &cur.token) {
+            Ok(d) => d,
+            Err(e) => {
+                return Event::PreflightFailed {
+                    kind: FailureKind::Preflight,
+                    reason: e.to_string(),
+                };
+            }
+        };
+        let record = json!({
+            "campaign": unit.campaign,
+            "trial_id": cur.token.trial_id,
+            "attempt": cur.token.attempt,
+            "lane": self.name,
+            "host": self.config.host,
+            "worker": self.config.worker_id,
+            "started_utc": cur.started_utc,
+            "task": cur.trial.task,
+            "arm": cur.trial.arm,
+            "seed": cur.trial.seed,
+            "traceparent": cur.trial.traceparent,
+            "payload": artifacts::redact(&parse_json(&cur.trial.payload_json), &spec.secret_payload_keys),
+        });
+        if let Err(e) = artifacts::write_record(&dir, &record) {
+            return Event::PreflightFailed {
+                kind: FailureKind::Preflight,
+                reason: format!("attempt record: {e}"),
+            };
+        }
+        let driver = match self.ensure_driver(state, spec).await {
+            Ok(d) => d,
+            Err(e) => {
+                return Event::PreflightFailed {
+                    kind: FailureKind::Preflight,
+                    reason: format!("driver: {e}"),
+                };
+            }
+        };
+        driver.set_stderr_file(Some(dir.join("driver.stderr")));
+        if let Some(id) = &state.identity {
+            for (k, want) in &spec.expect {
+                let got = id.pins.get(k);
+                if got != Some(want) {
+                    return Event::PreflightFailed {
+                        kind: FailureKind::IdentityMismatch,
+                        reason: format!(
+                            "pin {k}: expected {want}, driver has {}",
+                            got.map_or("none", |g| g.as_str())
+                        ),
+                    };
+                }
+            }
+        }
+        Event::Admitted
+    }
+
+    fn outcome(&self, state: &mut LaneState, v: Verdict) -> Outcome {
+        let cur = state.current.as_mut().expect("an attempt is running");
+        Self::record_wall(cur);
+        let mut o = Outcome::new(cur.token.clone(), &self.name, &self.config.host, v.status);
+        o.worker = self.config.worker_id.clone();
+        o.driver = state.identity.clone();
+        o.failure_kind = v.failure_kind;
+        o.score = v.score;
+        o.passed = v.passed;
+        o.checks = v.checks;
+        o.infeasible_source = v.infeasible_source;
+        o.lease_lost = v.lease_lost;
+        o.error = v.error;
+        o.walls = cur.walls;
+        o.started_utc = Some(cur.started_utc.clone());
+        o.ended_utc = Some(now_utc());
+        if let Some(a) = v.agent.or_else(|| cur.agent.take()) {
+            o.reset_epoch = a.reset_epoch;
+            o.runtime_outcome = a.runtime_outcome;
+            o.final_text = a.final_text;
+            o.turns = a.turns.map(|t| t + v.gate_turns);
+            o.tokens = a.tokens;
+            o.cost_usd = a.cost_usd;
+            o.quota = a.quota;
+        }
+        if o.status != Status::InfraError {
+            o.failure_kind = None;
+        }
+        o
+    }
+
+    async fn finish(&self, myself: &ActorRef<LaneMsg>, state: &mut LaneState) {
+        if let Some(cur) = state.current.take() {
+            if let Some(t) = cur.agent_timer {
+                t.abort();
+            }
+            let _ = self.supervisor.cast(SupMsg::Finished { token: cur.token });
+        }
+        // A message, not a call: the next trial starts from a fresh handler.
+        let _ = myself.cast(LaneMsg::Next);
+    }
+}
+
+impl Actor for LaneActor {
+    type Msg = LaneMsg;
+    type State = LaneState;
+    type Arguments = ();
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<LaneMsg>,
+        _args: (),
+    ) -> Result<LaneState, ActorProcessingErr> {
+        Ok(LaneState {
+            driver: None,
+            driver_key: None,
+            identity: None,
+            unit: None,
+            current: None,
+        })
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<LaneMsg>,
+        state: &mut LaneState,
+    ) -> Result<(), ActorProcessingErr> {
+        if let Some(d) = state.driver.take() {
+            d.kill().await;
+        }
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<LaneMsg>,
+        msg: LaneMsg,
+        state: &mut LaneState,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            LaneMsg::Ping(reply) => {
+                let _ = reply.send(());
+            }
+            LaneMsg::Assign(a) => {
+                if state.unit.is_some() {
+                    tracing::error!(lane = %self.name, "assignment while busy refused");
+                    return Ok(());
+                }
+                let Ok(campaign) = CampaignId::new(a.campaign.clone()) else {
+                    return Ok(());
+                };
+                state.unit = Some(Unit {
+                    campaign,
+                    driver: a.driver.unwrap_or_default(),
+                    gate: a.gate,
+                    remaining: a.trials.into(),
+                });
+                self.next_trial(&myself, state).await;
+            }
+            LaneMsg::Event { tag, event } => {
+                let Some(cur) = state.current.as_mut() else {
+                    return Ok(());
+                };
+                if cur.tag != tag {
+                    // News about an attempt that already ended.
+                    return Ok(());
+                }
+                if let Event::AgentFinished(r) = &event {
+                    cur.agent = Some(r.clone());
+                }
+                let effects = cur.machine.next(event);
+                self.run_effects(&myself, state, effects).await;
+            }
+            LaneMsg::Renewal { token, state: st } => {
+                let Some(cur) = state.current.as_mut() else {
+                    return Ok(());
+                };
+                if cur.token != token {
+                    // A later trial of the group: it has not started; its lease news is
+                    // handled when it does (the store answers its own renewals).
+                    return Ok(());
+                }
+                let event = match st {
+                    s if s == pb::RenewState::Lost as i32 => Event::LeaseLost,
+                    s if s == pb::RenewState::Cancel as i32 => Event::CancelRequested,
+                    _ => return Ok(()),
+                };
+                let effects = cur.machine.next(event);
+                self.run_effects(&myself, state, effects).await;
+            }
+            LaneMsg::Next => self.next_trial(&myself, state).await,
+            LaneMsg::CancelAll => {
+                if let Some(u) = state.unit.as_mut() {
+                    u.remaining.clear();
+                }
+                if let Some(cur) = state.current.as_mut() {
+                    let effects = cur.machine.next(Event::CancelRequested);
+                    self.run_effects(&myself, state, effects).await;
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,96 @@
+//! The worker process: a [`supervisor`] actor that owns the coordinator session and the
+//! outbox, and one [`lane`] actor per VM slot that runs attempts through the pure lifecycle.
+
+pub(crate) mod lane;
+pub(crate) mod session;
+pub(crate) mod supervisor;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// How a worker runs.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// The coordinator, e.g. `http://127.0.0.1:7700`.
+    pub coordinator: String,
+    /// The lane role's bearer token. Never logged.
+    pub token: Option<String>,
+    pub worker_id: String,
+    pub host: String,
+    pub lanes: u32,
+    pub artifacts: PathBuf,
+    /// The outbox directory (default `<artifacts>/.outbox`).
+    pub outbox: PathBuf,
+    /// Replaces the campaign's driver command on this host.
+    pub driver_override: Option<Vec<String>>,
+    /// The command that runs the built-in sim driver (normally `lanes driver sim`).
+    pub sim_command: Vec<String>,
+    /// Below this much free disk under `artifacts`, no work credits are sent.
+    pub disk_floor_gb: Option<f64>,
+    /// The arms this worker serves; empty means all.
+    pub arms: Vec<String>,
+    /// How long in-flight attempts may run after SIGTERM before they are cancelled.
+    pub shutdown_grace: Duration,
+    /// How long an agent may take to stop after `cancel` (at its timeout) before the driver
+    /// is declared hung, killed and restarted.
+    pub cancel_grace: Duration,
+}
+
+/// Why the worker could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    #[error("cannot start the worker: {0}")]
+    Start(String),
+}
+
+/// Runs the worker until `shutdown` resolves, then stops asking for work, lets in-flight
+/// attempts finish up to the grace period, cancels the rest (the store records `cancelled`),
+/// flushes the outbox and shuts the drivers down.
+pub async fn run(
+    config: WorkerConfig,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<(), WorkerError> {
+    use ractor::Actor;
+    let config = std::sync::Arc::new(config);
+    let (sup, handle) = Actor::spawn(
+        Some(format!("worker:{}", config.worker_id)),
+        supervisor::Supervisor {
+            config: config.clone(),
+        },
+        (),
+    )
+    .await
+    .map_err(|e| WorkerError::Start(e.to_string()))?;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let session = tokio::spawn(session::run(config.clone(), sup.clone(), stop_rx));
+    shutdown.await;
+    tracing::info!("shutting down: no new work; in-flight attempts may finish");
+    let _ = sup.cast(supervisor::SupMsg::Drain);
+    let pending =
+        || async { ractor::call_t!(sup, supervisor::SupMsg::Pending, 2_000).unwrap_or((0, 0)) };
+    let grace = tokio::time::Instant::now() + config.shutdown_grace;
+    while pending().await.0 > 0 && tokio::time::Instant::now() < grace {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    if pending().await.0 > 0 {
+        tracing::warn!("grace period over: cancelling in-flight attempts");
+        let _ = sup.cast(supervisor::SupMsg::CancelAll);
+    }
+    let flush = tokio::time::Instant::now() + Duration::from_secs(10);
+    while pending().await != (0, 0) && tokio::time::Instant::now() < flush {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (left, unacked) = pending().await;
+    if left + unacked > 0 {
+        tracing::warn!(
+            in_flight = left,
+            unacknowledged = unacked,
+            "stopping with work outstanding; the outbox is replayed at the next start"
+        );
+    }
+    let _ = stop_tx.send(true);
+    let _ = session.await;
+    sup.stop(None);
+    let _ = handle.await;
+    Ok(())
+}

@@ -1,0 +1,442 @@
+//! The WorkerSupervisor actor: owns the coordinator session, the outbox and the lanes.
+//!
+//! - Each idle lane is one work credit; the coordinator answers each with one assignment or
+//!   "no work, retry after".
+//! - Heartbeats carry only the tokens of lanes that answered a liveness ping, so a wedged lane
+//!   loses its leases instead of holding them forever.
+//! - Every outcome goes to the outbox (fsynced) before it is sent, and leaves it only on
+//!   OutcomeAck. The outbox is replayed on every (re)connect.
+//! - A lane that crashes is restarted; its in-flight tokens are left to expire, and the store
+//!   retries them.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
+use tokio::sync::mpsc;
+
+use lanes_common::ids::{CampaignId, Token};
+use lanes_common::proto as pb;
+use lanes_common::proto::coordinator_message::Msg as Out;
+use lanes_common::proto::worker_message::Msg as In;
+use lanes_common::row::Phase;
+
+use super::WorkerConfig;
+use super::lane::{LaneActor, LaneMsg};
+use crate::outbox::{Entry, Outbox};
+
+/// How often in-flight tokens are renewed (the lease TTL is at least 3 s).
+const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
+/// How long a lane has to answer a liveness ping.
+const PING_TIMEOUT: Duration = Duration::from_millis(500);
+
+pub(crate) enum SupMsg {
+    Connected(mpsc::Sender<pb::WorkerMessage>),
+    Disconnected,
+    Inbound(pb::CoordinatorMessage),
+    WantWork(String),
+    Phase {
+        campaign: CampaignId,
+        token: Token,
+        phase: Phase,
+    },
+    /// Write to the outbox, then send; the reply comes after the fsync.
+    Publish(Box<Entry>, RpcReplyPort<()>),
+    Release(pb::Release),
+    Finished {
+        token: Token,
+    },
+    Tick,
+    /// Stop asking for work (shutdown).
+    Drain,
+    /// How many attempts are in flight and outcomes unacknowledged.
+    Pending(RpcReplyPort<(usize, usize)>),
+    CancelAll,
+}
+
+pub(crate) struct Supervisor {
+    pub(crate) config: Arc<WorkerConfig>,
+}
+
+struct InFlight {
+    campaign: CampaignId,
+    lane: String,
+    phase: Phase,
+}
+
+pub(crate) struct SupState {
+    tx: Option<mpsc::Sender<pb::WorkerMessage>>,
+    outbox: Outbox,
+    lanes: BTreeMap<String, ActorRef<LaneMsg>>,
+    /// Lanes waiting for a work answer or ready to ask.
+    idle: BTreeSet<String>,
+    in_flight: BTreeMap<Token, InFlight>,
+    draining: bool,
+}
+
+impl Supervisor {
+    async fn send(state: &mut SupState, m: In) -> bool {
+        match &state.tx {
+            Some(tx) => tx.send(pb::WorkerMessage { msg: Some(m) }).await.is_ok(),
+            None => false,
+        }
+    }
+
+    fn disk_ok(&self) -> bool {
+        let Some(floor) = self.config.disk_floor_gb else {
+            return true;
+        };
+        match free_gb(&self.config.artifacts) {
+            Some(free) if free < floor => {
+                tracing::warn!(
+                    free_gb = free,
+                    floor_gb = floor,
+                    "below the disk floor: no work credits sent"
+                );
+                false
+            }
+            _ => true,
+        }
+    }
+
+    async fn ask_work(&self, state: &mut SupState, lane: String) {
+        if state.draining {
+            return;
+        }
+        if !self.disk_ok() {
+            return;
+        }
+        Self::send(
+            state,
+            In::WorkRequest(pb::WorkRequest {
+                lane,
+                exclude_campaigns: Vec::new(),
+            }),
+        )
+        .await;
+    }
+
+    async fn replay(&self, state: &mut SupState) {
+        match state.outbox.pending() {
+            Ok(entries) => {
+                for e in entries {
+                    tracing::info!(trial = %e.outcome.token, "replaying an unacknowledged outcome");
+                    let mut o = pb::Outcome::from(e.outcome);
+                    o.campaign = e.campaign.to_string();
+                    Self::send(state, In::Outcome(o)).await;
+                }
+            }
+            Err(e) => tracing::error!(error = %e, "cannot read the outbox"),
+        }
+    }
+
+    async fn heartbeat(&self, state: &mut SupState) {
+        if state.in_flight.is_empty() {
+            return;
+        }
+        let mut alive = BTreeSet::new();
+        for (name, lane) in &state.lanes {
+            if ractor::call_t!(lane, LaneMsg::Ping, PING_TIMEOUT.as_millis() as u64).is_ok() {
+                alive.insert(name.clone());
+            }
+        }
+        let tokens: Vec<pb::TokenPhase> = state
+            .in_flight
+            .iter()
+            .filter(|(_, f)| alive.contains(&f.lane))
+            .map(|(t, f)| pb::TokenPhase {
+                token: Some(pb::Token::from(t)),
+                phase: pb::Phase::from(f.phase) as i32,
+                campaign: f.campaign.to_string(),
+            })
+            .collect();
+        if !tokens.is_empty() {
+            Self::send(state, In::Heartbeat(pb::Heartbeat { tokens })).await;
+        }
+    }
+
+    fn route_renewals(state: &SupState, renewals: Vec<pb::TokenRenewal>) {
+        for r in renewals {
+            let Some(t) = r.token.and_then(|t| Token::try_from(t).ok()) else {
+                continue;
+            };
+            if r.state == pb::RenewState::Renewed as i32 {
+                continue;
+            }
+            if let Some(f) = state.in_flight.get(&t)
+                && let Some(lane) = state.lanes.get(&f.lane)
+            {
+                let _ = lane.cast(LaneMsg::Renewal {
+                    token: t,
+                    state: r.state,
+                });
+            }
+        }
+    }
+
+    async fn inbound(&self, myself: &ActorRef<SupMsg>, state: &mut SupState, m: Out) {
+        match m {
+            Out::Registered(_) => {
+                // Re-announce what is in flight, then replay, then ask for work.
+                let in_flight: Vec<pb::TokenPhase> = state
+                    .in_flight
+                    .iter()
+                    .map(|(t, f)| pb::TokenPhase {
+                        token: Some(pb::Token::from(t)),
+                        phase: pb::Phase::from(f.phase) as i32,
+                        campaign: f.campaign.to_string(),
+                    })
+                    .collect();
+                if !in_flight.is_empty() {
+                    Self::send(state, In::Reconnect(pb::Reconnect { in_flight })).await;
+                }
+                self.replay(state).await;
+                for lane in state.idle.clone() {
+                    self.ask_work(state, lane).await;
+                }
+            }
+            Out::Assignment(a) => {
+                let Ok(campaign) = CampaignId::new(a.campaign.clone()) else {
+                    return;
+                };
+                state.idle.remove(&a.lane);
+                for t in &a.trials {
+                    if let Some(tok) = t.token.clone().and_then(|t| Token::try_from(t).ok()) {
+                        state.in_flight.insert(
+                            tok,
+                            InFlight {
+                                campaign: campaign.clone(),
+                                lane: a.lane.clone(),
+                                phase: Phase::Assigned,
+                            },
+                        );
+                    }
+                }
+                match state.lanes.get(&a.lane) {
+                    Some(lane) => {
+                        let _ = lane.cast(LaneMsg::Assign(a));
+                    }
+                    None => tracing::error!(lane = %a.lane, "assignment for an unknown lane"),
+                }
+            }
+            Out::NoWork(w) => {
+                let me = myself.clone();
+                let after = Duration::from_millis(w.retry_after_ms.clamp(50, 30_000));
+                tracing::debug!(lane = %w.lane, reason = %w.reason, "no work");
+                tokio::spawn(async move {
+                    tokio::time::sleep(after).await;
+                    let _ = me.cast(SupMsg::WantWork(w.lane));
+                });
+            }
+            Out::HeartbeatAck(a) => Self::route_renewals(state, a.tokens),
+            Out::ReconnectAck(a) => Self::route_renewals(state, a.tokens),
+            Out::Cancel(c) => Self::route_renewals(
+                state,
+                vec![pb::TokenRenewal {
+                    token: c.token,
+                    state: pb::RenewState::Cancel as i32,
+                    campaign: c.campaign,
+                }],
+            ),
+            Out::OutcomeAck(a) => {
+                if let (Ok(c), Some(Ok(t))) = (
+                    CampaignId::new(a.campaign.clone()),
+                    a.token.map(Token::try_from),
+                ) && let Err(e) = state.outbox.remove(&c, &t)
+                {
+                    tracing::error!(error = %e, "cannot remove an acknowledged outcome");
+                }
+            }
+            Out::OutcomeError(e) => {
+                tracing::warn!(reason = %e.reason, retryable = e.retryable, "outcome not committed; kept in the outbox");
+                // The whole outbox is replayed after the hint; the store dedupes per token.
+                let me = myself.clone();
+                let after = Duration::from_millis(e.retry_after_ms.clamp(100, 30_000));
+                tokio::spawn(async move {
+                    tokio::time::sleep(after).await;
+                    let _ = me.cast(SupMsg::Tick);
+                });
+            }
+            Out::GoAway(g) => {
+                tracing::info!(reason = %g.reason, "coordinator asked to reconnect");
+                state.tx = None;
+            }
+        }
+    }
+}
+
+/// Free space under `path`, in GB, from `df` (no libc binding needed).
+fn free_gb(path: &std::path::Path) -> Option<f64> {
+    let out = std::process::Command::new("df")
+        .arg("-Pk")
+        .arg(path)
+        .output()
+        .ok()?;
+    let text = String::from_utf8(out.stdout).ok()?;
+    let line = text.lines().nth(1)?;
+    let avail_kb: f64 = line.split_whitespace().nth(3)?.parse().ok()?;
+    Some(avail_kb / 1024.0 / 1024.0)
+}
+
+impl Actor for Supervisor {
+    type Msg = SupMsg;
+    type State = SupState;
+    type Arguments = ();
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<SupMsg>,
+        _args: (),
+    ) -> Result<SupState, ActorProcessingErr> {
+        let outbox = Outbox::open(&self.config.outbox)?;
+        let mut lanes = BTreeMap::new();
+        let mut idle = BTreeSet::new();
+        for i in 0..self.config.lanes {
+            let name = format!("{}-{i}", self.config.worker_id);
+            let (lane, _) = Actor::spawn_linked(
+                Some(format!("lane:{name}")),
+                LaneActor {
+                    name: name.clone(),
+                    config: self.config.clone(),
+                    supervisor: myself.clone(),
+                },
+                (),
+                myself.get_cell(),
+            )
+            .await?;
+            lanes.insert(name.clone(), lane);
+            idle.insert(name);
+        }
+        let me = myself.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(HEARTBEAT_EVERY).await;
+                if me.cast(SupMsg::Tick).is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(SupState {
+            tx: None,
+            outbox,
+            lanes,
+            idle,
+            in_flight: BTreeMap::new(),
+            draining: false,
+        })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<SupMsg>,
+        msg: SupMsg,
+        state: &mut SupState,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            SupMsg::Connected(tx) => {
+                state.tx = Some(tx);
+            }
+            SupMsg::Disconnected => state.tx = None,
+            SupMsg::Inbound(m) => {
+                if let Some(m) = m.msg {
+                    self.inbound(&myself, state, m).await;
+                }
+            }
+            SupMsg::WantWork(lane) => {
+                state.idle.insert(lane.clone());
+                self.ask_work(state, lane).await;
+            }
+            SupMsg::Phase {
+                campaign,
+                token,
+                phase,
+            } => {
+                if let Some(f) = state.in_flight.get_mut(&token) {
+                    f.phase = phase;
+                    f.campaign = campaign;
+                }
+            }
+            SupMsg::Publish(entry, reply) => {
+                match state.outbox.put(&entry) {
+                    Ok(_) => {}
+                    Err(e) => tracing::error!(error = %e, "outbox write failed; sending anyway"),
+                }
+                let _ = reply.send(());
+                let mut o = pb::Outcome::from(entry.outcome);
+                o.campaign = entry.campaign.to_string();
+                Self::send(state, In::Outcome(o)).await;
+            }
+            SupMsg::Release(r) => {
+                Self::send(state, In::Release(r)).await;
+            }
+            SupMsg::Finished { token } => {
+                state.in_flight.remove(&token);
+            }
+            SupMsg::Tick => {
+                self.heartbeat(state).await;
+                // Unacknowledged outcomes are sent again until acknowledged.
+                if state.tx.is_some() && state.in_flight.is_empty() {
+                    self.replay(state).await;
+                }
+            }
+            SupMsg::Drain => state.draining = true,
+            SupMsg::Pending(reply) => {
+                let unacked = state.outbox.pending().map(|p| p.len()).unwrap_or(0);
+                let _ = reply.send((state.in_flight.len(), unacked));
+            }
+            SupMsg::CancelAll => {
+                for lane in state.lanes.values() {
+                    let _ = lane.cast(LaneMsg::CancelAll);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn post_stop(
+        &self,
+        myself: ActorRef<SupMsg>,
+        _state: &mut SupState,
+    ) -> Result<(), ActorProcessingErr> {
+        // Lanes kill their drivers when they stop.
+        myself.stop_children(None);
+        Ok(())
+    }
+
+    async fn handle_supervisor_evt(
+        &self,
+        myself: ActorRef<SupMsg>,
+        evt: SupervisionEvent,
+        state: &mut SupState,
+    ) -> Result<(), ActorProcessingErr> {
+        if let SupervisionEvent::ActorFailed(cell, err) = &evt {
+            let Some(name) = state
+                .lanes
+                .iter()
+                .find(|(_, l)| l.get_id() == cell.get_id())
+                .map(|(n, _)| n.clone())
+            else {
+                return Ok(());
+            };
+            tracing::error!(lane = %name, error = %err, "lane crashed; restarting it");
+            // Its attempts are abandoned: their leases expire and the store retries them.
+            state.in_flight.retain(|_, f| f.lane != name);
+            let (lane, _) = Actor::spawn_linked(
+                None,
+                LaneActor {
+                    name: name.clone(),
+                    config: self.config.clone(),
+                    supervisor: myself.clone(),
+                },
+                (),
+                myself.get_cell(),
+            )
+            .await?;
+            state.lanes.insert(name.clone(), lane);
+            state.idle.insert(name.clone());
+            self.ask_work(state, name).await;
+        }
+        Ok(())
+    }
+}
