@@ -442,3 +442,72 @@ async fn kill9_after_evaluate_before_the_ack_lands_once_after_the_restart() {
         "the outbox is empty once acknowledged"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sigterm_stops_asking_lets_the_attempt_finish_and_exits_cleanly() {
+    let f = fleet().await;
+    let mut c = client(&f.coord.url(), Some(CLIENT_TOKEN)).await;
+    let text = campaign_text(
+        "term",
+        2,
+        1,
+        "pairing = \"none\"",
+        "agent_s = [1.5, 1.5]",
+        "",
+    );
+    c.submit(submit_request(&text)).await.unwrap();
+    let mut w = Worker::start(&f.coord.url(), f.dir.path(), 1, "h");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let st = c
+            .get(pb::GetRequest { id: "term".into() })
+            .await
+            .unwrap()
+            .into_inner();
+        if st
+            .in_flight
+            .iter()
+            .any(|fl| fl.phase == pb::Phase::Agent as i32)
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no attempt reached the agent phase"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let pid = w.0.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(s) = w.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the worker did not exit after SIGTERM"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(status.success(), "{status:?}");
+    let rows = rows(&f.store, "term").await;
+    assert_eq!(
+        rows.len(),
+        1,
+        "the running attempt finished and nothing new started: {rows:#?}"
+    );
+    assert!(rows[0].counted);
+    let st = c
+        .get(pb::GetRequest { id: "term".into() })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(st.in_flight.is_empty());
+}

@@ -48,6 +48,12 @@ pub(crate) enum LaneMsg {
     CancelAll,
     /// Start the next trial of the unit (or ask for work).
     Next,
+    /// Admission finished: the driver slot comes back with its result.
+    Admitted {
+        tag: String,
+        slot: Box<DriverSlot>,
+        event: Event,
+    },
 }
 
 pub(crate) struct LaneActor {
@@ -76,15 +82,47 @@ struct Current {
     walls: PhaseWalls,
     agent: Option<AgentResult>,
     agent_timer: Option<tokio::task::JoinHandle<()>>,
+    /// The `attempt` root span, and the span of the current phase (its child).
+    span: tracing::Span,
+    phase_span: tracing::Span,
+}
+
+/// The span of one lifecycle phase, a child of the attempt's root.
+fn phase_span(parent: &tracing::Span, p: Phase) -> tracing::Span {
+    match p {
+        Phase::Assigned | Phase::Admit => tracing::info_span!(parent: parent, "admit"),
+        Phase::Boot => tracing::info_span!(parent: parent, "boot"),
+        Phase::Reset => tracing::info_span!(parent: parent, "reset"),
+        Phase::Gate => tracing::info_span!(parent: parent, "gate"),
+        Phase::Agent => tracing::info_span!(parent: parent, "agent"),
+        Phase::Evaluate => tracing::info_span!(parent: parent, "evaluate"),
+        Phase::Publish => tracing::info_span!(parent: parent, "publish"),
+    }
+}
+
+/// The lane's driver process, what it was started from, and its identity. Admission takes it
+/// into a spawned task (starting a driver can be slow) and gives it back with the result.
+#[derive(Default)]
+pub(crate) struct DriverSlot {
+    driver: Option<Arc<DriverProcess>>,
+    key: Option<Vec<String>>,
+    identity: Option<DriverIdentity>,
 }
 
 pub(crate) struct LaneState {
-    driver: Option<Arc<DriverProcess>>,
-    /// The command the running driver was started from.
-    driver_key: Option<Vec<String>>,
-    identity: Option<DriverIdentity>,
+    slot: DriverSlot,
     unit: Option<Unit>,
     current: Option<Current>,
+}
+
+/// What admission needs, owned, so it can run in a task.
+struct AdmitCtx {
+    dir: std::io::Result<std::path::PathBuf>,
+    record: Value,
+    command: Vec<String>,
+    lane: String,
+    host: String,
+    spec: pb::DriverSpec,
 }
 
 fn tag_of(campaign: &CampaignId, token: &Token) -> String {
@@ -120,71 +158,6 @@ impl LaneActor {
         spec.command.clone()
     }
 
-    /// Starts (or reuses) the driver for this unit and initializes it.
-    async fn ensure_driver(
-        &self,
-        state: &mut LaneState,
-        spec: &pb::DriverSpec,
-    ) -> Result<Arc<DriverProcess>, DriverError> {
-        let cmd = self.command(spec);
-        if let (Some(d), Some(key)) = (&state.driver, &state.driver_key)
-            && d.is_alive()
-            && *key == cmd
-        {
-            return Ok(d.clone());
-        }
-        if let Some(old) = state.driver.take() {
-            old.kill().await;
-        }
-        let env: Vec<(String, String)> = spec
-            .env
-            .iter()
-            .map(|(k, v)| {
-                let value = match v.strip_prefix('$') {
-                    Some(name) => std::env::var(name).unwrap_or_default(),
-                    None => v.clone(),
-                };
-                (k.clone(), value)
-            })
-            .collect();
-        let command = DriverCommand {
-            program: cmd[0].clone(),
-            args: cmd[1..].to_vec(),
-            cwd: None,
-            env,
-        };
-        let driver = Arc::new(DriverProcess::spawn(&command).await?);
-        let sim = (!spec.sim_json.is_empty()).then(|| parse_json(&spec.sim_json));
-        let identity: DriverIdentity = driver
-            .call(
-                method::INITIALIZE,
-                &InitializeParams {
-                    protocol: proto::PROTOCOL.into(),
-                    lane: self.name.clone(),
-                    host: self.config.host.clone(),
-                    sim,
-                },
-                INIT_DEADLINE,
-            )
-            .await?;
-        // No orphans: whatever an earlier process of this lane left behind goes first.
-        let _: Value = driver
-            .call(
-                method::TEARDOWN,
-                &TeardownParams {
-                    lane: self.name.clone(),
-                    tag: None,
-                },
-                ENV_DEADLINE,
-            )
-            .await
-            .unwrap_or(Value::Null);
-        state.identity = Some(identity);
-        state.driver = Some(driver.clone());
-        state.driver_key = Some(cmd);
-        Ok(driver)
-    }
-
     fn attempt_ref(&self, unit: &Unit, cur: &Current) -> AttemptRef {
         AttemptRef {
             campaign: unit.campaign.to_string(),
@@ -212,6 +185,17 @@ impl LaneActor {
         };
         let tag = tag_of(&unit.campaign, &token);
         let gate = unit.gate;
+        let span = tracing::info_span!(
+            "attempt",
+            campaign = %unit.campaign,
+            trial = %token.trial_id,
+            arm = %trial.arm,
+            attempt = token.attempt,
+            lane = %self.name,
+            host = %self.config.host,
+            traceparent = %trial.traceparent,
+        );
+        let first_phase = phase_span(&span, Phase::Admit);
         let cur = Current {
             trial,
             token,
@@ -223,6 +207,8 @@ impl LaneActor {
             walls: PhaseWalls::default(),
             agent: None,
             agent_timer: None,
+            span,
+            phase_span: first_phase,
         };
         let effects = cur.machine.start();
         state.current = Some(cur);
@@ -256,15 +242,19 @@ impl LaneActor {
     }
 
     /// Spawns a driver call whose result comes back as an event.
-    fn spawn_call<F>(&self, myself: &ActorRef<LaneMsg>, tag: String, fut: F)
+    fn spawn_call<F>(&self, myself: &ActorRef<LaneMsg>, span: tracing::Span, tag: String, fut: F)
     where
         F: std::future::Future<Output = Event> + Send + 'static,
     {
+        use tracing::Instrument;
         let me = myself.clone();
-        tokio::spawn(async move {
-            let event = fut.await;
-            let _ = me.cast(LaneMsg::Event { tag, event });
-        });
+        tokio::spawn(
+            async move {
+                let event = fut.await;
+                let _ = me.cast(LaneMsg::Event { tag, event });
+            }
+            .instrument(span),
+        );
     }
 
     async fn run_effect(&self, myself: &ActorRef<LaneMsg>, state: &mut LaneState, effect: Effect) {
@@ -278,6 +268,9 @@ impl LaneActor {
                 if let Some(cur) = state.current.as_mut() {
                     Self::record_wall(cur);
                     cur.phase = p;
+                    if p != Phase::Admit {
+                        cur.phase_span = phase_span(&cur.span, p);
+                    }
                     let _ = self.supervisor.cast(SupMsg::Phase {
                         campaign: campaign.clone(),
                         token: cur.token.clone(),
@@ -286,17 +279,30 @@ impl LaneActor {
                 }
             }
             Effect::WriteAttemptRecord => {
-                let spec = unit.driver.clone();
-                let event = self.admit(state, &spec).await;
-                let _ = myself.cast(LaneMsg::Event { tag, event });
+                let ctx = self.admit_ctx(unit, cur);
+                let mut slot = std::mem::take(&mut state.slot);
+                let me = myself.clone();
+                let span = cur.phase_span.clone();
+                use tracing::Instrument;
+                tokio::spawn(
+                    async move {
+                        let event = admit(ctx, &mut slot).await;
+                        let _ = me.cast(LaneMsg::Admitted {
+                            tag,
+                            slot: Box::new(slot),
+                            event,
+                        });
+                    }
+                    .instrument(span),
+                );
             }
             Effect::Boot | Effect::Reset => {
-                let Some(driver) = state.driver.clone() else {
+                let Some(driver) = state.slot.driver.clone() else {
                     return;
                 };
                 let params = self.env_params(unit, cur);
                 let is_boot = effect == Effect::Boot;
-                self.spawn_call(myself, tag, async move {
+                self.spawn_call(myself, cur.phase_span.clone(), tag, async move {
                     let m = if is_boot { method::BOOT } else { method::RESET };
                     match driver.call::<_, EnvResult>(m, &params, ENV_DEADLINE).await {
                         Ok(r) if is_boot => {
@@ -319,11 +325,11 @@ impl LaneActor {
                 });
             }
             Effect::Gate => {
-                let Some(driver) = state.driver.clone() else {
+                let Some(driver) = state.slot.driver.clone() else {
                     return;
                 };
                 let params = self.env_params(unit, cur);
-                self.spawn_call(myself, tag, async move {
+                self.spawn_call(myself, cur.phase_span.clone(), tag, async move {
                     match driver
                         .call::<_, GateResult>(method::GATE, &params, ENV_DEADLINE)
                         .await
@@ -342,7 +348,7 @@ impl LaneActor {
                 });
             }
             Effect::StartAgent => {
-                let Some(driver) = state.driver.clone() else {
+                let Some(driver) = state.slot.driver.clone() else {
                     return;
                 };
                 let t = &cur.trial;
@@ -359,7 +365,7 @@ impl LaneActor {
                     max_turns: t.max_turns.saturating_sub(cur.machine.gate_turns),
                     max_cost_usd: t.max_cost_usd,
                 };
-                self.spawn_call(myself, tag.clone(), async move {
+                self.spawn_call(myself, cur.phase_span.clone(), tag.clone(), async move {
                     match driver
                         .call::<_, AgentResult>(method::RUN_AGENT, &params, timeout + slack)
                         .await
@@ -383,7 +389,7 @@ impl LaneActor {
                 }
             }
             Effect::CancelAgent => {
-                if let Some(driver) = &state.driver {
+                if let Some(driver) = &state.slot.driver {
                     driver.notify(method::CANCEL, &proto::CancelParams { tag });
                 }
             }
@@ -391,11 +397,11 @@ impl LaneActor {
             // give none (the sim) have nothing to watch.
             Effect::StartWatchdog | Effect::StopWatchdog => {}
             Effect::Evaluate => {
-                let Some(driver) = state.driver.clone() else {
+                let Some(driver) = state.slot.driver.clone() else {
                     return;
                 };
                 let params = self.env_params(unit, cur);
-                self.spawn_call(myself, tag, async move {
+                self.spawn_call(myself, cur.phase_span.clone(), tag, async move {
                     match driver
                         .call::<_, EvaluateResult>(method::EVALUATE, &params, EVAL_DEADLINE)
                         .await
@@ -416,6 +422,11 @@ impl LaneActor {
             }
             Effect::Publish(verdict) => {
                 let outcome = self.outcome(state, verdict);
+                if let Some(cur) = state.current.as_ref() {
+                    cur.phase_span.in_scope(|| {
+                        tracing::info!(status = %outcome.status, failure_kind = ?outcome.failure_kind, score = ?outcome.score, "attempt finished");
+                    });
+                }
                 let entry = Box::new(Entry { campaign, outcome });
                 let published = ractor::call!(self.supervisor, SupMsg::Publish, entry);
                 if let Err(e) = published {
@@ -445,10 +456,10 @@ impl LaneActor {
                 self.finish(myself, state).await;
             }
             Effect::RestartDriver => {
-                if let Some(d) = state.driver.take() {
+                if let Some(d) = state.slot.driver.take() {
                     d.kill().await;
                 }
-                state.driver_key = None;
+                state.slot.key = None;
             }
         }
     }
@@ -463,23 +474,9 @@ impl LaneActor {
         }
     }
 
-    /// Writes the attempt record, starts the driver and checks identity pins.
-    async fn admit(&self, state: &mut LaneState, spec: &pb::DriverSpec) -> Event {
-        let (Some(unit), Some(cur)) = (state.unit.as_ref(), state.current.as_ref()) else {
-            return Event::PreflightFailed {
-                kind: FailureKind::Preflight,
-                reason: "no attempt".into(),
-            };
-        };
-        let dir = match artifacts::attempt_dir(&self.config.artifacts, &unit.campaign, &cur.token) {
-            Ok(d) => d,
-            Err(e) => {
-                return Event::PreflightFailed {
-                    kind: FailureKind::Preflight,
-                    reason: e.to_string(),
-                };
-            }
-        };
+    /// The owned context of admission: the record to write, where, and the driver to use.
+    fn admit_ctx(&self, unit: &Unit, cur: &Current) -> AdmitCtx {
+        let spec = unit.driver.clone();
         let record = json!({
             "campaign": unit.campaign,
             "trial_id": cur.token.trial_id,
@@ -494,37 +491,14 @@ impl LaneActor {
             "traceparent": cur.trial.traceparent,
             "payload": artifacts::redact(&parse_json(&cur.trial.payload_json), &spec.secret_payload_keys),
         });
-        if let Err(e) = artifacts::write_record(&dir, &record) {
-            return Event::PreflightFailed {
-                kind: FailureKind::Preflight,
-                reason: format!("attempt record: {e}"),
-            };
+        AdmitCtx {
+            dir: artifacts::attempt_dir(&self.config.artifacts, &unit.campaign, &cur.token),
+            record,
+            command: self.command(&spec),
+            lane: self.name.clone(),
+            host: self.config.host.clone(),
+            spec,
         }
-        let driver = match self.ensure_driver(state, spec).await {
-            Ok(d) => d,
-            Err(e) => {
-                return Event::PreflightFailed {
-                    kind: FailureKind::Preflight,
-                    reason: format!("driver: {e}"),
-                };
-            }
-        };
-        driver.set_stderr_file(Some(dir.join("driver.stderr")));
-        if let Some(id) = &state.identity {
-            for (k, want) in &spec.expect {
-                let got = id.pins.get(k);
-                if got != Some(want) {
-                    return Event::PreflightFailed {
-                        kind: FailureKind::IdentityMismatch,
-                        reason: format!(
-                            "pin {k}: expected {want}, driver has {}",
-                            got.map_or("none", |g| g.as_str())
-                        ),
-                    };
-                }
-            }
-        }
-        Event::Admitted
     }
 
     fn outcome(&self, state: &mut LaneState, v: Verdict) -> Outcome {
@@ -532,7 +506,7 @@ impl LaneActor {
         Self::record_wall(cur);
         let mut o = Outcome::new(cur.token.clone(), &self.name, &self.config.host, v.status);
         o.worker = self.config.worker_id.clone();
-        o.driver = state.identity.clone();
+        o.driver = state.slot.identity.clone();
         o.failure_kind = v.failure_kind;
         o.score = v.score;
         o.passed = v.passed;
@@ -581,9 +555,7 @@ impl Actor for LaneActor {
         _args: (),
     ) -> Result<LaneState, ActorProcessingErr> {
         Ok(LaneState {
-            driver: None,
-            driver_key: None,
-            identity: None,
+            slot: DriverSlot::default(),
             unit: None,
             current: None,
         })
@@ -594,7 +566,7 @@ impl Actor for LaneActor {
         _myself: ActorRef<LaneMsg>,
         state: &mut LaneState,
     ) -> Result<(), ActorProcessingErr> {
-        if let Some(d) = state.driver.take() {
+        if let Some(d) = state.slot.driver.take() {
             d.kill().await;
         }
         Ok(())
@@ -658,6 +630,16 @@ impl Actor for LaneActor {
                 self.run_effects(&myself, state, effects).await;
             }
             LaneMsg::Next => self.next_trial(&myself, state).await,
+            LaneMsg::Admitted { tag, slot, event } => {
+                state.slot = *slot;
+                let Some(cur) = state.current.as_mut() else {
+                    return Ok(());
+                };
+                if cur.tag == tag {
+                    let effects = cur.machine.next(event);
+                    self.run_effects(&myself, state, effects).await;
+                }
+            }
             LaneMsg::CancelAll => {
                 if let Some(u) = state.unit.as_mut() {
                     u.remaining.clear();
@@ -670,4 +652,105 @@ impl Actor for LaneActor {
         }
         Ok(())
     }
+}
+
+/// Starts (or reuses) the driver for a command, initializes it, and tears down what an earlier
+/// process of this lane left behind (no orphans).
+async fn ensure_driver(
+    slot: &mut DriverSlot,
+    cmd: Vec<String>,
+    lane: &str,
+    host: &str,
+    spec: &pb::DriverSpec,
+) -> Result<Arc<DriverProcess>, DriverError> {
+    if let (Some(d), Some(key)) = (&slot.driver, &slot.key)
+        && d.is_alive()
+        && *key == cmd
+    {
+        return Ok(d.clone());
+    }
+    if let Some(old) = slot.driver.take() {
+        old.kill().await;
+    }
+    let env: Vec<(String, String)> = spec
+        .env
+        .iter()
+        .map(|(k, v)| {
+            let value = match v.strip_prefix('$') {
+                Some(name) => std::env::var(name).unwrap_or_default(),
+                None => v.clone(),
+            };
+            (k.clone(), value)
+        })
+        .collect();
+    let command = DriverCommand {
+        program: cmd[0].clone(),
+        args: cmd[1..].to_vec(),
+        cwd: None,
+        env,
+    };
+    let driver = Arc::new(DriverProcess::spawn(&command).await?);
+    let sim = (!spec.sim_json.is_empty()).then(|| parse_json(&spec.sim_json));
+    let identity: DriverIdentity = driver
+        .call(
+            method::INITIALIZE,
+            &InitializeParams {
+                protocol: proto::PROTOCOL.into(),
+                lane: lane.to_owned(),
+                host: host.to_owned(),
+                sim,
+            },
+            INIT_DEADLINE,
+        )
+        .await?;
+    let _: Value = driver
+        .call(
+            method::TEARDOWN,
+            &TeardownParams {
+                lane: lane.to_owned(),
+                tag: None,
+            },
+            ENV_DEADLINE,
+        )
+        .await
+        .unwrap_or(Value::Null);
+    slot.identity = Some(identity);
+    slot.driver = Some(driver.clone());
+    slot.key = Some(cmd);
+    Ok(driver)
+}
+
+/// Writes the attempt record, then starts the driver and checks the identity pins.
+async fn admit(ctx: AdmitCtx, slot: &mut DriverSlot) -> Event {
+    let preflight = |reason: String| Event::PreflightFailed {
+        kind: FailureKind::Preflight,
+        reason,
+    };
+    let dir = match ctx.dir {
+        Ok(d) => d,
+        Err(e) => return preflight(e.to_string()),
+    };
+    if let Err(e) = artifacts::write_record(&dir, &ctx.record) {
+        return preflight(format!("attempt record: {e}"));
+    }
+    let driver = match ensure_driver(slot, ctx.command, &ctx.lane, &ctx.host, &ctx.spec).await {
+        Ok(d) => d,
+        Err(e) => return preflight(format!("driver: {e}")),
+    };
+    driver.set_stderr_file(Some(dir.join("driver.stderr")));
+    if let Some(id) = &slot.identity {
+        for (k, want) in &ctx.spec.expect {
+            let got = id.pins.get(k);
+            if got != Some(want) {
+                return Event::PreflightFailed {
+                    kind: FailureKind::IdentityMismatch,
+                    reason: format!(
+                        "pin {k}: expected {want}, driver has {}",
+                        got.map_or("none", |g| g.as_str())
+                    ),
+                };
+            }
+        }
+    }
+    Event::Admitted
 }
