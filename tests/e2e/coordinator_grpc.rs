@@ -679,8 +679,18 @@ async fn oversized_and_malformed_requests_are_refused_with_the_field_named() {
     let mut bad = scored_outcome("lanebad", &tokens(&a)[0], "w-0", "h", 1.0);
     bad.score = None;
     l.send(In::Outcome(bad)).await;
-    let err = l.next().await.unwrap_err();
-    assert!(err.message().contains("outcome.score"), "{}", err.message());
+    // A malformed outcome is refused for good, with the field named; the session stays.
+    match l.next().await.unwrap() {
+        Msg::OutcomeError(e) => {
+            assert!(!e.retryable);
+            assert!(e.reason.contains("outcome.score"), "{}", e.reason);
+        }
+        other => panic!("expected an outcome error, got {other:?}"),
+    }
+    assert!(matches!(
+        l.work("w-1").await,
+        Msg::NoWork(_) | Msg::Assignment(_)
+    ));
 }
 
 /// Watch on replica B sees what lanes do through replica A.

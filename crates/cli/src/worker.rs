@@ -36,7 +36,9 @@ pub(crate) struct Args {
     /// The lane role's bearer token (prefer the env variable).
     #[arg(long, env = "LANES_LANE_TOKEN", hide_env_values = true)]
     token: Option<String>,
-    /// This worker's id [default: <host>-<pid>].
+    /// This worker's id, stable across restarts so a restarted lane can tear down what its
+    /// earlier process left behind [default: the host name]. Two workers on one host need
+    /// distinct ids.
     #[arg(long)]
     worker_id: Option<String>,
     /// This host's name, for anti-affinity [default: the machine's hostname].
@@ -65,9 +67,7 @@ fn hostname() -> String {
 pub(crate) fn run(args: Args) -> anyhow::Result<Code> {
     crate::logging::init();
     let host = args.host.unwrap_or_else(hostname);
-    let worker_id = args
-        .worker_id
-        .unwrap_or_else(|| format!("{host}-{}", std::process::id()));
+    let worker_id = args.worker_id.unwrap_or_else(|| host.clone());
     let exe = std::env::current_exe().context("cannot find the lanes binary for the sim driver")?;
     let config = WorkerConfig {
         coordinator: args.coordinator,

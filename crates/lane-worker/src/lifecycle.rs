@@ -266,6 +266,32 @@ impl Attempt {
     pub fn next(&mut self, event: Event) -> Vec<Effect> {
         use Event as E;
         // Crashes end any phase before publication the same way.
+        // A driver killed because it did not stop after a cancel ends as the cancel meant.
+        if let (E::DriverCrashed { .. }, State::Agent(AgentPhase::Cancelling(why))) =
+            (&event, &self.state)
+        {
+            match why {
+                CancelReason::LeaseLost => {
+                    self.state = State::Done;
+                    return vec![Effect::RestartDriver, Effect::Abandon];
+                }
+                CancelReason::Stop => {
+                    self.state = State::Done;
+                    return vec![
+                        Effect::RestartDriver,
+                        Effect::Release(ReleaseKind::Cancelled),
+                    ];
+                }
+                CancelReason::GuestLost => {
+                    return self.finish_infra(
+                        FailureKind::GuestLost,
+                        "guest health endpoint unreachable past the grace window".into(),
+                        true,
+                    );
+                }
+                CancelReason::TaskTimeout => {}
+            }
+        }
         if let E::DriverCrashed { reason } = &event
             && !matches!(self.state, State::Publish | State::Done)
         {
@@ -534,19 +560,19 @@ impl Attempt {
                 self.state = State::Publish;
                 Vec::new()
             }
-            // Before the agent: a lost lease or a cancel stops the attempt at once.
+            // Before the agent: a lost lease or a cancel stops the attempt at once, and the
+            // driver is restarted so its pending boot or reset cannot overlap the next trial.
             (
                 State::Admit | State::Boot { .. } | State::Reset { .. } | State::Gate,
                 E::LeaseLost,
-            ) => {
-                vec![Effect::Abandon]
-            }
+            ) => vec![Effect::RestartDriver, Effect::Abandon],
             (
                 State::Admit | State::Boot { .. } | State::Reset { .. } | State::Gate,
                 E::CancelRequested,
-            ) => {
-                vec![Effect::Release(ReleaseKind::Cancelled)]
-            }
+            ) => vec![
+                Effect::RestartDriver,
+                Effect::Release(ReleaseKind::Cancelled),
+            ],
             // Anything else is out of order: keep the state, do nothing.
             (state, _) => {
                 self.state = state;
@@ -792,7 +818,10 @@ mod tests {
         b.next(Event::Admitted);
         assert_eq!(
             b.next(Event::CancelRequested),
-            vec![Effect::Release(ReleaseKind::Cancelled)]
+            vec![
+                Effect::RestartDriver,
+                Effect::Release(ReleaseKind::Cancelled)
+            ]
         );
     }
 
@@ -807,7 +836,10 @@ mod tests {
         let mut b = Attempt::new(false);
         b.next(Event::Admitted);
         b.next(Event::Booted);
-        assert_eq!(b.next(Event::LeaseLost), vec![Effect::Abandon]);
+        assert_eq!(
+            b.next(Event::LeaseLost),
+            vec![Effect::RestartDriver, Effect::Abandon]
+        );
     }
 
     #[test]
@@ -907,6 +939,41 @@ mod tests {
         }))
         .clone();
         assert_eq!(v.infeasible_source, Some(InfeasibleSource::Agent));
+    }
+
+    #[test]
+    fn a_driver_killed_after_an_ignored_cancel_ends_as_the_cancel_meant() {
+        let mut a = at_agent(false);
+        a.next(Event::LeaseLost);
+        assert_eq!(
+            a.next(Event::DriverCrashed {
+                reason: "killed".into()
+            }),
+            vec![Effect::RestartDriver, Effect::Abandon]
+        );
+        let mut b = at_agent(false);
+        b.next(Event::CancelRequested);
+        assert_eq!(
+            b.next(Event::DriverCrashed {
+                reason: "killed".into()
+            }),
+            vec![
+                Effect::RestartDriver,
+                Effect::Release(ReleaseKind::Cancelled)
+            ]
+        );
+        let mut c = at_agent(false);
+        c.next(Event::GuestLost);
+        let e = c.next(Event::DriverCrashed {
+            reason: "killed".into(),
+        });
+        assert_eq!(publish(&e).failure_kind, Some(FailureKind::GuestLost));
+        let mut d = at_agent(false);
+        d.next(Event::TaskTimeout);
+        let e = d.next(Event::DriverCrashed {
+            reason: "hung".into(),
+        });
+        assert_eq!(publish(&e).failure_kind, Some(FailureKind::DriverCrash));
     }
 
     #[test]

@@ -74,6 +74,22 @@ impl Outbox {
         }
     }
 
+    /// Moves an entry the coordinator refused for good into `refused/`, with the reason next
+    /// to it: it is never sent again, and never deleted.
+    pub fn set_aside(&self, campaign: &CampaignId, token: &Token, reason: &str) -> io::Result<()> {
+        let from = self.path(campaign, token);
+        if !from.exists() {
+            return Ok(());
+        }
+        let dir = self.dir.join("refused");
+        fs::create_dir_all(&dir)?;
+        let name = from.file_name().expect("a file name").to_owned();
+        fs::rename(&from, dir.join(&name))?;
+        fs::write(dir.join(name).with_extension("reason"), reason)?;
+        sync_dir(&dir)?;
+        sync_dir(&self.dir)
+    }
+
     /// Every unacknowledged entry, oldest file name first.
     pub fn pending(&self) -> io::Result<Vec<Entry>> {
         let mut paths: Vec<PathBuf> = fs::read_dir(&self.dir)?

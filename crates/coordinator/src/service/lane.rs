@@ -195,7 +195,9 @@ impl LaneSvc {
                         .iter()
                         .map(|(t, _)| wire::renewal(&c, t, crate::store::RenewState::Lost)),
                 ),
-                Err(e) => return Err(crate::grpc_status::from_store(e)),
+                // The store is unreachable: say nothing about these tokens (the lane keeps
+                // them and renews again) rather than end the session.
+                Err(e) => tracing::warn!(campaign = %c, error = %e, "renew failed"),
             }
         }
         Ok(out)
@@ -204,7 +206,21 @@ impl LaneSvc {
     #[tracing::instrument(name = "complete", skip_all, fields(campaign = %o.campaign, trial, token))]
     async fn outcome(&self, o: pb::Outcome) -> Result<pb::CoordinatorMessage, Status> {
         let campaign = campaign_of("outcome.campaign", &o.campaign)?;
-        let outcome = Outcome::try_from(o).map_err(from_convert)?;
+        let raw_token = o.token.clone();
+        let outcome = match Outcome::try_from(o) {
+            Ok(o) => o,
+            Err(e) => {
+                // The lane must not replay this forever: refuse it for good, naming the field,
+                // and keep the session.
+                return msg(Out::OutcomeError(pb::OutcomeError {
+                    token: raw_token,
+                    retryable: false,
+                    reason: e.to_string(),
+                    retry_after_ms: 0,
+                    campaign: campaign.to_string(),
+                }));
+            }
+        };
         let span = tracing::Span::current();
         span.record("trial", outcome.token.trial_id.as_str());
         span.record("token", tracing::field::display(&outcome.token));

@@ -48,6 +48,10 @@ pub(crate) enum LaneMsg {
     CancelAll,
     /// Start the next trial of the unit (or ask for work).
     Next,
+    /// The agent of this attempt was cancelled a grace period ago.
+    CancelOverdue {
+        tag: String,
+    },
     /// Admission finished: the driver slot comes back with its result.
     Admitted {
         tag: String,
@@ -390,8 +394,15 @@ impl LaneActor {
             }
             Effect::CancelAgent => {
                 if let Some(driver) = &state.slot.driver {
-                    driver.notify(method::CANCEL, &proto::CancelParams { tag });
+                    driver.notify(method::CANCEL, &proto::CancelParams { tag: tag.clone() });
                 }
+                // A driver that ignores the cancel is killed after the grace: no zombie agents.
+                let me = myself.clone();
+                let grace = self.config.cancel_grace;
+                tokio::spawn(async move {
+                    tokio::time::sleep(grace).await;
+                    let _ = me.cast(LaneMsg::CancelOverdue { tag });
+                });
             }
             // The guest-health watchdog needs a health URL from boot or reset; drivers that
             // give none (the sim) have nothing to watch.
@@ -432,28 +443,33 @@ impl LaneActor {
                 if let Err(e) = published {
                     tracing::error!(error = %e, "could not hand the outcome to the supervisor");
                 }
-                self.finish(myself, state).await;
+                self.finish(myself, state, true).await;
             }
             Effect::Release(kind) => {
-                let (reason, failure_kind) = match kind {
-                    ReleaseKind::Cancelled => (pb::ReleaseReason::Cancelled, 0),
-                    ReleaseKind::Blocked(k) => {
-                        (pb::ReleaseReason::Blocked, pb::FailureKind::from(k) as i32)
-                    }
+                // A release travels as a `cancelled` or `blocked` outcome through the outbox,
+                // so it is as durable as a score and lands once per token.
+                let (status, failure_kind) = match kind {
+                    ReleaseKind::Cancelled => (Status::Cancelled, None),
+                    ReleaseKind::Blocked(k) => (Status::Blocked, Some(k)),
                 };
-                let _ = self.supervisor.cast(SupMsg::Release(pb::Release {
-                    token: Some(pb::Token::from(&cur.token)),
-                    reason: reason as i32,
-                    detail: String::new(),
-                    campaign: campaign.to_string(),
-                    failure_kind,
-                    lane: self.name.clone(),
-                }));
-                self.finish(myself, state).await;
+                let mut o = Outcome::new(cur.token.clone(), &self.name, &self.config.host, status);
+                o.worker = self.config.worker_id.clone();
+                o.driver = state.slot.identity.clone();
+                o.failure_kind = failure_kind;
+                o.started_utc = Some(cur.started_utc.clone());
+                o.ended_utc = Some(now_utc());
+                let entry = Box::new(Entry {
+                    campaign,
+                    outcome: o,
+                });
+                if let Err(e) = ractor::call!(self.supervisor, SupMsg::Publish, entry) {
+                    tracing::error!(error = %e, "could not hand the release to the supervisor");
+                }
+                self.finish(myself, state, true).await;
             }
             Effect::Abandon => {
                 tracing::warn!(lane = %self.name, trial = %cur.token, "lease lost before evaluate: attempt abandoned");
-                self.finish(myself, state).await;
+                self.finish(myself, state, false).await;
             }
             Effect::RestartDriver => {
                 if let Some(d) = state.slot.driver.take() {
@@ -529,15 +545,34 @@ impl LaneActor {
         if o.status != Status::InfraError {
             o.failure_kind = None;
         }
-        o
+        match o.clone().validate() {
+            Ok(valid) => valid,
+            Err(e) => {
+                // Never publish what the store would refuse: record why, as a harness error.
+                let mut bad = Outcome::new(o.token.clone(), &o.lane, &o.host, Status::InfraError);
+                bad.failure_kind = Some(FailureKind::HarnessError);
+                bad.error = Some(format!("driver reported an invalid outcome: {e}"));
+                bad.worker = o.worker;
+                bad.driver = o.driver;
+                bad.walls = o.walls;
+                bad.started_utc = o.started_utc;
+                bad.ended_utc = o.ended_utc;
+                bad
+            }
+        }
     }
 
-    async fn finish(&self, myself: &ActorRef<LaneMsg>, state: &mut LaneState) {
+    /// Ends the current attempt. A published one stays in flight (renewed, in phase publish)
+    /// until the coordinator acknowledges it, so the store waits out `publish_grace_s` for it.
+    async fn finish(&self, myself: &ActorRef<LaneMsg>, state: &mut LaneState, published: bool) {
         if let Some(cur) = state.current.take() {
             if let Some(t) = cur.agent_timer {
                 t.abort();
             }
-            let _ = self.supervisor.cast(SupMsg::Finished { token: cur.token });
+            let _ = self.supervisor.cast(SupMsg::Finished {
+                token: cur.token,
+                published,
+            });
         }
         // A message, not a call: the next trial starts from a fresh handler.
         let _ = myself.cast(LaneMsg::Next);
@@ -584,7 +619,8 @@ impl Actor for LaneActor {
             }
             LaneMsg::Assign(a) => {
                 if state.unit.is_some() {
-                    tracing::error!(lane = %self.name, "assignment while busy refused");
+                    tracing::error!(lane = %self.name, "assignment while busy: giving it back");
+                    let _ = self.supervisor.cast(SupMsg::GiveBack(a));
                     return Ok(());
                 }
                 let Ok(campaign) = CampaignId::new(a.campaign.clone()) else {
@@ -630,6 +666,17 @@ impl Actor for LaneActor {
                 self.run_effects(&myself, state, effects).await;
             }
             LaneMsg::Next => self.next_trial(&myself, state).await,
+            LaneMsg::CancelOverdue { tag } => {
+                let still_running = state.current.as_ref().is_some_and(|c| {
+                    c.tag == tag && matches!(c.machine.state, crate::lifecycle::State::Agent(_))
+                });
+                if still_running && let Some(d) = state.slot.driver.take() {
+                    tracing::warn!(lane = %self.name, "the agent ignored its cancel: killing the driver");
+                    // The pending run_agent call now fails, and the machine ends the attempt.
+                    d.kill().await;
+                    state.slot.key = None;
+                }
+            }
             LaneMsg::Admitted { tag, slot, event } => {
                 state.slot = *slot;
                 let Some(cur) = state.current.as_mut() else {
@@ -642,7 +689,16 @@ impl Actor for LaneActor {
             }
             LaneMsg::CancelAll => {
                 if let Some(u) = state.unit.as_mut() {
-                    u.remaining.clear();
+                    // Trials of the group that never started are given back as cancelled.
+                    let rest: Vec<pb::AssignedTrial> = u.remaining.drain(..).collect();
+                    if !rest.is_empty() {
+                        let _ = self.supervisor.cast(SupMsg::GiveBack(pb::Assignment {
+                            campaign: u.campaign.to_string(),
+                            lane: self.name.clone(),
+                            trials: rest,
+                            ..Default::default()
+                        }));
+                    }
                 }
                 if let Some(cur) = state.current.as_mut() {
                     let effects = cur.machine.next(Event::CancelRequested);

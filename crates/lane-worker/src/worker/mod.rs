@@ -81,7 +81,7 @@ pub async fn run(
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let (left, unacked) = pending().await;
-    if left + unacked > 0 {
+    if left > 0 || unacked > 0 {
         tracing::warn!(
             in_flight = left,
             unacknowledged = unacked,

@@ -43,10 +43,14 @@ pub(crate) enum SupMsg {
     },
     /// Write to the outbox, then send; the reply comes after the fsync.
     Publish(Box<Entry>, RpcReplyPort<()>),
-    Release(pb::Release),
+    /// Trials a lane will not run: released as cancelled through the outbox.
+    GiveBack(pb::Assignment),
     Finished {
         token: Token,
+        published: bool,
     },
+    /// A retry timer for a lane's work request (only asks if the lane is still idle).
+    Retry(String),
     Tick,
     /// Stop asking for work (shutdown).
     Drain,
@@ -67,6 +71,10 @@ struct InFlight {
 
 pub(crate) struct SupState {
     tx: Option<mpsc::Sender<pb::WorkerMessage>>,
+    /// Lanes with a work request the coordinator has not answered yet (one credit each).
+    outstanding: BTreeSet<String>,
+    /// When to send the outbox again after the coordinator could not commit an entry.
+    replay_at: Option<tokio::time::Instant>,
     outbox: Outbox,
     lanes: BTreeMap<String, ActorRef<LaneMsg>>,
     /// Lanes waiting for a work answer or ready to ask.
@@ -101,12 +109,17 @@ impl Supervisor {
     }
 
     async fn ask_work(&self, state: &mut SupState, lane: String) {
-        if state.draining {
+        if state.draining
+            || state.tx.is_none()
+            || state.outstanding.contains(&lane)
+            || !state.idle.contains(&lane)
+        {
             return;
         }
         if !self.disk_ok() {
             return;
         }
+        state.outstanding.insert(lane.clone());
         Self::send(
             state,
             In::WorkRequest(pb::WorkRequest {
@@ -115,6 +128,45 @@ impl Supervisor {
             }),
         )
         .await;
+    }
+
+    /// Releases trials this worker will not run, as `cancelled` outcomes through the outbox.
+    async fn give_back(&self, state: &mut SupState, a: pb::Assignment) {
+        let Ok(campaign) = CampaignId::new(a.campaign.clone()) else {
+            return;
+        };
+        for t in a.trials {
+            let Some(token) = t.token.and_then(|t| Token::try_from(t).ok()) else {
+                continue;
+            };
+            let o = lanes_common::row::Outcome::new(
+                token,
+                &a.lane,
+                &self.config.host,
+                lanes_common::row::Status::Cancelled,
+            );
+            self.publish(
+                state,
+                Box::new(Entry {
+                    campaign: campaign.clone(),
+                    outcome: o,
+                }),
+            )
+            .await;
+        }
+    }
+
+    /// Writes an entry to the outbox (fsynced), then sends it.
+    async fn publish(&self, state: &mut SupState, entry: Box<Entry>) {
+        if let Err(e) = state.outbox.put(&entry) {
+            tracing::error!(error = %e, "outbox write failed; sending anyway");
+        }
+        if let Some(f) = state.in_flight.get_mut(&entry.outcome.token) {
+            f.phase = Phase::Publish;
+        }
+        let mut o = pb::Outcome::from(entry.outcome);
+        o.campaign = entry.campaign.to_string();
+        Self::send(state, In::Outcome(o)).await;
     }
 
     async fn replay(&self, state: &mut SupState) {
@@ -135,10 +187,20 @@ impl Supervisor {
         if state.in_flight.is_empty() {
             return;
         }
-        let mut alive = BTreeSet::new();
+        // Ping every lane at once, so one slow lane costs one timeout, not one each.
+        let mut pings = tokio::task::JoinSet::new();
         for (name, lane) in &state.lanes {
-            if ractor::call_t!(lane, LaneMsg::Ping, PING_TIMEOUT.as_millis() as u64).is_ok() {
-                alive.insert(name.clone());
+            let (name, lane) = (name.clone(), lane.clone());
+            pings.spawn(async move {
+                let ok =
+                    ractor::call_t!(lane, LaneMsg::Ping, PING_TIMEOUT.as_millis() as u64).is_ok();
+                (name, ok)
+            });
+        }
+        let mut alive = BTreeSet::new();
+        while let Some(Ok((name, ok))) = pings.join_next().await {
+            if ok {
+                alive.insert(name);
             }
         }
         let tokens: Vec<pb::TokenPhase> = state
@@ -200,6 +262,11 @@ impl Supervisor {
                 let Ok(campaign) = CampaignId::new(a.campaign.clone()) else {
                     return;
                 };
+                state.outstanding.remove(&a.lane);
+                if state.draining || !state.lanes.contains_key(&a.lane) {
+                    self.give_back(state, a).await;
+                    return;
+                }
                 state.idle.remove(&a.lane);
                 for t in &a.trials {
                     if let Some(tok) = t.token.clone().and_then(|t| Token::try_from(t).ok()) {
@@ -213,20 +280,18 @@ impl Supervisor {
                         );
                     }
                 }
-                match state.lanes.get(&a.lane) {
-                    Some(lane) => {
-                        let _ = lane.cast(LaneMsg::Assign(a));
-                    }
-                    None => tracing::error!(lane = %a.lane, "assignment for an unknown lane"),
+                if let Some(lane) = state.lanes.get(&a.lane) {
+                    let _ = lane.cast(LaneMsg::Assign(a));
                 }
             }
             Out::NoWork(w) => {
+                state.outstanding.remove(&w.lane);
                 let me = myself.clone();
                 let after = Duration::from_millis(w.retry_after_ms.clamp(50, 30_000));
                 tracing::debug!(lane = %w.lane, reason = %w.reason, "no work");
                 tokio::spawn(async move {
                     tokio::time::sleep(after).await;
-                    let _ = me.cast(SupMsg::WantWork(w.lane));
+                    let _ = me.cast(SupMsg::Retry(w.lane));
                 });
             }
             Out::HeartbeatAck(a) => Self::route_renewals(state, a.tokens),
@@ -243,24 +308,38 @@ impl Supervisor {
                 if let (Ok(c), Some(Ok(t))) = (
                     CampaignId::new(a.campaign.clone()),
                     a.token.map(Token::try_from),
-                ) && let Err(e) = state.outbox.remove(&c, &t)
-                {
-                    tracing::error!(error = %e, "cannot remove an acknowledged outcome");
+                ) {
+                    if let Err(e) = state.outbox.remove(&c, &t) {
+                        tracing::error!(error = %e, "cannot remove an acknowledged outcome");
+                    }
+                    // Published attempts stay in flight (renewed) until their ack.
+                    state.in_flight.remove(&t);
                 }
             }
             Out::OutcomeError(e) => {
                 tracing::warn!(reason = %e.reason, retryable = e.retryable, "outcome not committed; kept in the outbox");
-                // The whole outbox is replayed after the hint; the store dedupes per token.
-                let me = myself.clone();
-                let after = Duration::from_millis(e.retry_after_ms.clamp(100, 30_000));
-                tokio::spawn(async move {
-                    tokio::time::sleep(after).await;
-                    let _ = me.cast(SupMsg::Tick);
-                });
+                if !e.retryable {
+                    // The store refuses it for good: keep it aside for a human, never drop it.
+                    if let (Ok(c), Some(Ok(t))) = (
+                        CampaignId::new(e.campaign.clone()),
+                        e.token.map(Token::try_from),
+                    ) {
+                        if let Err(err) = state.outbox.set_aside(&c, &t, &e.reason) {
+                            tracing::error!(error = %err, "cannot set a refused outcome aside");
+                        }
+                        state.in_flight.remove(&t);
+                    }
+                    return;
+                }
+                // One replay of the whole outbox after the hint; the store dedupes per token.
+                let at = tokio::time::Instant::now()
+                    + Duration::from_millis(e.retry_after_ms.clamp(100, 30_000));
+                state.replay_at = Some(state.replay_at.map_or(at, |r| r.min(at)));
             }
             Out::GoAway(g) => {
                 tracing::info!(reason = %g.reason, "coordinator asked to reconnect");
                 state.tx = None;
+                state.outstanding.clear();
             }
         }
     }
@@ -319,6 +398,8 @@ impl Actor for Supervisor {
         });
         Ok(SupState {
             tx: None,
+            outstanding: BTreeSet::new(),
+            replay_at: None,
             outbox,
             lanes,
             idle,
@@ -336,8 +417,12 @@ impl Actor for Supervisor {
         match msg {
             SupMsg::Connected(tx) => {
                 state.tx = Some(tx);
+                state.outstanding.clear();
             }
-            SupMsg::Disconnected => state.tx = None,
+            SupMsg::Disconnected => {
+                state.tx = None;
+                state.outstanding.clear();
+            }
             SupMsg::Inbound(m) => {
                 if let Some(m) = m.msg {
                     self.inbound(&myself, state, m).await;
@@ -347,6 +432,7 @@ impl Actor for Supervisor {
                 state.idle.insert(lane.clone());
                 self.ask_work(state, lane).await;
             }
+            SupMsg::Retry(lane) => self.ask_work(state, lane).await,
             SupMsg::Phase {
                 campaign,
                 token,
@@ -358,26 +444,48 @@ impl Actor for Supervisor {
                 }
             }
             SupMsg::Publish(entry, reply) => {
-                match state.outbox.put(&entry) {
-                    Ok(_) => {}
-                    Err(e) => tracing::error!(error = %e, "outbox write failed; sending anyway"),
+                // The reply waits for the fsync: the lane moves on only once it is durable.
+                if let Err(e) = state.outbox.put(&entry) {
+                    tracing::error!(error = %e, "outbox write failed; sending anyway");
                 }
                 let _ = reply.send(());
+                if let Some(f) = state.in_flight.get_mut(&entry.outcome.token) {
+                    f.phase = Phase::Publish;
+                }
                 let mut o = pb::Outcome::from(entry.outcome);
                 o.campaign = entry.campaign.to_string();
                 Self::send(state, In::Outcome(o)).await;
             }
-            SupMsg::Release(r) => {
-                Self::send(state, In::Release(r)).await;
+            SupMsg::GiveBack(a) => {
+                for t in &a.trials {
+                    if let Some(tok) = t.token.clone().and_then(|t| Token::try_from(t).ok()) {
+                        state.in_flight.entry(tok).or_insert(InFlight {
+                            campaign: CampaignId::new(a.campaign.clone())
+                                .unwrap_or_else(|_| CampaignId::new("x").expect("valid")),
+                            lane: a.lane.clone(),
+                            phase: Phase::Publish,
+                        });
+                    }
+                }
+                self.give_back(state, a).await;
             }
-            SupMsg::Finished { token } => {
-                state.in_flight.remove(&token);
+            SupMsg::Finished { token, published } => {
+                if !published {
+                    state.in_flight.remove(&token);
+                }
             }
             SupMsg::Tick => {
                 self.heartbeat(state).await;
-                // Unacknowledged outcomes are sent again until acknowledged.
-                if state.tx.is_some() && state.in_flight.is_empty() {
+                if state
+                    .replay_at
+                    .is_some_and(|t| t <= tokio::time::Instant::now())
+                {
+                    state.replay_at = None;
                     self.replay(state).await;
+                }
+                // Credits lost to a disk floor or a dropped session are asked for again.
+                for lane in state.idle.clone() {
+                    self.ask_work(state, lane).await;
                 }
             }
             SupMsg::Drain => state.draining = true,
