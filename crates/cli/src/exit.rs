@@ -11,6 +11,12 @@ pub(crate) enum Code {
     Failure = 1,
     /// Bad input: a campaign file or an argument that does not validate.
     BadInput = 2,
+    /// Refused: a resume whose campaign file drifted from what was recorded.
+    Refused = 3,
+    /// Stopped by a gate (cutoff, budget, quota, auth) before the campaign was done.
+    Gate = 4,
+    /// Stopped by the user (Ctrl-C or `lanes stop`) before the campaign was done.
+    Stopped = 5,
 }
 
 impl From<Code> for ExitCode {

@@ -4,6 +4,7 @@ mod coordinator;
 mod driver;
 mod exit;
 mod logging;
+mod run;
 mod schedule;
 mod worker;
 
@@ -25,6 +26,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run a campaign on this machine: embedded store, local lanes, live progress, the report.
+    Run(run::Args),
     /// Dry run: print the pre-registered schedule of a campaign file.
     Schedule {
         /// The campaign file (TOML).
@@ -46,6 +49,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Run(args) => run::run(args),
         Command::Schedule { file, format } => schedule::run(&file, format),
         Command::Coordinator(args) => coordinator::run(args),
         Command::Worker(args) => worker::run(args),

@@ -255,6 +255,25 @@ async fn a_run_group_runs_back_to_back_on_one_lane_in_slot_order() {
     let st = wait_ended(&f.coord.url(), "groups", Duration::from_secs(60)).await;
     assert_eq!(st.state, pb::CampaignState::Done as i32);
     let rows = rows(&f.store, "groups").await;
+    // Every attempt record holds its outcome too, and the row points at it.
+    for r in &rows {
+        let record = r
+            .artifacts
+            .iter()
+            .find(|a| a.ends_with("outcome.json"))
+            .expect("outcome record");
+        assert!(std::path::Path::new(record).exists(), "{record}");
+        assert!(
+            std::path::Path::new(record)
+                .with_file_name("attempt.json")
+                .exists()
+        );
+        assert!(
+            r.publication_errors.is_empty(),
+            "{:?}",
+            r.publication_errors
+        );
+    }
     let mut groups: BTreeMap<(String, u32), Vec<&Row>> = BTreeMap::new();
     for r in &rows {
         groups

@@ -44,12 +44,16 @@ pub fn redact(payload: &Value, secret_keys: &[String]) -> Value {
     }
 }
 
-/// Writes `attempt.json` (fsynced) and returns the directory.
+/// Writes `attempt.json` (fsynced).
 pub fn write_record(dir: &Path, record: &Value) -> io::Result<()> {
+    write_file(dir, "attempt.json", record)
+}
+
+/// Writes a JSON file into an attempt's directory, fsynced.
+pub fn write_file(dir: &Path, name: &str, value: &Value) -> io::Result<()> {
     std::fs::create_dir_all(dir)?;
-    let path = dir.join("attempt.json");
-    let mut f = std::fs::File::create(&path)?;
-    f.write_all(&serde_json::to_vec_pretty(record).map_err(io::Error::other)?)?;
+    let mut f = std::fs::File::create(dir.join(name))?;
+    f.write_all(&serde_json::to_vec_pretty(value).map_err(io::Error::other)?)?;
     f.sync_all()
 }
 

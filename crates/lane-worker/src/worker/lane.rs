@@ -432,7 +432,23 @@ impl LaneActor {
                 });
             }
             Effect::Publish(verdict) => {
-                let outcome = self.outcome(state, verdict);
+                let mut outcome = self.outcome(state, verdict);
+                // Every destination is attempted on its own: the attempt record first (its
+                // failure is disclosed in the row), then the outbox and the coordinator.
+                let record =
+                    artifacts::attempt_dir(&self.config.artifacts, &campaign, &outcome.token)
+                        .and_then(|dir| {
+                            let json =
+                                serde_json::to_value(&outcome).map_err(std::io::Error::other)?;
+                            artifacts::write_file(&dir, "outcome.json", &json)?;
+                            Ok(dir.join("outcome.json"))
+                        });
+                match record {
+                    Ok(path) => outcome.artifacts.push(path.display().to_string()),
+                    Err(e) => outcome
+                        .publication_errors
+                        .push(format!("attempt record: {e}")),
+                }
                 if let Some(cur) = state.current.as_ref() {
                     cur.phase_span.in_scope(|| {
                         tracing::info!(status = %outcome.status, failure_kind = ?outcome.failure_kind, score = ?outcome.score, "attempt finished");
@@ -746,6 +762,22 @@ async fn ensure_driver(
         env,
     };
     let driver = Arc::new(DriverProcess::spawn(&command).await?);
+    // Progress and log notifications are logged as they come, so they never pile up.
+    if let Some(mut notes) = driver.take_notifications() {
+        let lane = lane.to_owned();
+        tokio::spawn(async move {
+            while let Some(n) = notes.recv().await {
+                match n {
+                    crate::driver::process::Notification::Progress(p) => {
+                        tracing::debug!(lane = %lane, tag = %p.tag, turns = ?p.turns, message = ?p.message, "driver progress");
+                    }
+                    crate::driver::process::Notification::Log(l) => {
+                        tracing::debug!(lane = %lane, level = %l.level, message = %l.message, "driver log");
+                    }
+                }
+            }
+        });
+    }
     let sim = (!spec.sim_json.is_empty()).then(|| parse_json(&spec.sim_json));
     let identity: DriverIdentity = driver
         .call(

@@ -1,0 +1,210 @@
+//! `lanes run`: one machine, one process. The embedded store, a coordinator on a loopback
+//! port (its address in `<data-dir>/lanes.addr`, so a second terminal can use the API), and N
+//! local lanes with their drivers. Running it again resumes; drift is refused.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+
+use lanes_common::spec;
+use lanes_common::state::{CampaignState, StopMode, StopReason};
+use lanes_coordinator::CoordinatorConfig;
+use lanes_coordinator::store::{Clock, EmbeddedStore, Store, StoreError, SubmitKind, SystemClock};
+use lanes_worker::WorkerConfig;
+
+use crate::exit::Code;
+
+/// Prints a line to stdout, ignoring a closed pipe (`lanes run … | head` is fine).
+macro_rules! out {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($t)*);
+    }};
+}
+
+#[derive(clap::Args, Debug)]
+pub(crate) struct Args {
+    /// The campaign file (TOML).
+    file: PathBuf,
+    /// Local lanes to run.
+    #[arg(long, default_value_t = 4)]
+    lanes: u32,
+    /// Where the embedded store lives [default: .lanes].
+    #[arg(long, default_value = ".lanes")]
+    data_dir: PathBuf,
+    /// Attempt records and driver stderr [default: <data-dir>/artifacts].
+    #[arg(long)]
+    artifacts: Option<PathBuf>,
+}
+
+/// The file a running `lanes run` writes its API address to.
+pub(crate) fn addr_file(data_dir: &Path) -> PathBuf {
+    data_dir.join("lanes.addr")
+}
+
+pub(crate) fn run(args: Args) -> anyhow::Result<Code> {
+    crate::logging::init_quiet();
+    let campaign = match spec::load_file(&args.file) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("lanes: {e}");
+            return Ok(Code::BadInput);
+        }
+    };
+    let rt = tokio::runtime::Runtime::new()?;
+    rt.block_on(run_async(args, campaign))
+}
+
+async fn run_async(args: Args, campaign: spec::Campaign) -> anyhow::Result<Code> {
+    let id = campaign.spec.id.clone();
+    let ttl = Duration::from_secs(u64::from(campaign.spec.ops.lease_ttl_s));
+    let store: Arc<dyn Store> = Arc::new(
+        EmbeddedStore::open(&args.data_dir)
+            .with_context(|| format!("cannot open the store in {}", args.data_dir.display()))?,
+    );
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    match store.submit(campaign, clock.now_ms()).await {
+        Ok(s) => match s.kind {
+            SubmitKind::Created => out!(
+                "campaign {} submitted: {} trials, {}",
+                s.id,
+                s.trials,
+                s.spec_hash
+            ),
+            SubmitKind::Resumed => out!(
+                "campaign {} resumed: {} trials, {}",
+                s.id,
+                s.trials,
+                s.spec_hash
+            ),
+            SubmitKind::Amended => out!(
+                "campaign {} amended: now {} trials, {}",
+                s.id,
+                s.trials,
+                s.spec_hash
+            ),
+        },
+        Err(StoreError::Refused(conflicts)) => {
+            eprintln!(
+                "lanes: resume of {id} refused; the campaign file drifted from what was recorded:"
+            );
+            for c in conflicts {
+                eprintln!(
+                    "  {}: recorded {}, now {}",
+                    c.field, c.recorded, c.submitted
+                );
+            }
+            return Ok(Code::Refused);
+        }
+        Err(e) => return Err(e.into()),
+    }
+
+    // The API on a loopback port, for `lanes status --data-dir` and friends.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    std::fs::write(addr_file(&args.data_dir), format!("http://{addr}\n"))?;
+    let (stop_coord, coord_stopped) = tokio::sync::oneshot::channel::<()>();
+    let config = CoordinatorConfig {
+        reaper_start_delay: ttl,
+        ..CoordinatorConfig::default()
+    };
+    let coordinator = tokio::spawn(lanes_coordinator::run(
+        config,
+        store.clone(),
+        clock.clone(),
+        listener,
+        async {
+            let _ = coord_stopped.await;
+        },
+    ));
+
+    let exe = std::env::current_exe().context("cannot find the lanes binary for the sim driver")?;
+    let artifacts = args
+        .artifacts
+        .unwrap_or_else(|| args.data_dir.join("artifacts"));
+    let host = std::fs::read_to_string("/etc/hostname")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_else(|_| "localhost".into());
+    let worker = WorkerConfig {
+        coordinator: format!("http://{addr}"),
+        token: None,
+        worker_id: "local".into(),
+        host,
+        lanes: args.lanes.max(1),
+        outbox: args.data_dir.join("outbox"),
+        artifacts,
+        driver_override: None,
+        sim_command: vec![exe.display().to_string(), "driver".into(), "sim".into()],
+        disk_floor_gb: None,
+        arms: Vec::new(),
+        shutdown_grace: Duration::from_secs(30),
+        cancel_grace: Duration::from_secs(30),
+    };
+    let (stop_worker, worker_stopped) = tokio::sync::oneshot::channel::<()>();
+    let worker = tokio::spawn(lanes_worker::run(worker, async {
+        let _ = worker_stopped.await;
+    }));
+
+    // Progress until the campaign ends; Ctrl-C drains it.
+    let mut interrupted = false;
+    let mut last = String::new();
+    let status = loop {
+        let st = store.status(&id, clock.now_ms()).await?;
+        let line = format!(
+            "{}: {}/{} final ({} counted, {} excluded, {} not started), {} in flight, spend ${:.2}",
+            st.state,
+            st.trials_final,
+            st.trials_total,
+            st.trials_counted,
+            st.trials_excluded,
+            st.trials_not_started,
+            st.in_flight.len(),
+            st.spend_usd
+        );
+        if line != last {
+            out!("{line}");
+            last = line;
+        }
+        if matches!(st.state, CampaignState::Done | CampaignState::Stopped) {
+            break st;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+            _ = tokio::signal::ctrl_c(), if !interrupted => {
+                interrupted = true;
+                out!("interrupted: draining; in-flight attempts finish, then it stops");
+                store.stop(&id, StopMode::Drain, clock.now_ms()).await?;
+            }
+        }
+    };
+    let _ = stop_worker.send(());
+    let _ = worker.await;
+    let _ = stop_coord.send(());
+    let _ = coordinator.await;
+    let _ = std::fs::remove_file(addr_file(&args.data_dir));
+
+    let recorded = store.campaign(&id).await?;
+    let rows = store.rows(&id, 0, usize::MAX).await?;
+    out!();
+    print!(
+        "{}",
+        lanes_common::report::build(&recorded, &rows).to_text()
+    );
+    Ok(match (status.state, status.stop_reason) {
+        (CampaignState::Done, _) => Code::Ok,
+        (_, Some(StopReason::User)) => {
+            out!("\nstopped; resume with: lanes run {}", args.file.display());
+            Code::Stopped
+        }
+        _ => {
+            out!(
+                "\nstopped by a gate ({}); resume with: lanes run {}",
+                status.stop_reason.map_or("unknown", |r| r.as_str()),
+                args.file.display()
+            );
+            Code::Gate
+        }
+    })
+}

@@ -1,0 +1,75 @@
+//! `lanes run` as a user runs it: the quick start reaches done and prints the report, a second
+//! run resumes without re-running anything, and drift is refused.
+
+use std::process::Command;
+
+fn lanes() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_lanes"))
+}
+
+fn quickstart() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/quickstart/campaign.toml")
+}
+
+#[test]
+fn the_quick_start_runs_to_done_resumes_and_refuses_drift() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let out = lanes()
+        .arg("run")
+        .arg(quickstart())
+        .args(["--lanes", "4", "--data-dir"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("done: 120/120 final"), "{stdout}");
+    let audit = stdout.find("COMPLETENESS").expect("the report's audit");
+    let arms = stdout.find("PER ARM").expect("the per-arm table");
+    assert!(audit < arms, "the audit comes first");
+    assert!(stdout.contains("careful vs quick"), "{stdout}");
+    assert!(
+        !data.join("lanes.addr").exists(),
+        "the address file is removed at the end"
+    );
+
+    // A second run resumes: nothing final runs again, and the report is the same.
+    let again = lanes()
+        .arg("run")
+        .arg(quickstart())
+        .arg("--data-dir")
+        .arg(&data)
+        .output()
+        .unwrap();
+    let stdout2 = String::from_utf8_lossy(&again.stdout);
+    assert!(again.status.success(), "{stdout2}");
+    assert!(stdout2.contains("resumed: 120 trials"), "{stdout2}");
+    let rows = |s: &str| {
+        s.lines()
+            .find(|l| l.starts_with("rows:"))
+            .map(str::to_owned)
+    };
+    assert_eq!(rows(&stdout), rows(&stdout2), "no new rows on resume");
+
+    // Drift is refused with the field named, and exit code 3.
+    let text = std::fs::read_to_string(quickstart())
+        .unwrap()
+        .replace("effort = \"high\"", "effort = \"max\"");
+    let drifted = dir.path().join("drifted.toml");
+    std::fs::write(&drifted, text).unwrap();
+    let refused = lanes()
+        .arg("run")
+        .arg(&drifted)
+        .arg("--data-dir")
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(3));
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(err.contains("arms[0].config.effort"), "{err}");
+}
