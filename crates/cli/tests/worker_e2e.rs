@@ -20,7 +20,25 @@ struct Worker(Child);
 
 impl Worker {
     fn start(coordinator: &str, artifacts: &std::path::Path, lanes: u32, host: &str) -> Self {
+        Self::start_with(coordinator, artifacts, lanes, host, &[], None)
+    }
+
+    /// With extra env variables, and stderr (debug logs) written to `log`.
+    fn start_with(
+        coordinator: &str,
+        artifacts: &std::path::Path,
+        lanes: u32,
+        host: &str,
+        env: &[(&str, &str)],
+        log: Option<&std::path::Path>,
+    ) -> Self {
+        let stderr = match log {
+            Some(p) => Stdio::from(std::fs::File::create(p).unwrap()),
+            None => Stdio::inherit(),
+        };
         let child = Command::new(env!("CARGO_BIN_EXE_lanes"))
+            .envs(env.iter().copied())
+            .env("RUST_LOG", if log.is_some() { "debug" } else { "warn" })
             .args([
                 "worker",
                 "--coordinator",
@@ -39,9 +57,8 @@ impl Worker {
                 "5",
             ])
             .env("LANES_LANE_TOKEN", LANE_TOKEN)
-            .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
+            .stderr(stderr)
             .spawn()
             .expect("start lanes worker");
         Self(child)
@@ -529,4 +546,119 @@ async fn sigterm_stops_asking_lets_the_attempt_finish_and_exits_cleanly() {
         .unwrap()
         .into_inner();
     assert!(st.in_flight.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_pin_mismatch_is_identity_mismatch_naming_every_key_and_the_lane_leaves() {
+    let f = fleet().await;
+    let mut c = client(&f.coord.url(), Some(CLIENT_TOKEN)).await;
+    let text = campaign_text("pins", 4, 1, "pairing = \"none\"", "", "")
+        .replace("[retry]", "[driver.expect]\nprotocol = \"lanes-driver/1\"\ndataset_commit = \"abc123\"\nagent_sha256 = \"ff00\"\n[retry]");
+    c.submit(submit_request(&text)).await.unwrap();
+    let _w = Worker::start(&f.coord.url(), f.dir.path(), 2, "h");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let rows = loop {
+        let rows = rows(&f.store, "pins").await;
+        if rows.len() >= 2 {
+            break rows;
+        }
+        assert!(Instant::now() < deadline, "no blocked rows: {rows:#?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    for r in &rows {
+        assert_eq!(r.status, lanes_common::row::Status::Blocked);
+        assert_eq!(r.failure_kind, Some(FailureKind::IdentityMismatch));
+        assert!(!r.is_final);
+        let e = r.error.as_deref().unwrap_or_default();
+        assert!(
+            e.contains("dataset_commit") && e.contains("agent_sha256"),
+            "{e}"
+        );
+        assert!(
+            !e.contains("protocol:"),
+            "a matching pin is not listed: {e}"
+        );
+    }
+    // Both lanes left the campaign: several heartbeats and credit rounds later, nothing more.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(
+        self::rows(&f.store, "pins").await.len(),
+        2,
+        "a lane kept taking the campaign's work"
+    );
+    let st = c
+        .get(pb::GetRequest { id: "pins".into() })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(st.state, pb::CampaignState::Running as i32);
+}
+
+/// Plants a secret in the payload and in the driver env, runs a campaign, then greps every
+/// row, the worker's debug log and every artifact for them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn secrets_never_reach_rows_logs_or_artifacts() {
+    let f = fleet().await;
+    let mut c = client(&f.coord.url(), Some(CLIENT_TOKEN)).await;
+    let payload_secret = "PAYLOAD-SECRET-7f3a9";
+    let env_secret = "ENV-SECRET-51c2e";
+    let mut text = campaign_text(
+        "secrets",
+        0,
+        1,
+        "pairing = \"none\"",
+        "faults = { boot_failed = 0.3, evaluator_error = 0.2 }",
+        "infra_backoff_s = 0",
+    );
+    text = text.replace(
+        "[driver]\n",
+        "[driver]\nsecret_payload_keys = [\"vm_password\"]\nenv = { API_KEY = \"$LANES_TEST_SECRET\" }\n",
+    );
+    for i in 0..6 {
+        text = text.replace(
+            "items = [\n",
+            &format!("items = [\n  {{ id = \"S{i}\", payload = {{ instruction = \"task {i}\", vm_password = \"{payload_secret}\" }} }},\n"),
+        );
+    }
+    c.submit(submit_request(&text)).await.unwrap();
+    let artifacts = f.dir.path().join("art");
+    let log = f.dir.path().join("worker.log");
+    let _w = Worker::start_with(
+        &f.coord.url(),
+        &artifacts,
+        2,
+        "h",
+        &[("LANES_TEST_SECRET", env_secret)],
+        Some(&log),
+    );
+    let st = wait_ended(&f.coord.url(), "secrets", Duration::from_secs(60)).await;
+    assert_eq!(st.state, pb::CampaignState::Done as i32);
+    let rows = rows(&f.store, "secrets").await;
+    let all_rows = serde_json::to_string(&rows).unwrap();
+    for s in [payload_secret, env_secret] {
+        assert!(!all_rows.contains(s), "a row holds {s}");
+    }
+    let logs = std::fs::read_to_string(&log).unwrap();
+    assert!(logs.len() > 100, "the debug log was written");
+    for s in [payload_secret, env_secret] {
+        assert!(!logs.contains(s), "the worker log holds {s}");
+    }
+    let mut files = 0;
+    let mut stack = vec![artifacts.clone()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                files += 1;
+                let bytes = std::fs::read(&p).unwrap();
+                let text = String::from_utf8_lossy(&bytes);
+                for s in [payload_secret, env_secret] {
+                    assert!(!text.contains(s), "{} holds {s}", p.display());
+                }
+            }
+        }
+    }
+    assert!(files >= 6, "artifacts were written ({files})");
 }

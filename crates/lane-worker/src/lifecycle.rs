@@ -197,6 +197,8 @@ pub struct Attempt {
     pub gate_turns: u32,
     /// The lease was lost after evaluate began: published anyway, flagged.
     pub lease_lost: bool,
+    /// Why preflight refused the attempt, for the `blocked` row.
+    pub preflight_reason: Option<String>,
 }
 
 fn agent_status(s: AgentStatus) -> Option<Status> {
@@ -217,6 +219,7 @@ impl Attempt {
             gate,
             gate_turns: 0,
             lease_lost: false,
+            preflight_reason: None,
         }
     }
 
@@ -313,7 +316,8 @@ impl Attempt {
                 self.state = State::Boot { tries: 1 };
                 vec![Effect::EnterPhase(Phase::Boot), Effect::Boot]
             }
-            (State::Admit, E::PreflightFailed { kind, .. }) => {
+            (State::Admit, E::PreflightFailed { kind, reason }) => {
+                self.preflight_reason = Some(reason);
                 vec![Effect::Release(ReleaseKind::Blocked(kind))]
             }
             // Boot.

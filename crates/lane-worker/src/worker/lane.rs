@@ -472,6 +472,15 @@ impl LaneActor {
                 o.worker = self.config.worker_id.clone();
                 o.driver = state.slot.identity.clone();
                 o.failure_kind = failure_kind;
+                o.error = cur.machine.preflight_reason.clone();
+                if failure_kind == Some(FailureKind::IdentityMismatch) {
+                    // This lane is unusable for this campaign: it stops asking for its work.
+                    tracing::warn!(lane = %self.name, campaign = %campaign, reason = ?o.error, "identity mismatch: this lane leaves the campaign");
+                    let _ = self.supervisor.cast(SupMsg::Exclude {
+                        lane: self.name.clone(),
+                        campaign: campaign.clone(),
+                    });
+                }
                 o.started_utc = Some(cur.started_utc.clone());
                 o.ended_utc = Some(now_utc());
                 let entry = Box::new(Entry {
@@ -827,17 +836,27 @@ async fn admit(ctx: AdmitCtx, slot: &mut DriverSlot) -> Event {
     };
     driver.set_stderr_file(Some(dir.join("driver.stderr")));
     if let Some(id) = &slot.identity {
-        for (k, want) in &ctx.spec.expect {
-            let got = id.pins.get(k);
-            if got != Some(want) {
-                return Event::PreflightFailed {
-                    kind: FailureKind::IdentityMismatch,
-                    reason: format!(
-                        "pin {k}: expected {want}, driver has {}",
-                        got.map_or("none", |g| g.as_str())
-                    ),
-                };
-            }
+        // Every differing pin is named, so one refusal says everything that is wrong.
+        let differing: Vec<String> = ctx
+            .spec
+            .expect
+            .iter()
+            .filter(|(k, want)| id.pins.get(*k) != Some(*want))
+            .map(|(k, want)| {
+                format!(
+                    "{k}: expected {want}, driver has {}",
+                    id.pins.get(k).map_or("none", |g| g.as_str())
+                )
+            })
+            .collect();
+        if !differing.is_empty() {
+            return Event::PreflightFailed {
+                kind: FailureKind::IdentityMismatch,
+                reason: format!(
+                    "driver identity differs from [driver.expect]: {}",
+                    differing.join("; ")
+                ),
+            };
         }
     }
     Event::Admitted

@@ -51,6 +51,11 @@ pub(crate) enum SupMsg {
     },
     /// A retry timer for a lane's work request (only asks if the lane is still idle).
     Retry(String),
+    /// This lane must not take this campaign's work again (identity mismatch).
+    Exclude {
+        lane: String,
+        campaign: CampaignId,
+    },
     Tick,
     /// Stop asking for work (shutdown).
     Drain,
@@ -75,6 +80,8 @@ pub(crate) struct SupState {
     outstanding: BTreeSet<String>,
     /// When to send the outbox again after the coordinator could not commit an entry.
     replay_at: Option<tokio::time::Instant>,
+    /// Campaigns each lane may not take (its driver failed their identity pins).
+    excluded: BTreeMap<String, BTreeSet<String>>,
     outbox: Outbox,
     lanes: BTreeMap<String, ActorRef<LaneMsg>>,
     /// Lanes waiting for a work answer or ready to ask.
@@ -120,11 +127,16 @@ impl Supervisor {
             return;
         }
         state.outstanding.insert(lane.clone());
+        let exclude_campaigns = state
+            .excluded
+            .get(&lane)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default();
         Self::send(
             state,
             In::WorkRequest(pb::WorkRequest {
                 lane,
-                exclude_campaigns: Vec::new(),
+                exclude_campaigns,
             }),
         )
         .await;
@@ -140,26 +152,42 @@ impl Supervisor {
                 continue;
             };
             let o = lanes_common::row::Outcome::new(
-                token,
+                token.clone(),
                 &a.lane,
                 &self.config.host,
                 lanes_common::row::Status::Cancelled,
             );
-            self.publish(
-                state,
-                Box::new(Entry {
-                    campaign: campaign.clone(),
-                    outcome: o,
-                }),
-            )
-            .await;
+            // Renewed, in phase publish, until the coordinator acknowledges the release.
+            state.in_flight.entry(token).or_insert(InFlight {
+                campaign: campaign.clone(),
+                lane: a.lane.clone(),
+                phase: Phase::Publish,
+            });
+            let entry = Box::new(Entry {
+                campaign: campaign.clone(),
+                outcome: o,
+            });
+            self.publish(state, entry, None).await;
         }
     }
 
-    /// Writes an entry to the outbox (fsynced), then sends it.
-    async fn publish(&self, state: &mut SupState, entry: Box<Entry>) {
+    /// Writes an entry to the outbox (fsynced), answers `reply` once it is durable, then sends
+    /// it. A failed outbox write is disclosed in the row; the send is still attempted.
+    async fn publish(
+        &self,
+        state: &mut SupState,
+        mut entry: Box<Entry>,
+        reply: Option<RpcReplyPort<()>>,
+    ) {
         if let Err(e) = state.outbox.put(&entry) {
             tracing::error!(error = %e, "outbox write failed; sending anyway");
+            entry
+                .outcome
+                .publication_errors
+                .push(format!("outbox: {e}"));
+        }
+        if let Some(reply) = reply {
+            let _ = reply.send(());
         }
         if let Some(f) = state.in_flight.get_mut(&entry.outcome.token) {
             f.phase = Phase::Publish;
@@ -400,6 +428,7 @@ impl Actor for Supervisor {
             tx: None,
             outstanding: BTreeSet::new(),
             replay_at: None,
+            excluded: BTreeMap::new(),
             outbox,
             lanes,
             idle,
@@ -433,6 +462,13 @@ impl Actor for Supervisor {
                 self.ask_work(state, lane).await;
             }
             SupMsg::Retry(lane) => self.ask_work(state, lane).await,
+            SupMsg::Exclude { lane, campaign } => {
+                state
+                    .excluded
+                    .entry(lane)
+                    .or_default()
+                    .insert(campaign.to_string());
+            }
             SupMsg::Phase {
                 campaign,
                 token,
@@ -443,32 +479,8 @@ impl Actor for Supervisor {
                     f.campaign = campaign;
                 }
             }
-            SupMsg::Publish(entry, reply) => {
-                // The reply waits for the fsync: the lane moves on only once it is durable.
-                if let Err(e) = state.outbox.put(&entry) {
-                    tracing::error!(error = %e, "outbox write failed; sending anyway");
-                }
-                let _ = reply.send(());
-                if let Some(f) = state.in_flight.get_mut(&entry.outcome.token) {
-                    f.phase = Phase::Publish;
-                }
-                let mut o = pb::Outcome::from(entry.outcome);
-                o.campaign = entry.campaign.to_string();
-                Self::send(state, In::Outcome(o)).await;
-            }
-            SupMsg::GiveBack(a) => {
-                for t in &a.trials {
-                    if let Some(tok) = t.token.clone().and_then(|t| Token::try_from(t).ok()) {
-                        state.in_flight.entry(tok).or_insert(InFlight {
-                            campaign: CampaignId::new(a.campaign.clone())
-                                .unwrap_or_else(|_| CampaignId::new("x").expect("valid")),
-                            lane: a.lane.clone(),
-                            phase: Phase::Publish,
-                        });
-                    }
-                }
-                self.give_back(state, a).await;
-            }
+            SupMsg::Publish(entry, reply) => self.publish(state, entry, Some(reply)).await,
+            SupMsg::GiveBack(a) => self.give_back(state, a).await,
             SupMsg::Finished { token, published } => {
                 if !published {
                     state.in_flight.remove(&token);
