@@ -141,6 +141,8 @@ async fn run_async(args: Args, campaign: spec::Campaign) -> anyhow::Result<Code>
         arms: Vec::new(),
         shutdown_grace: Duration::from_secs(30),
         cancel_grace: Duration::from_secs(30),
+        guest_poll: Duration::from_secs(1),
+        guest_grace: Duration::from_secs(60),
     };
     let (stop_worker, worker_stopped) = tokio::sync::oneshot::channel::<()>();
     let worker = tokio::spawn(lanes_worker::run(worker, async {

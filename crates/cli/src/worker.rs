@@ -54,6 +54,10 @@ pub(crate) struct Args {
     /// declared hung and restarted.
     #[arg(long, default_value_t = 30)]
     cancel_grace_s: u64,
+    /// Seconds the guest's health endpoint may stay unreachable before the attempt is
+    /// `guest_lost`.
+    #[arg(long, default_value_t = 60)]
+    guest_grace_s: u64,
 }
 
 fn hostname() -> String {
@@ -85,6 +89,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<Code> {
         arms: args.arms,
         shutdown_grace: Duration::from_secs(args.shutdown_grace_s),
         cancel_grace: Duration::from_secs(args.cancel_grace_s),
+        guest_poll: Duration::from_secs(1),
+        guest_grace: Duration::from_secs(args.guest_grace_s),
     };
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async move {

@@ -16,6 +16,7 @@ pub mod artifacts;
 pub mod lifecycle;
 pub mod outbox;
 pub mod sim;
+pub mod watchdog;
 pub mod worker;
 
 pub use worker::{WorkerConfig, WorkerError, run};

@@ -48,6 +48,11 @@ pub(crate) enum LaneMsg {
     CancelAll,
     /// Start the next trial of the unit (or ask for work).
     Next,
+    /// Boot or reset gave this attempt a guest health URL.
+    HealthUrl {
+        tag: String,
+        url: String,
+    },
     /// The agent of this attempt was cancelled a grace period ago.
     CancelOverdue {
         tag: String,
@@ -86,6 +91,9 @@ struct Current {
     walls: PhaseWalls,
     agent: Option<AgentResult>,
     agent_timer: Option<tokio::task::JoinHandle<()>>,
+    /// The guest's health URL from boot or reset, and the task watching it.
+    health_url: Option<String>,
+    watchdog: Option<tokio::task::JoinHandle<()>>,
     /// The `attempt` root span, and the span of the current phase (its child).
     span: tracing::Span,
     phase_span: tracing::Span,
@@ -211,6 +219,8 @@ impl LaneActor {
             walls: PhaseWalls::default(),
             agent: None,
             agent_timer: None,
+            health_url: None,
+            watchdog: None,
             span,
             phase_span: first_phase,
         };
@@ -306,13 +316,24 @@ impl LaneActor {
                 };
                 let params = self.env_params(unit, cur);
                 let is_boot = effect == Effect::Boot;
+                let me = myself.clone();
+                let url_tag = tag.clone();
                 self.spawn_call(myself, cur.phase_span.clone(), tag, async move {
                     let m = if is_boot { method::BOOT } else { method::RESET };
-                    match driver.call::<_, EnvResult>(m, &params, ENV_DEADLINE).await {
-                        Ok(r) if is_boot => {
-                            let _ = r;
-                            Event::Booted
-                        }
+                    let answer = driver.call::<_, EnvResult>(m, &params, ENV_DEADLINE).await;
+                    if let Ok(EnvResult {
+                        health_url: Some(url),
+                        ..
+                    }) = &answer
+                    {
+                        // Sent before the event, so the watchdog knows it when the agent starts.
+                        let _ = me.cast(LaneMsg::HealthUrl {
+                            tag: url_tag,
+                            url: url.clone(),
+                        });
+                    }
+                    match answer {
+                        Ok(_) if is_boot => Event::Booted,
                         Ok(r) => Event::Reset {
                             verified: r.verified,
                         },
@@ -404,9 +425,36 @@ impl LaneActor {
                     let _ = me.cast(LaneMsg::CancelOverdue { tag });
                 });
             }
-            // The guest-health watchdog needs a health URL from boot or reset; drivers that
-            // give none (the sim) have nothing to watch.
-            Effect::StartWatchdog | Effect::StopWatchdog => {}
+            // The guest-health watchdog runs only when boot or reset gave a health URL.
+            Effect::StartWatchdog => {
+                let Some(url) = cur.health_url.clone() else {
+                    return;
+                };
+                match crate::watchdog::HealthUrl::parse(&url) {
+                    Ok(url) => {
+                        let me = myself.clone();
+                        let (every, grace) = (self.config.guest_poll, self.config.guest_grace);
+                        let watch = tokio::spawn(async move {
+                            crate::watchdog::watch(url, every, grace).await;
+                            let _ = me.cast(LaneMsg::Event {
+                                tag,
+                                event: Event::GuestLost,
+                            });
+                        });
+                        if let Some(cur) = state.current.as_mut() {
+                            cur.watchdog = Some(watch);
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(lane = %self.name, error = %e, "guest health url ignored")
+                    }
+                }
+            }
+            Effect::StopWatchdog => {
+                if let Some(w) = state.current.as_mut().and_then(|c| c.watchdog.take()) {
+                    w.abort();
+                }
+            }
             Effect::Evaluate => {
                 let Some(driver) = state.slot.driver.clone() else {
                     return;
@@ -594,6 +642,9 @@ impl LaneActor {
             if let Some(t) = cur.agent_timer {
                 t.abort();
             }
+            if let Some(w) = cur.watchdog {
+                w.abort();
+            }
             let _ = self.supervisor.cast(SupMsg::Finished {
                 token: cur.token,
                 published,
@@ -691,6 +742,11 @@ impl Actor for LaneActor {
                 self.run_effects(&myself, state, effects).await;
             }
             LaneMsg::Next => self.next_trial(&myself, state).await,
+            LaneMsg::HealthUrl { tag, url } => {
+                if let Some(cur) = state.current.as_mut().filter(|c| c.tag == tag) {
+                    cur.health_url = Some(url);
+                }
+            }
             LaneMsg::CancelOverdue { tag } => {
                 let still_running = state.current.as_ref().is_some_and(|c| {
                     c.tag == tag && matches!(c.machine.state, crate::lifecycle::State::Agent(_))

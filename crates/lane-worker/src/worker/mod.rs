@@ -34,6 +34,10 @@ pub struct WorkerConfig {
     /// How long an agent may take to stop after `cancel` (at its timeout) before the driver
     /// is declared hung, killed and restarted.
     pub cancel_grace: Duration,
+    /// How often the guest's health URL is polled during the agent phase.
+    pub guest_poll: Duration,
+    /// How long the guest may stay unreachable before the attempt is `guest_lost`.
+    pub guest_grace: Duration,
 }
 
 /// Why the worker could not run.
