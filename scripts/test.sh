@@ -18,5 +18,8 @@ if ! command -v redis-server >/dev/null 2>&1; then
   fi
 fi
 
+# The Python driver helper's own tests (standard library only).
+python3 -m unittest discover -s tests/python -v
+
 # Benches (harness = false) are run with `cargo bench`, not here.
 cargo test --workspace "$@"

@@ -132,6 +132,7 @@ struct AdmitCtx {
     dir: std::io::Result<std::path::PathBuf>,
     record: Value,
     command: Vec<String>,
+    key: Vec<String>,
     lane: String,
     host: String,
     spec: pb::DriverSpec,
@@ -160,6 +161,15 @@ fn parse_json(s: &str) -> Value {
 
 impl LaneActor {
     /// The command for a driver spec on this host.
+    /// What identifies a driver process: a reused driver must have been started with the same
+    /// command, env and sim settings, or the campaign's settings would never reach it.
+    fn driver_key(&self, spec: &pb::DriverSpec) -> Vec<String> {
+        let mut key = self.command(spec);
+        key.push(format!("env={:?}", spec.env));
+        key.push(format!("sim={}", spec.sim_json));
+        key
+    }
+
     fn command(&self, spec: &pb::DriverSpec) -> Vec<String> {
         if let Some(cmd) = &self.config.driver_override {
             return cmd.clone();
@@ -396,6 +406,23 @@ impl LaneActor {
                         .await
                     {
                         Ok(r) => Event::AgentFinished(r),
+                        // A JSON-RPC error answer: the driver is fine, the agent failed on
+                        // infra, of the kind the driver named (default harness_error).
+                        Err(e) if !e.is_crash() => Event::AgentFinished(AgentResult {
+                            status: crate::driver::protocol::AgentStatus::InfraError,
+                            failure_kind: Some(
+                                e.failure_kind().unwrap_or("harness_error").to_owned(),
+                            ),
+                            reset_epoch: None,
+                            runtime_outcome: None,
+                            infeasible: false,
+                            final_text: None,
+                            turns: None,
+                            tokens: None,
+                            cost_usd: None,
+                            quota: None,
+                            error: Some(e.to_string()),
+                        }),
                         Err(e) => Event::DriverCrashed {
                             reason: e.to_string(),
                         },
@@ -584,6 +611,7 @@ impl LaneActor {
             dir: artifacts::attempt_dir(&self.config.artifacts, &unit.campaign, &cur.token),
             record,
             command: self.command(&spec),
+            key: self.driver_key(&spec),
             lane: self.name.clone(),
             host: self.config.host.clone(),
             spec,
@@ -591,6 +619,7 @@ impl LaneActor {
     }
 
     fn outcome(&self, state: &mut LaneState, v: Verdict) -> Outcome {
+        let secrets = secrets_of(state);
         let cur = state.current.as_mut().expect("an attempt is running");
         Self::record_wall(cur);
         let mut o = Outcome::new(cur.token.clone(), &self.name, &self.config.host, v.status);
@@ -607,6 +636,9 @@ impl LaneActor {
         o.started_utc = Some(cur.started_utc.clone());
         o.ended_utc = Some(now_utc());
         if let Some(a) = v.agent.or_else(|| cur.agent.take()) {
+            if o.error.is_none() {
+                o.error = a.error;
+            }
             o.reset_epoch = a.reset_epoch;
             o.runtime_outcome = a.runtime_outcome;
             o.final_text = a.final_text;
@@ -618,6 +650,8 @@ impl LaneActor {
         if o.status != Status::InfraError {
             o.failure_kind = None;
         }
+        // Defence in depth: a driver may echo a secret into an error or its final text.
+        scrub_outcome(&mut o, &secrets);
         match o.clone().validate() {
             Ok(valid) => valid,
             Err(e) => {
@@ -753,9 +787,16 @@ impl Actor for LaneActor {
                 });
                 if still_running && let Some(d) = state.slot.driver.take() {
                     tracing::warn!(lane = %self.name, "the agent ignored its cancel: killing the driver");
-                    // The pending run_agent call now fails, and the machine ends the attempt.
                     d.kill().await;
                     state.slot.key = None;
+                    // Say why here; the failing run_agent call that follows is then stale.
+                    if let Some(cur) = state.current.as_mut() {
+                        let effects = cur.machine.next(Event::DriverCrashed {
+                            reason: "the agent did not stop within the cancel grace; driver killed"
+                                .into(),
+                        });
+                        self.run_effects(&myself, state, effects).await;
+                    }
                 }
             }
             LaneMsg::Admitted { tag, slot, event } => {
@@ -796,13 +837,14 @@ impl Actor for LaneActor {
 async fn ensure_driver(
     slot: &mut DriverSlot,
     cmd: Vec<String>,
+    want: Vec<String>,
     lane: &str,
     host: &str,
     spec: &pb::DriverSpec,
 ) -> Result<Arc<DriverProcess>, DriverError> {
     if let (Some(d), Some(key)) = (&slot.driver, &slot.key)
         && d.is_alive()
-        && *key == cmd
+        && *key == want
     {
         return Ok(d.clone());
     }
@@ -869,7 +911,7 @@ async fn ensure_driver(
         .unwrap_or(Value::Null);
     slot.identity = Some(identity);
     slot.driver = Some(driver.clone());
-    slot.key = Some(cmd);
+    slot.key = Some(want);
     Ok(driver)
 }
 
@@ -886,10 +928,11 @@ async fn admit(ctx: AdmitCtx, slot: &mut DriverSlot) -> Event {
     if let Err(e) = artifacts::write_record(&dir, &ctx.record) {
         return preflight(format!("attempt record: {e}"));
     }
-    let driver = match ensure_driver(slot, ctx.command, &ctx.lane, &ctx.host, &ctx.spec).await {
-        Ok(d) => d,
-        Err(e) => return preflight(format!("driver: {e}")),
-    };
+    let driver =
+        match ensure_driver(slot, ctx.command, ctx.key, &ctx.lane, &ctx.host, &ctx.spec).await {
+            Ok(d) => d,
+            Err(e) => return preflight(format!("driver: {e}")),
+        };
     driver.set_stderr_file(Some(dir.join("driver.stderr")));
     if let Some(id) = &slot.identity {
         // Every differing pin is named, so one refusal says everything that is wrong.
@@ -916,4 +959,85 @@ async fn admit(ctx: AdmitCtx, slot: &mut DriverSlot) -> Event {
         }
     }
     Event::Admitted
+}
+
+/// The secret values of the current attempt: its payload's `secret_payload_keys` and the
+/// driver env values. Very short values are skipped (they would mangle ordinary text).
+fn secrets_of(state: &LaneState) -> Vec<String> {
+    let (Some(unit), Some(cur)) = (&state.unit, &state.current) else {
+        return Vec::new();
+    };
+    let payload = parse_json(&cur.trial.payload_json);
+    let mut out: Vec<String> = unit
+        .driver
+        .secret_payload_keys
+        .iter()
+        .filter_map(|k| payload.get(k))
+        .map(|v| match v {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        })
+        .collect();
+    for v in unit.driver.env.values() {
+        out.push(match v.strip_prefix('$') {
+            Some(name) => std::env::var(name).unwrap_or_default(),
+            None => v.clone(),
+        });
+    }
+    out.retain(|s| s.len() >= 4);
+    out
+}
+
+fn scrub(text: &mut String, secrets: &[String]) {
+    for s in secrets {
+        if text.contains(s.as_str()) {
+            *text = text.replace(s.as_str(), "***");
+        }
+    }
+}
+
+/// Replaces secret values in every free-text field of an outcome.
+fn scrub_outcome(o: &mut Outcome, secrets: &[String]) {
+    if secrets.is_empty() {
+        return;
+    }
+    for field in [&mut o.error, &mut o.final_text, &mut o.runtime_outcome]
+        .into_iter()
+        .flatten()
+    {
+        scrub(field, secrets);
+    }
+    for e in &mut o.publication_errors {
+        scrub(e, secrets);
+    }
+    for c in &mut o.checks {
+        scrub(&mut c.detail, secrets);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lanes_common::ids::TrialId;
+
+    #[test]
+    fn secrets_are_scrubbed_from_free_text() {
+        let token = Token {
+            trial_id: TrialId::new("T.r0.a").unwrap(),
+            attempt: 1,
+        };
+        let mut o = Outcome::new(token, "l", "h", Status::InfraError);
+        o.error = Some("login failed for hunter22 at vm".into());
+        o.final_text = Some("the password is hunter22".into());
+        o.checks.push(lanes_common::row::Check {
+            name: "c".into(),
+            passed: false,
+            score: None,
+            detail: "saw hunter22".into(),
+        });
+        scrub_outcome(&mut o, &["hunter22".to_owned()]);
+        assert_eq!(o.error.as_deref(), Some("login failed for *** at vm"));
+        assert_eq!(o.final_text.as_deref(), Some("the password is ***"));
+        assert_eq!(o.checks[0].detail, "saw ***");
+    }
 }
