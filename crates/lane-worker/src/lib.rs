@@ -13,6 +13,7 @@ pub mod driver {
     pub mod protocol;
 }
 pub mod artifacts;
+pub mod http_agent;
 pub mod lifecycle;
 pub mod outbox;
 pub mod sim;

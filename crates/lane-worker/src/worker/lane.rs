@@ -94,6 +94,8 @@ struct Current {
     /// The guest's health URL from boot or reset, and the task watching it.
     health_url: Option<String>,
     watchdog: Option<tokio::task::JoinHandle<()>>,
+    /// Set when the agent runs behind a task API: flipping it cancels the API task.
+    http_cancel: Option<tokio::sync::watch::Sender<bool>>,
     /// The `attempt` root span, and the span of the current phase (its child).
     span: tracing::Span,
     phase_span: tracing::Span,
@@ -231,6 +233,7 @@ impl LaneActor {
             agent_timer: None,
             health_url: None,
             watchdog: None,
+            http_cancel: None,
             span,
             phase_span: first_phase,
         };
@@ -400,34 +403,53 @@ impl LaneActor {
                     max_turns: t.max_turns.saturating_sub(cur.machine.gate_turns),
                     max_cost_usd: t.max_cost_usd,
                 };
-                self.spawn_call(myself, cur.phase_span.clone(), tag.clone(), async move {
-                    match driver
-                        .call::<_, AgentResult>(method::RUN_AGENT, &params, timeout + slack)
-                        .await
-                    {
-                        Ok(r) => Event::AgentFinished(r),
-                        // A JSON-RPC error answer: the driver is fine, the agent failed on
-                        // infra, of the kind the driver named (default harness_error).
-                        Err(e) if !e.is_crash() => Event::AgentFinished(AgentResult {
-                            status: crate::driver::protocol::AgentStatus::InfraError,
-                            failure_kind: Some(
-                                e.failure_kind().unwrap_or("harness_error").to_owned(),
-                            ),
-                            reset_epoch: None,
-                            runtime_outcome: None,
-                            infeasible: false,
-                            final_text: None,
-                            turns: None,
-                            tokens: None,
-                            cost_usd: None,
-                            quota: None,
-                            error: Some(e.to_string()),
-                        }),
-                        Err(e) => Event::DriverCrashed {
-                            reason: e.to_string(),
-                        },
+                let http_agent = params
+                    .arm_config
+                    .get("http_agent")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned);
+                if let Some(base) = http_agent {
+                    // The arm's agent runs behind a task API; the lane drives it itself.
+                    let (cancel_tx, cancel_rx) = tokio::sync::watch::channel(false);
+                    let poll = self.config.guest_poll;
+                    self.spawn_call(myself, cur.phase_span.clone(), tag.clone(), async move {
+                        Event::AgentFinished(
+                            crate::http_agent::run(&base, &params, cancel_rx, poll).await,
+                        )
+                    });
+                    if let Some(cur) = state.current.as_mut() {
+                        cur.http_cancel = Some(cancel_tx);
                     }
-                });
+                } else {
+                    self.spawn_call(myself, cur.phase_span.clone(), tag.clone(), async move {
+                        match driver
+                            .call::<_, AgentResult>(method::RUN_AGENT, &params, timeout + slack)
+                            .await
+                        {
+                            Ok(r) => Event::AgentFinished(r),
+                            // A JSON-RPC error answer: the driver is fine, the agent failed on
+                            // infra, of the kind the driver named (default harness_error).
+                            Err(e) if !e.is_crash() => Event::AgentFinished(AgentResult {
+                                status: crate::driver::protocol::AgentStatus::InfraError,
+                                failure_kind: Some(
+                                    e.failure_kind().unwrap_or("harness_error").to_owned(),
+                                ),
+                                reset_epoch: None,
+                                runtime_outcome: None,
+                                infeasible: false,
+                                final_text: None,
+                                turns: None,
+                                tokens: None,
+                                cost_usd: None,
+                                quota: None,
+                                error: Some(e.to_string()),
+                            }),
+                            Err(e) => Event::DriverCrashed {
+                                reason: e.to_string(),
+                            },
+                        }
+                    });
+                }
                 let me = myself.clone();
                 let timer = tokio::spawn(async move {
                     tokio::time::sleep(timeout).await;
@@ -441,7 +463,9 @@ impl LaneActor {
                 }
             }
             Effect::CancelAgent => {
-                if let Some(driver) = &state.slot.driver {
+                if let Some(c) = &cur.http_cancel {
+                    let _ = c.send(true);
+                } else if let Some(driver) = &state.slot.driver {
                     driver.notify(method::CANCEL, &proto::CancelParams { tag: tag.clone() });
                 }
                 // A driver that ignores the cancel is killed after the grace: no zombie agents.
@@ -785,7 +809,14 @@ impl Actor for LaneActor {
                 let still_running = state.current.as_ref().is_some_and(|c| {
                     c.tag == tag && matches!(c.machine.state, crate::lifecycle::State::Agent(_))
                 });
-                if still_running && let Some(d) = state.slot.driver.take() {
+                let http = state
+                    .current
+                    .as_ref()
+                    .is_some_and(|c| c.http_cancel.is_some());
+                if still_running && http {
+                    // The task API keeps its own time; the driver is not to blame.
+                    tracing::warn!(lane = %self.name, "the task api did not confirm the cancel in time");
+                } else if still_running && let Some(d) = state.slot.driver.take() {
                     tracing::warn!(lane = %self.name, "the agent ignored its cancel: killing the driver");
                     d.kill().await;
                     state.slot.key = None;
