@@ -21,10 +21,10 @@ module does the plumbing; a benchmark subclasses `Driver` and overrides what it 
 
 Each method gets the request's `params` as a dict and returns its result as a dict (None
 means {}). An exception answers with a JSON-RPC error (-32000, the exception text as message,
-`data.failure_kind` from the exception's `failure_kind` attribute, see `DriverError`). Note
-that the lane treats *any* error answer to `run_agent` as a driver crash: report a failed
-agent or provider as a result instead, e.g. {"status": "infra_error", "failure_kind":
-"rate_limit", "error": "..."}.
+`data.failure_kind` from the exception's `failure_kind` attribute, see `DriverError`). An
+error answer to `run_agent` becomes an infra failure of that kind (default harness_error);
+a result says the same more precisely, e.g. {"status": "infra_error", "failure_kind":
+"rate_limit", "reset_epoch": ..., "error": "..."}.
 
 `run_agent` runs on its own thread, so `cancel` and other calls are read and answered while
 an agent runs; every other method runs on the reading thread, one at a time. (The lane waits

@@ -870,3 +870,197 @@ async fn the_http_agent_adapter_maps_task_api_outcomes() {
         "the hung task was cancelled through the api"
     );
 }
+
+/// A test driver on the Python helper: boot may hand out a guest health URL, the gate answers
+/// as the payload says, the agent runs `agent_s` seconds (stopping on cancel), evaluate passes.
+fn python_driver(dir: &std::path::Path) -> std::path::PathBuf {
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/drivers");
+    let path = dir.join("test_driver.py");
+    std::fs::write(
+        &path,
+        format!(
+            r#"import sys, time
+sys.path.insert(0, {repo:?})
+from lanes_driver import Driver, DriverError
+
+class TestDriver(Driver):
+    name, version = "test-driver", "1.0"
+
+    def boot(self, p):
+        url = p["payload"].get("health_url")
+        return {{"health_url": url}} if url else {{}}
+
+    def gate(self, p):
+        g = p["payload"].get("gate", "proceed")
+        if g == "infeasible":
+            return {{"infeasible": True, "turns": 2, "reason": "premise false"}}
+        if g == "error":
+            raise DriverError("the gate broke")
+        return {{"infeasible": False, "turns": 1}}
+
+    def run_agent(self, p):
+        tag = p["attempt"]["tag"]
+        end = time.time() + float(p["payload"].get("agent_s", 0.05))
+        while time.time() < end:
+            if self.cancelled(tag):
+                return {{"status": "cancelled", "turns": 1}}
+            time.sleep(0.02)
+        return {{"status": "completed", "turns": 3}}
+
+    def evaluate(self, p):
+        return {{"score": 1.0, "passed": True, "checks": []}}
+
+if __name__ == "__main__":
+    TestDriver.main()
+"#,
+            repo = repo.display().to_string()
+        ),
+    )
+    .unwrap();
+    path
+}
+
+/// A guest health endpoint whose liveness the test switches.
+async fn guest(alive: Arc<std::sync::atomic::AtomicBool>) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/health", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = listener.accept().await else {
+                return;
+            };
+            let mut buf = [0u8; 1024];
+            let _ = s.read(&mut buf).await;
+            if alive.load(std::sync::atomic::Ordering::SeqCst) {
+                let _ = s
+                    .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+                    .await;
+            }
+            // A dead guest answers nothing: the connection just closes.
+        }
+    });
+    url
+}
+
+fn driver_campaign(id: &str, driver: &std::path::Path, head: &str, items: &str) -> String {
+    format!(
+        "id = \"{id}\"\nphase1_runs = 1\nschedule_seed = 9\npairing = \"none\"\nlease_ttl_s = 5\n{head}\n[defaults]\ntimeout_s = 20\n[[arms]]\nid = \"a\"\n[driver]\ncommand = [\"python3\", {:?}]\n[retry]\ninfra_backoff_s = 0\n[tasks]\nitems = [\n{items}]\n",
+        driver.display().to_string()
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_guest_that_dies_mid_agent_is_guest_lost_then_retried() {
+    let f = fleet().await;
+    let alive = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let url = guest(alive.clone()).await;
+    let driver = python_driver(f.dir.path());
+    let mut c = client(&f.coord.url(), Some(CLIENT_TOKEN)).await;
+    let text = driver_campaign(
+        "guest",
+        &driver,
+        "",
+        &format!("  {{ id = \"G\", payload = {{ health_url = \"{url}\", agent_s = 6.0 }} }},\n"),
+    );
+    c.submit(submit_request(&text)).await.unwrap();
+    let mut w = Command::new(env!("CARGO_BIN_EXE_lanes"));
+    w.args([
+        "worker",
+        "--coordinator",
+        &f.coord.url(),
+        "--lanes",
+        "1",
+        "--host",
+        "h",
+        "--guest-grace-s",
+        "1",
+    ])
+    .arg("--artifacts")
+    .arg(f.dir.path().join("art"))
+    .env("LANES_LANE_TOKEN", LANE_TOKEN)
+    .env("RUST_LOG", "warn")
+    .stdout(Stdio::null());
+    let _w = Worker(w.spawn().unwrap());
+    // Kill the guest once the agent runs; bring it back once the loss is recorded.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let st = c
+            .get(pb::GetRequest { id: "guest".into() })
+            .await
+            .unwrap()
+            .into_inner();
+        if st
+            .in_flight
+            .iter()
+            .any(|fl| fl.phase == pb::Phase::Agent as i32)
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the agent never started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    alive.store(false, std::sync::atomic::Ordering::SeqCst);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while rows(&f.store, "guest").await.is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the dead guest was never noticed"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    alive.store(true, std::sync::atomic::Ordering::SeqCst);
+    let st = wait_ended(&f.coord.url(), "guest", Duration::from_secs(60)).await;
+    assert_eq!(st.state, pb::CampaignState::Done as i32);
+    let rows = rows(&f.store, "guest").await;
+    assert_eq!(
+        rows[0].failure_kind,
+        Some(FailureKind::GuestLost),
+        "{rows:#?}"
+    );
+    assert!(rows[0].score.is_none(), "a dead guest is never a score");
+    assert!(
+        rows.last().unwrap().counted && rows.last().unwrap().attempt == 2,
+        "{rows:#?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_gate_skips_only_an_explicit_infeasible() {
+    let f = fleet().await;
+    let driver = python_driver(f.dir.path());
+    let mut c = client(&f.coord.url(), Some(CLIENT_TOKEN)).await;
+    let items = "  { id = \"INF\", payload = { gate = \"infeasible\" } },\n  { id = \"GO\", payload = { gate = \"proceed\" } },\n  { id = \"ERR\", payload = { gate = \"error\" } },\n";
+    c.submit(submit_request(&driver_campaign(
+        "gate",
+        &driver,
+        "gate = true",
+        items,
+    )))
+    .await
+    .unwrap();
+    let _w = Worker::start(&f.coord.url(), &f.dir.path().join("art"), 1, "h");
+    let st = wait_ended(&f.coord.url(), "gate", Duration::from_secs(60)).await;
+    assert_eq!(st.state, pb::CampaignState::Done as i32);
+    let rows = rows(&f.store, "gate").await;
+    let row = |t: &str| rows.iter().find(|r| r.task.as_str() == t).unwrap();
+    use lanes_common::row::{InfeasibleSource, Status};
+    // INFEASIBLE: the official FAIL, with the gate as its source, and no agent.
+    assert_eq!(row("INF").status, Status::Completed);
+    assert_eq!(
+        (row("INF").score, row("INF").infeasible_source),
+        (Some(0.0), Some(InfeasibleSource::Gate))
+    );
+    // PROCEED and an error: the agent ran (after a fresh reset) and was evaluated.
+    for t in ["GO", "ERR"] {
+        assert_eq!(
+            (row(t).status, row(t).score),
+            (Status::Completed, Some(1.0)),
+            "{t}"
+        );
+        assert!(row(t).infeasible_source.is_none());
+    }
+    // The gate's turns count toward the attempt's turns.
+    assert_eq!(row("GO").turns, Some(3 + 1));
+    assert_eq!(row("ERR").turns, Some(3));
+}
