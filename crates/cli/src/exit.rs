@@ -17,6 +17,8 @@ pub(crate) enum Code {
     Gate = 4,
     /// Stopped by the user (Ctrl-C or `lanes stop`) before the campaign was done.
     Stopped = 5,
+    /// `lanes report` without `--partial` while some trials are not final.
+    Incomplete = 6,
 }
 
 impl From<Code> for ExitCode {

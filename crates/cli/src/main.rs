@@ -1,5 +1,7 @@
 //! The `lanes` command: parses arguments and wires the libraries together.
 
+mod client;
+mod commands;
 mod coordinator;
 mod driver;
 mod exit;
@@ -35,6 +37,8 @@ enum Command {
         #[arg(long, value_enum, default_value_t = schedule::Format::Jsonl)]
         format: schedule::Format,
     },
+    #[command(flatten)]
+    Client(commands::ClientCmd),
     /// Serve the gRPC API (CampaignService, LaneService) over a Redis or embedded store.
     Coordinator(coordinator::Args),
     /// Run lanes on this host: claim, boot, reset, agent, evaluate, publish.
@@ -50,6 +54,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(args) => run::run(args),
+        Command::Client(cmd) => commands::run(cmd),
         Command::Schedule { file, format } => schedule::run(&file, format),
         Command::Coordinator(args) => coordinator::run(args),
         Command::Worker(args) => worker::run(args),

@@ -38,6 +38,48 @@ fn the_quick_start_runs_to_done_resumes_and_refuses_drift() {
         "the address file is removed at the end"
     );
 
+    // Client commands work on the finished run's data dir (its store, opened directly).
+    let status = lanes()
+        .args(["status", "quickstart", "--json", "--data-dir"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(
+        status.status.success(),
+        "{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(v["state"], "done");
+    assert_eq!(
+        (v["trials_total"].as_u64(), v["trials_final"].as_u64()),
+        (Some(120), Some(120))
+    );
+    assert!(v["counts_by_status"]["completed"].as_u64().unwrap() > 0);
+    let csv = lanes()
+        .args(["results", "quickstart", "--format", "csv", "--data-dir"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(csv.status.success());
+    let text = String::from_utf8(csv.stdout).unwrap();
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    assert_eq!(header[0], "seq");
+    let rows: Vec<&str> = lines.collect();
+    assert!(rows.len() >= 120, "{} rows", rows.len());
+    for r in &rows {
+        // No field of these rows holds a comma or quote, so a plain split is exact.
+        assert_eq!(r.split(',').count(), header.len(), "{r}");
+    }
+    let report = lanes()
+        .args(["report", "quickstart", "--data-dir"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(report.status.success());
+    assert!(String::from_utf8_lossy(&report.stdout).contains("PER ARM"));
+
     // A second run resumes: nothing final runs again, and the report is the same.
     let again = lanes()
         .arg("run")

@@ -1005,6 +1005,10 @@ async fn record(
             tx.del_lease(&tid).await?;
             tx.del_deadline(lease.deadline_ms, &tid).await?;
             meta.reserved_usd = (meta.reserved_usd - lease.reserved_usd).max(0.0);
+            // Float residue of settled reservations is not money.
+            if meta.reserved_usd < 1e-9 {
+                meta.reserved_usd = 0.0;
+            }
             meta.leases_open = meta.leases_open.saturating_sub(1);
         } else if lease.attempt > attempt
             && matches!(decision, Decision::Counted { revoke_newer: true })

@@ -1,0 +1,191 @@
+//! The client commands' handlers: each parses nothing, calls one RPC and prints.
+
+use std::path::PathBuf;
+
+use tokio_stream::StreamExt;
+
+use lanes_common::proto as pb;
+
+use crate::client::{Target, print_rows, report_status, status_json, status_text};
+use crate::exit::Code;
+
+#[derive(clap::Subcommand, Debug)]
+pub(crate) enum ClientCmd {
+    /// Submit a campaign file (a resume when its id exists).
+    Submit {
+        file: PathBuf,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// A campaign's state, or every campaign's.
+    Status {
+        id: Option<String>,
+        #[command(flatten)]
+        target: Target,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Follow a campaign's events until it ends.
+    Watch {
+        id: String,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Stop a campaign: drain (in-flight attempts finish), or --cancel them.
+    Stop {
+        id: String,
+        #[command(flatten)]
+        target: Target,
+        #[arg(long)]
+        cancel: bool,
+    },
+    /// The ledger, one row per attempt.
+    Results {
+        id: String,
+        #[command(flatten)]
+        target: Target,
+        #[arg(long, value_enum, default_value_t = ResultsFormat::Jsonl)]
+        format: ResultsFormat,
+        /// Keep printing new rows as they are written.
+        #[arg(long)]
+        follow: bool,
+    },
+    /// The report: completeness audit, per-arm rates, paired differences.
+    Report {
+        id: String,
+        #[command(flatten)]
+        target: Target,
+        #[arg(long)]
+        json: bool,
+        /// Print rates even though some trials are not final yet.
+        #[arg(long)]
+        partial: bool,
+    },
+}
+
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub(crate) enum ResultsFormat {
+    Jsonl,
+    Csv,
+}
+
+impl ClientCmd {
+    fn target(&self) -> &Target {
+        match self {
+            ClientCmd::Submit { target, .. }
+            | ClientCmd::Status { target, .. }
+            | ClientCmd::Watch { target, .. }
+            | ClientCmd::Stop { target, .. }
+            | ClientCmd::Results { target, .. }
+            | ClientCmd::Report { target, .. } => target,
+        }
+    }
+}
+
+pub(crate) fn run(cmd: ClientCmd) -> anyhow::Result<Code> {
+    let target = cmd.target().clone();
+    let rt = tokio::runtime::Runtime::new()?;
+    rt.block_on(async move {
+        let mut s = target.session().await?;
+        let c = &mut s.client;
+        let done: Result<Code, tonic::Status> = async {
+            match cmd {
+                ClientCmd::Submit { file, .. } => {
+                    let campaign = match lanes_common::spec::load_file(&file) {
+                        Ok(c) => c,
+                        Err(e) => {
+                            eprintln!("lanes: {e}");
+                            return Ok(Code::BadInput);
+                        }
+                    };
+                    let req = pb::SubmitRequest::try_from(&campaign)
+                        .map_err(|e| tonic::Status::invalid_argument(e.to_string()))?;
+                    let r = c.submit(req).await?.into_inner();
+                    let what = if r.amended { "amended" } else if r.resumed { "resumed" } else { "submitted" };
+                    println!("{} {what}: {} trials, {}", r.id, r.trials, r.spec_hash);
+                    Ok(Code::Ok)
+                }
+                ClientCmd::Status { id, json, .. } => {
+                    let all = match id {
+                        Some(id) => vec![c.get(pb::GetRequest { id }).await?.into_inner()],
+                        None => c.list(pb::ListRequest {}).await?.into_inner().campaigns,
+                    };
+                    for st in &all {
+                        if json {
+                            println!("{}", status_json(st));
+                        } else {
+                            print!("{}", status_text(st));
+                        }
+                    }
+                    Ok(Code::Ok)
+                }
+                ClientCmd::Watch { id, .. } => {
+                    let mut events = c.watch(pb::WatchRequest { id, from: String::new() }).await?.into_inner();
+                    while let Some(e) = events.next().await {
+                        use pb::watch_event::Event as E;
+                        let e = e?;
+                        match e.event {
+                            Some(E::Snapshot(st)) => print!("{}", status_text(&st)),
+                            Some(E::AttemptStarted(a)) => println!("started  {} on {}@{}", tok(&a.token), a.lane, a.host),
+                            Some(E::AttemptPhase(a)) => println!("phase    {} {}", tok(&a.token), pb::Phase::try_from(a.phase).map(|p| p.as_str_name()).unwrap_or("?")),
+                            Some(E::AttemptFinished(a)) => println!(
+                                "finished {} {}{}",
+                                tok(&a.token),
+                                pb::Status::try_from(a.status).map(|s| s.as_str_name()).unwrap_or("?"),
+                                if a.counted { " (counted)" } else { "" }
+                            ),
+                            Some(E::TrialFinal(t)) => println!("final    {}{}", t.trial_id, if t.excluded { format!(" excluded: {}", t.excluded_reason) } else { String::new() }),
+                            Some(E::GatePaused(g)) => println!("gate     {:?}", g.gate),
+                            Some(E::CampaignEnded(end)) => {
+                                let state = pb::CampaignState::try_from(end.state).map(|s| s.as_str_name()).unwrap_or("?");
+                                println!("campaign {state}");
+                                if end.state == pb::CampaignState::Done as i32 || end.state == pb::CampaignState::Stopped as i32 {
+                                    return Ok(Code::Ok);
+                                }
+                            }
+                            None => {}
+                        }
+                    }
+                    Ok(Code::Ok)
+                }
+                ClientCmd::Stop { id, cancel, .. } => {
+                    let mode = if cancel { pb::StopMode::Cancel } else { pb::StopMode::Drain };
+                    let r = c.stop(pb::StopRequest { id: id.clone(), mode: mode as i32 }).await?.into_inner();
+                    println!("{id}: {}", pb::CampaignState::try_from(r.state).map(|s| s.as_str_name()).unwrap_or("?"));
+                    Ok(Code::Ok)
+                }
+                ClientCmd::Results { id, format, follow, .. } => {
+                    print_rows(c, &id, matches!(format, ResultsFormat::Csv), follow).await?;
+                    Ok(Code::Ok)
+                }
+                ClientCmd::Report { id, json, partial, .. } => {
+                    let r = c.report(pb::ReportRequest { id }).await?.into_inner();
+                    let report: lanes_common::report::Report = serde_json::from_str(&r.json)
+                        .map_err(|e| tonic::Status::internal(format!("unreadable report: {e}")))?;
+                    let pending = report.completeness.total.pending;
+                    if json {
+                        println!("{}", r.json);
+                    } else {
+                        let text = report.to_text();
+                        if pending > 0 && !partial {
+                            // The audit, always; rates only once every trial is final.
+                            print!("{}", text.split("PER ARM").next().unwrap_or(&text));
+                            eprintln!("lanes: {pending} trials are not final yet: rates withheld (pass --partial to print them)");
+                            return Ok(Code::Incomplete);
+                        }
+                        print!("{text}");
+                    }
+                    Ok(Code::Ok)
+                }
+            }
+        }
+        .await;
+        Ok(done.unwrap_or_else(|s| report_status(&s)))
+    })
+}
+
+fn tok(t: &Option<pb::Token>) -> String {
+    t.as_ref()
+        .map(|t| format!("{}#a{}", t.trial_id, t.attempt))
+        .unwrap_or_default()
+}
