@@ -6,6 +6,7 @@ mod coordinator;
 mod driver;
 mod exit;
 mod logging;
+mod progress;
 mod run;
 mod schedule;
 mod worker;

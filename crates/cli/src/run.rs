@@ -149,7 +149,10 @@ async fn run_async(args: Args, campaign: spec::Campaign) -> anyhow::Result<Code>
         let _ = worker_stopped.await;
     }));
 
-    // Progress until the campaign ends; Ctrl-C drains it.
+    // Progress until the campaign ends; Ctrl-C drains it. A live view on a terminal, plain
+    // lines otherwise.
+    let mut view = std::io::IsTerminal::is_terminal(&std::io::stdout())
+        .then(|| crate::progress::View::new(args.lanes));
     let mut interrupted = false;
     let mut last = String::new();
     let status = loop {
@@ -165,7 +168,10 @@ async fn run_async(args: Args, campaign: spec::Campaign) -> anyhow::Result<Code>
             st.in_flight.len(),
             st.spend_usd
         );
-        if line != last {
+        if let Some(v) = view.as_mut() {
+            v.update(&st);
+            last = line;
+        } else if line != last {
             out!("{line}");
             last = line;
         }
@@ -181,6 +187,10 @@ async fn run_async(args: Args, campaign: spec::Campaign) -> anyhow::Result<Code>
             }
         }
     };
+    if let Some(v) = view.take() {
+        v.finish();
+        out!("{last}");
+    }
     let _ = stop_worker.send(());
     let _ = worker.await;
     let _ = stop_coord.send(());
