@@ -120,10 +120,30 @@ pub(crate) fn run(cmd: ClientCmd) -> anyhow::Result<Code> {
                     Ok(Code::Ok)
                 }
                 ClientCmd::Watch { id, .. } => {
-                    let mut events = c.watch(pb::WatchRequest { id, from: String::new() }).await?.into_inner();
+                    let mut events = c
+                        .watch(pb::WatchRequest { id: id.clone(), from: String::new() })
+                        .await?
+                        .into_inner();
+                    // On a terminal, the same live view as `lanes run`; otherwise event lines.
+                    let mut view = std::io::IsTerminal::is_terminal(&std::io::stdout())
+                        .then(|| crate::progress::View::new(8));
                     while let Some(e) = events.next().await {
                         use pb::watch_event::Event as E;
                         let e = e?;
+                        if let Some(v) = view.as_mut() {
+                            let st = c.get(pb::GetRequest { id: id.clone() }).await?.into_inner();
+                            v.update(&st);
+                            let ended = st.state == pb::CampaignState::Done as i32
+                                || st.state == pb::CampaignState::Stopped as i32;
+                            if ended {
+                                if let Some(v) = view.take() {
+                                    v.finish();
+                                }
+                                print!("{}", status_text(&st));
+                                return Ok(Code::Ok);
+                            }
+                            continue;
+                        }
                         match e.event {
                             Some(E::Snapshot(st)) => print!("{}", status_text(&st)),
                             Some(E::AttemptStarted(a)) => println!("started  {} on {}@{}", tok(&a.token), a.lane, a.host),

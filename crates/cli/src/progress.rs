@@ -4,11 +4,81 @@
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
+use lanes_common::proto as pb;
 use lanes_coordinator::store::CampaignStatus;
+
+/// What the view shows, from the store's status (`lanes run`) or the API's (`lanes watch`).
+pub(crate) struct Numbers {
+    total: u64,
+    done: u64,
+    counted: u64,
+    excluded: u64,
+    spend: f64,
+    phase1_total: u64,
+    phase1_final: u64,
+    blocks_total: u64,
+    blocks_complete: u64,
+    /// (lane, token, phase) of each attempt in flight.
+    lanes: Vec<(String, String, String)>,
+}
+
+impl From<&CampaignStatus> for Numbers {
+    fn from(st: &CampaignStatus) -> Self {
+        Self {
+            total: st.trials_total,
+            done: st.trials_final,
+            counted: st.trials_counted,
+            excluded: st.trials_excluded,
+            spend: st.spend_usd,
+            phase1_total: st.phase1_total,
+            phase1_final: st.phase1_final,
+            blocks_total: st.blocks_total,
+            blocks_complete: st.blocks_complete,
+            lanes: st
+                .in_flight
+                .iter()
+                .map(|f| (f.lane.clone(), f.token.to_string(), f.phase.to_string()))
+                .collect(),
+        }
+    }
+}
+
+impl From<&pb::CampaignStatus> for Numbers {
+    fn from(st: &pb::CampaignStatus) -> Self {
+        Self {
+            total: st.trials_total,
+            done: st.trials_final,
+            counted: st.trials_counted,
+            excluded: st.trials_excluded,
+            spend: st.spend_usd,
+            phase1_total: st.phase1_total,
+            phase1_final: st.phase1_final,
+            blocks_total: st.blocks_total,
+            blocks_complete: st.blocks_complete,
+            lanes: st
+                .in_flight
+                .iter()
+                .map(|f| {
+                    let t = f
+                        .token
+                        .as_ref()
+                        .map(|t| format!("{}#a{}", t.trial_id, t.attempt))
+                        .unwrap_or_default();
+                    let phase = pb::Phase::try_from(f.phase)
+                        .map(|p| p.as_str_name().trim_start_matches("PHASE_").to_lowercase())
+                        .unwrap_or_default();
+                    (f.lane.clone(), t, phase)
+                })
+                .collect(),
+        }
+    }
+}
 
 pub(crate) struct View {
     multi: MultiProgress,
     trials: ProgressBar,
+    phase1: ProgressBar,
+    phase2: ProgressBar,
     blocks: ProgressBar,
     lanes: Vec<ProgressBar>,
 }
@@ -24,6 +94,10 @@ impl View {
         let multi = MultiProgress::with_draw_target(ProgressDrawTarget::stdout());
         let trials = multi.add(ProgressBar::new(0));
         trials.set_style(style("trials [{bar:40}] {pos}/{len} eta {eta}  {msg}"));
+        let phase1 = multi.add(ProgressBar::new(0));
+        phase1.set_style(style("phase 1 [{bar:39}] {pos}/{len}"));
+        let phase2 = multi.add(ProgressBar::new(0));
+        phase2.set_style(style("phase 2 [{bar:39}] {pos}/{len}"));
         let blocks = multi.add(ProgressBar::new(0));
         blocks.set_style(style("blocks [{bar:40}] {pos}/{len}"));
         let lanes = (0..lanes)
@@ -39,34 +113,40 @@ impl View {
         Self {
             multi,
             trials,
+            phase1,
+            phase2,
             blocks,
             lanes,
         }
     }
 
-    pub(crate) fn update(&mut self, st: &CampaignStatus) {
-        self.trials.set_length(st.trials_total);
-        self.trials.set_position(st.trials_final);
+    pub(crate) fn update(&mut self, n: impl Into<Numbers>) {
+        let n: Numbers = n.into();
+        self.trials.set_length(n.total);
+        self.trials.set_position(n.done);
         self.trials.set_message(format!(
             "{} counted, {} excluded, {} in flight, spend ${:.2}",
-            st.trials_counted,
-            st.trials_excluded,
-            st.in_flight.len(),
-            st.spend_usd
+            n.counted,
+            n.excluded,
+            n.lanes.len(),
+            n.spend
         ));
-        self.blocks.set_length(st.blocks_total);
-        self.blocks.set_position(st.blocks_complete);
-        let mut by_lane: Vec<_> = st.in_flight.iter().collect();
-        by_lane.sort_by(|a, b| a.lane.cmp(&b.lane).then(a.token.cmp(&b.token)));
-        by_lane.dedup_by(|a, b| a.lane == b.lane);
+        self.phase1.set_length(n.phase1_total);
+        self.phase1.set_position(n.phase1_final);
+        self.phase2
+            .set_length(n.total.saturating_sub(n.phase1_total));
+        self.phase2
+            .set_position(n.done.saturating_sub(n.phase1_final));
+        self.blocks.set_length(n.blocks_total);
+        self.blocks.set_position(n.blocks_complete);
+        let mut by_lane = n.lanes;
+        by_lane.sort();
+        by_lane.dedup_by(|a, b| a.0 == b.0);
         for (i, bar) in self.lanes.iter().enumerate() {
             match by_lane.get(i) {
-                Some(f) => bar.set_message(format!(
-                    "{:<10} {:<40} {}",
-                    f.lane,
-                    f.token.to_string(),
-                    f.phase
-                )),
+                Some((lane, token, phase)) => {
+                    bar.set_message(format!("{lane:<12} {token:<40} {phase}"))
+                }
                 None => bar.set_message("idle".to_owned()),
             }
         }
@@ -77,6 +157,8 @@ impl View {
             b.finish_and_clear();
         }
         self.blocks.finish();
+        self.phase2.finish();
+        self.phase1.finish();
         self.trials.finish();
         let _ = self.multi.clear();
     }

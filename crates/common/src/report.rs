@@ -176,6 +176,10 @@ pub struct ArmStats {
     pub cost_usd_all_rows: f64,
     /// The mean `wall_s` of the counted rows.
     pub mean_wall_s: Option<f64>,
+    /// The median `wall_s` of the counted rows.
+    pub median_wall_s: Option<f64>,
+    /// Every row's cost (the real spend, retries included) per passed trial.
+    pub cost_per_pass_usd: Option<f64>,
     /// Rows with status `infra_error` or `blocked`, counting only the first row of each token
     /// (trial, attempt).
     pub infra_retries: u64,
@@ -430,6 +434,7 @@ struct ArmAcc {
     cost_counted: f64,
     cost_all: f64,
     wall_sum: f64,
+    walls: Vec<f64>,
     infra_retries: u64,
     /// (task_pos, run_index) of each counted trial → passed. The run identifies the seed.
     runs: HashMap<(u32, u32), bool>,
@@ -505,6 +510,7 @@ pub fn build(campaign: &Campaign, rows: &[Row]) -> Report {
             }
             acc.cost_counted += row.cost_usd.unwrap_or(0.0);
             acc.wall_sum += row.wall_s;
+            acc.walls.push(row.wall_s);
             acc.runs.insert((trial.task_pos, trial.run_index), passed);
         }
     }
@@ -595,6 +601,8 @@ fn arm_stats(arm: &str, acc: &ArmAcc) -> ArmStats {
         cost_usd_counted: acc.cost_counted,
         cost_usd_all_rows: acc.cost_all,
         mean_wall_s: (s.counted > 0).then(|| acc.wall_sum / s.counted as f64),
+        median_wall_s: crate::stats::median(&acc.walls),
+        cost_per_pass_usd: (acc.passed > 0).then(|| acc.cost_all / acc.passed as f64),
         infra_retries: acc.infra_retries,
     }
 }
@@ -858,7 +866,9 @@ impl Report {
                     fmt_rate(a.mean_score),
                     format!("{:.2}", a.cost_usd_counted),
                     format!("{:.2}", a.cost_usd_all_rows),
-                    a.mean_wall_s
+                    a.cost_per_pass_usd
+                        .map_or_else(|| "-".to_owned(), |c| format!("{c:.3}")),
+                    a.median_wall_s
                         .map_or_else(|| "-".to_owned(), |w| format!("{w:.1}")),
                     a.infra_retries.to_string(),
                     a.excluded.to_string(),
@@ -880,7 +890,8 @@ impl Report {
                 "mean_score",
                 "cost_usd",
                 "cost_all_usd",
-                "mean_wall_s",
+                "cost_per_pass",
+                "median_wall_s",
                 "infra_retries",
                 "excluded",
                 "pending",

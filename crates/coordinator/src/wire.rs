@@ -36,6 +36,8 @@ pub(crate) fn status(s: CampaignStatus, now_ms: i64) -> pb::CampaignStatus {
         trials_counted: s.trials_counted,
         trials_excluded: s.trials_excluded,
         trials_not_started: s.trials_not_started,
+        phase1_total: s.phase1_total,
+        phase1_final: s.phase1_final,
         rows_total: s.rows_total,
         events_total: s.events_total,
         counts_by_status: s

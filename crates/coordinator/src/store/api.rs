@@ -165,6 +165,9 @@ pub struct CampaignStatus {
     pub trials_counted: u64,
     pub trials_excluded: u64,
     pub trials_not_started: u64,
+    /// Phase-1 trials, and how many of them are final (phase 2 is the rest).
+    pub phase1_total: u64,
+    pub phase1_final: u64,
     /// Ledger rows by status.
     pub rows_by_status: BTreeMap<Status, u64>,
     pub rows_total: u64,

@@ -1413,6 +1413,8 @@ pub(crate) async fn status(tx: &mut impl Tx, c: &CampaignId, now: EpochMs) -> R<
         trials_counted: meta.counted,
         trials_excluded: meta.excluded,
         trials_not_started: meta.not_started,
+        phase1_total: meta.phase1_total,
+        phase1_final: meta.phase1_finals,
         rows_total: meta.next_seq,
         events_total: meta.next_event,
         rows_by_status: meta.rows_by_status.clone(),
