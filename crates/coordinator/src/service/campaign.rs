@@ -94,47 +94,31 @@ impl CampaignService for CampaignSvc {
         let s = self.shared.clone();
         let now = s.now();
         let snapshot = s.store.status(&id, now).await.map_err(from_store)?;
-        let mut cursor = if req.from.is_empty() {
+        let cursor = if req.from.is_empty() {
             snapshot.events_total
         } else {
             req.from.parse::<u64>().map_err(|e| bad_field("from", e))?
         };
-        let (tx, rx) = mpsc::channel(64);
-        tx.send(Ok(pb::WatchEvent {
+        let first = pb::WatchEvent {
             cursor: cursor.to_string(),
             event: Some(pb::watch_event::Event::Snapshot(wire::status(
                 snapshot, now,
             ))),
-        }))
-        .await
-        .ok();
-        tokio::spawn(async move {
-            let mut shutdown = s.shutdown.clone();
-            loop {
-                match s.store.events(&id, cursor, BATCH).await {
-                    Ok(events) if !events.is_empty() => {
-                        for e in events {
-                            cursor = e.seq + 1;
-                            if tx.send(Ok(wire::event(e))).await.is_err() {
-                                return;
-                            }
-                        }
-                        continue;
-                    }
-                    Ok(_) => {}
-                    Err(e) => {
-                        let _ = tx.send(Err(from_store(e))).await;
-                        return;
-                    }
-                }
-                tokio::select! {
-                    _ = tokio::time::sleep(s.poll) => {}
-                    _ = shutdown.changed() => return,
-                    _ = tx.closed() => return,
-                }
-            }
-        });
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+        };
+        let store = s.store.clone();
+        let stream = follow(
+            s,
+            cursor,
+            true,
+            move |from| {
+                let (store, id) = (store.clone(), id.clone());
+                async move { store.events(&id, from, BATCH).await }
+            },
+            |e| e.seq,
+            |e| Ok(wire::event(e)),
+            Some(first),
+        );
+        Ok(Response::new(Box::pin(stream)))
     }
 
     async fn stop(
@@ -167,37 +151,20 @@ impl CampaignService for CampaignSvc {
         let s = self.shared.clone();
         // Fail fast on an unknown campaign rather than streaming nothing.
         s.store.status(&id, s.now()).await.map_err(from_store)?;
-        let (tx, rx) = mpsc::channel(256);
-        let mut next = req.from_seq;
-        tokio::spawn(async move {
-            let mut shutdown = s.shutdown.clone();
-            loop {
-                match s.store.rows(&id, next, BATCH).await {
-                    Ok(rows) if !rows.is_empty() => {
-                        for r in rows {
-                            next = r.seq + 1;
-                            let msg = pb::Row::try_from(&r).map_err(from_convert);
-                            if tx.send(msg).await.is_err() {
-                                return;
-                            }
-                        }
-                        continue;
-                    }
-                    Ok(_) if !req.follow => return,
-                    Ok(_) => {}
-                    Err(e) => {
-                        let _ = tx.send(Err(from_store(e))).await;
-                        return;
-                    }
-                }
-                tokio::select! {
-                    _ = tokio::time::sleep(s.poll) => {}
-                    _ = shutdown.changed() => return,
-                    _ = tx.closed() => return,
-                }
-            }
-        });
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+        let store = s.store.clone();
+        let stream = follow(
+            s,
+            req.from_seq,
+            req.follow,
+            move |from| {
+                let (store, id) = (store.clone(), id.clone());
+                async move { store.rows(&id, from, BATCH).await }
+            },
+            |r| r.seq,
+            |r| pb::Row::try_from(&r).map_err(from_convert),
+            None,
+        );
+        Ok(Response::new(Box::pin(stream)))
     }
 
     async fn report(
@@ -212,4 +179,62 @@ impl CampaignService for CampaignSvc {
         let json = serde_json::to_string(&report).map_err(|e| Status::internal(e.to_string()))?;
         Ok(Response::new(pb::ReportResponse { json }))
     }
+}
+
+/// Streams store items in seq order from `from` (after `first`, if given): as many as there
+/// are, then, while `keep_following`, whatever is appended, polling every `poll`. Reading the
+/// store rather than a local channel is what makes Watch and Rows work across replicas. Ends
+/// when the client goes away, the store fails (the error is the last item) or the coordinator
+/// shuts down.
+#[allow(clippy::too_many_arguments)]
+fn follow<T, M, F, Fut>(
+    s: Shared,
+    from: u64,
+    keep_following: bool,
+    fetch: F,
+    seq: fn(&T) -> u64,
+    to_msg: fn(T) -> Result<M, Status>,
+    first: Option<M>,
+) -> ReceiverStream<Result<M, Status>>
+where
+    T: Send + 'static,
+    M: Send + 'static,
+    F: Fn(u64) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Result<Vec<T>, crate::store::StoreError>> + Send,
+{
+    let (tx, rx) = mpsc::channel(256);
+    tokio::spawn(async move {
+        let mut next = from;
+        let mut shutdown = s.shutdown.clone();
+        if let Some(m) = first
+            && tx.send(Ok(m)).await.is_err()
+        {
+            return;
+        }
+        loop {
+            match fetch(next).await {
+                Ok(items) if !items.is_empty() => {
+                    for item in items {
+                        next = seq(&item) + 1;
+                        if tx.send(to_msg(item)).await.is_err() {
+                            return;
+                        }
+                    }
+                    continue;
+                }
+                Ok(_) if !keep_following => return,
+                Ok(_) => {}
+                Err(e) => {
+                    let _ = tx.send(Err(from_store(e))).await;
+                    return;
+                }
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(s.poll) => {}
+                _ = shutdown.changed() => return,
+                _ = tx.closed() => return,
+            }
+        }
+    });
+    ReceiverStream::new(rx)
 }
