@@ -334,12 +334,16 @@ async fn a_run_group_runs_back_to_back_on_one_lane_in_slot_order() {
             rs[0].lane, rs[1].lane,
             "{g:?}: one lane runs the whole group"
         );
-        // Slot order: the first arm of the run went first.
-        let first = lanes_common::schedule::arm_index(0, 0, 0, 2);
-        let _ = first;
+        // Slot order: within a run group order_index is slot order, and the earlier slot
+        // started first and ended before the later one started (back to back). Rows may be
+        // acknowledged in another order (an outcome can be replayed), so compare times.
+        let mut by_slot = rs.clone();
+        by_slot.sort_by_key(|r| r.order_index);
+        let at =
+            |t: &Option<String>| lanes_common::utc::parse_rfc3339(t.as_deref().unwrap()).unwrap();
         assert!(
-            rs[0].started_utc <= rs[1].started_utc,
-            "{g:?}: back to back, in order"
+            at(&by_slot[0].ended_utc) <= at(&by_slot[1].started_utc),
+            "{g:?}: back to back, in slot order"
         );
     }
 }
@@ -1065,4 +1069,43 @@ async fn the_gate_skips_only_an_explicit_infeasible() {
     // The gate's turns count toward the attempt's turns.
     assert_eq!(row("GO").turns, Some(3 + 1));
     assert_eq!(row("ERR").turns, Some(3));
+}
+
+/// Two providers, one of which rate-limits like a real provider (every request inside the
+/// window is refused). Run once without the provider-wide pause and once with it: the pause
+/// must cut the rate-limit failures.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_provider_pause_cuts_rate_limit_failures() {
+    let f = fleet().await;
+    let mut c = client(&f.coord.url(), Some(CLIENT_TOKEN)).await;
+    let _w = Worker::start(&f.coord.url(), f.dir.path(), 1, "h");
+    let mut counts = Vec::new();
+    for (id, pause) in [("nopause", false), ("pause", true)] {
+        let text = campaign_text(
+            id,
+            20,
+            1,
+            &format!("pairing = \"none\"\nrate_limit_pause = {pause}"),
+            "agent_s = [0.02, 0.05], rate_limit_reset_s = 2.0, faults = { rate_limit = 0.15 }",
+            "rate_limit_backoff_s = 2",
+        );
+        c.submit(submit_request(&text)).await.unwrap();
+        let st = wait_ended(&f.coord.url(), id, Duration::from_secs(120)).await;
+        assert_eq!(st.state, pb::CampaignState::Done as i32);
+        let rows = rows(&f.store, id).await;
+        counts.push(
+            rows.iter()
+                .filter(|r| r.failure_kind == Some(FailureKind::RateLimit))
+                .count(),
+        );
+    }
+    eprintln!(
+        "rate-limit failures: without the pause {}, with it {}",
+        counts[0], counts[1]
+    );
+    assert!(counts[0] > 0, "the provider never rate-limited");
+    assert!(
+        counts[1] < counts[0],
+        "the pause did not cut rate-limit failures: {counts:?}"
+    );
 }

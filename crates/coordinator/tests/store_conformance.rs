@@ -870,7 +870,7 @@ async fn phase1_pending_answers_wait(h: &mut Harness) {
 
 async fn phase2_block_refused_gets_not_started_rows_and_ends_done(h: &mut Harness) {
     let c = cid("refuse");
-    let cutoff = lanes_common::utc::format_rfc3339(T0 + 3_600_000);
+    let cutoff = lanes_common::utc::format_rfc3339(T0 + 3 * 3_600_000);
     h.submit(campaign(
         "refuse",
         &[("a", "pa")],
@@ -879,13 +879,15 @@ async fn phase2_block_refused_gets_not_started_rows_and_ends_done(h: &mut Harnes
         "",
     ))
     .await;
-    // Phase-1 blocks take two hours each: no phase-2 block fits in the hour before the cutoff.
+    // Phase-1 blocks take two and a half hours each (both still fit: 2.5 h < 3 h) ...
     for _ in 0..2 {
         let t = h.claim_tokens(&c, "l", "h").await.remove(0);
         let mut o = scored(&t, "l", "h", Status::Completed, 1.0);
-        o.walls.agent_s = 7200.0;
+        o.walls.agent_s = 9000.0;
         h.store.complete(&c, o, h.now()).await.unwrap();
     }
+    // ... and an hour later no phase-2 block fits in the two hours left before the cutoff.
+    h.advance_s(3600);
     assert_eq!(no_work(h.claim(&c, "l", "h", 1).await), NoWorkReason::Done);
     let rows = h.rows(&c).await;
     let refused: Vec<_> = rows
@@ -1122,6 +1124,192 @@ async fn late_score_after_an_undelivered_reap_counts_once(h: &mut Harness) {
     assert_eq!(rows.iter().filter(|r| r.counted).count(), 1);
 }
 
+async fn a_rate_limit_pauses_its_provider_until_the_reset(h: &mut Harness) {
+    let c = cid("pause");
+    h.submit(campaign(
+        "pause",
+        &[("a", "pa"), ("b", "pb")],
+        4,
+        "pairing = \"none\"",
+        "",
+    ))
+    .await;
+    let t = h
+        .claim_some(&c, "l", "h", 1)
+        .await
+        .remove(0)
+        .trials
+        .remove(0);
+    assert_eq!(t.trial.arm.as_str(), "a");
+    let reset_s = h.now() / 1000 + 300;
+    let mut o = infra(&t.token, "l", "h", FailureKind::RateLimit);
+    o.reset_epoch = Some(reset_s);
+    h.store.complete(&c, o, h.now()).await.unwrap();
+    // The other provider keeps being claimed; the paused one is not even scanned.
+    for _ in 0..4 {
+        let a = h.claim_some(&c, "l", "h", 1).await.remove(0);
+        assert_eq!(a.trials[0].trial.arm.as_str(), "b");
+        h.store
+            .complete(
+                &c,
+                scored(&a.trials[0].token, "l", "h", Status::Completed, 1.0),
+                h.now(),
+            )
+            .await
+            .unwrap();
+    }
+    match no_work(h.claim(&c, "l", "h", 1).await) {
+        NoWorkReason::RateLimited { provider, until_ms } => {
+            assert_eq!((provider.as_str(), until_ms), ("pa", reset_s * 1000));
+        }
+        other => panic!("{other:?}"),
+    }
+    let st = h.store.status(&c, h.now()).await.unwrap();
+    assert!(st.gates.iter().any(|g| g.gate == "rate_limit_pause"
+        && g.detail == "pa"
+        && g.until_ms == Some(reset_s * 1000)));
+    let events = h.store.events(&c, 0, usize::MAX).await.unwrap();
+    assert!(events.iter().any(|e| matches!(&e.kind, lanes_coordinator::store::EventKind::GatePaused { gate } if gate.detail == "pa")));
+    // At the reset the provider resumes.
+    h.clock.set_ms(reset_s * 1000);
+    let a = h.claim_some(&c, "l", "h", 1).await.remove(0);
+    assert_eq!(a.trials[0].trial.arm.as_str(), "a");
+}
+
+async fn sixteen_concurrent_claims_against_a_cap_for_five_admit_five(h: &mut Harness) {
+    let c = cid("reserve");
+    // The arm's expected cost is its reservation until it has rows of its own.
+    let mut spec = campaign(
+        "reserve",
+        &[("a", "pa")],
+        40,
+        "pairing = \"none\"\nbudget_cap_usd = 5.0",
+        "",
+    );
+    spec.spec.arms[0].expected_cost_usd = Some(1.0);
+    h.submit(spec).await;
+    let mut tasks = Vec::new();
+    for i in 0..16 {
+        let store = h.store.clone();
+        let (c, now) = (c.clone(), h.now());
+        tasks.push(tokio::spawn(async move {
+            store
+                .claim(&c, request(&format!("l{i}"), "h", 1), now)
+                .await
+                .unwrap()
+        }));
+    }
+    let mut tokens = Vec::new();
+    for t in tasks {
+        if let ClaimOutcome::Assigned(a) = t.await.unwrap() {
+            tokens.push(a[0].trials[0].token.clone());
+        }
+    }
+    assert!(
+        tokens.len() <= 5,
+        "{} admitted against a cap for 5",
+        tokens.len()
+    );
+    assert_eq!(tokens.len(), 5);
+    let st = h.store.status(&c, h.now()).await.unwrap();
+    assert!((st.reserved_usd - 5.0).abs() < 1e-9);
+    // Each costs a little more than expected: spend ends within one trial's overrun of the cap.
+    for t in &tokens {
+        let mut o = scored(t, "l", "h", Status::Completed, 1.0);
+        o.cost_usd = Some(1.1);
+        h.store.complete(&c, o, h.now()).await.unwrap();
+    }
+    let st = h.store.status(&c, h.now()).await.unwrap();
+    assert!(st.spend_usd <= 5.0 + 1.1 + 1e-9, "spend {}", st.spend_usd);
+    assert_eq!(st.reserved_usd, 0.0);
+    assert_eq!(
+        no_work(h.claim(&c, "l", "h", 1).await),
+        NoWorkReason::Stopped {
+            stop_reason: Some(StopReason::Budget)
+        }
+    );
+}
+
+async fn a_trial_that_would_end_after_the_cutoff_is_not_started(h: &mut Harness) {
+    let c = cid("cutoff");
+    let cutoff = lanes_common::utc::format_rfc3339(T0 + 3 * 3_600_000);
+    h.submit(campaign(
+        "cutoff",
+        &[("a", "pa")],
+        6,
+        &format!("pairing = \"none\"\ncutoff_utc = \"{cutoff}\"\n[defaults]\ntimeout_s = 1800"),
+        "",
+    ))
+    .await;
+    // Three trials take 20 minutes each: the arm's p95 is 20 minutes.
+    for _ in 0..3 {
+        let t = h.claim_tokens(&c, "l", "h").await.remove(0);
+        let mut o = scored(&t, "l", "h", Status::Completed, 1.0);
+        o.walls.agent_s = 1200.0;
+        h.store.complete(&c, o, h.now()).await.unwrap();
+    }
+    // Ten minutes before the cutoff, nothing starts, and the answer says why.
+    h.clock.set_ms(T0 + 3 * 3_600_000 - 600_000);
+    match no_work(h.claim(&c, "l", "h", 1).await) {
+        NoWorkReason::CutoffAdmission { estimate_s } => assert_eq!(estimate_s, 1200.0),
+        other => panic!("{other:?}"),
+    }
+    // Twenty-one minutes before it, a trial still fits.
+    h.clock.set_ms(T0 + 3 * 3_600_000 - 1_260_000);
+    assert_eq!(h.claim_some(&c, "l", "h", 1).await.len(), 1);
+}
+
+async fn an_infra_retry_prefers_another_host_then_falls_back(h: &mut Harness) {
+    let c = cid("affinity");
+    h.submit(campaign(
+        "affinity",
+        &[("a", "pa")],
+        1,
+        "pairing = \"none\"\nlease_ttl_s = 10",
+        "[retry]\ninfra_retries = 3\ninfra_backoff_s = 0\n",
+    ))
+    .await;
+    let t = h.claim_tokens(&c, "l", "host-a").await.remove(0);
+    h.store
+        .complete(
+            &c,
+            infra(&t, "l", "host-a", FailureKind::BootFailed),
+            h.now(),
+        )
+        .await
+        .unwrap();
+    // The same host is refused within one TTL; another host gets it.
+    assert!(matches!(
+        no_work(h.claim(&c, "l2", "host-a", 1).await),
+        NoWorkReason::NothingReady { .. }
+    ));
+    let t2 = h.claim_tokens(&c, "l3", "host-b").await.remove(0);
+    assert_eq!(t2.attempt, 2);
+    let rows_host = |rows: &[lanes_common::row::Row]| {
+        rows.iter()
+            .map(|r| r.host.clone().unwrap_or_default())
+            .collect::<Vec<_>>()
+    };
+    h.store
+        .complete(
+            &c,
+            infra(&t2, "l3", "host-b", FailureKind::BootFailed),
+            h.now(),
+        )
+        .await
+        .unwrap();
+    // When no other host asks within one TTL, the same host gets it.
+    assert!(matches!(
+        no_work(h.claim(&c, "l4", "host-b", 1).await),
+        NoWorkReason::NothingReady { .. }
+    ));
+    h.advance_s(TTL);
+    let t3 = h.claim_tokens(&c, "l4", "host-b").await.remove(0);
+    assert_eq!(t3.attempt, 3);
+    // The row records the host of every attempt.
+    assert_eq!(rows_host(&h.rows(&c).await), vec!["host-a", "host-b"]);
+}
+
 per_backend!(embedded => Harness::embedded();
     schedule_order_and_whole_groups,
     first_scored_wins_under_32_concurrent_completions,
@@ -1147,6 +1335,10 @@ per_backend!(embedded => Harness::embedded();
     phase2_block_refused_gets_not_started_rows_and_ends_done,
     resume_is_idempotent_refuses_drift_and_records_growth,
     lane_arms_filter_claims,
+    a_rate_limit_pauses_its_provider_until_the_reset,
+    sixteen_concurrent_claims_against_a_cap_for_five_admit_five,
+    a_trial_that_would_end_after_the_cutoff_is_not_started,
+    an_infra_retry_prefers_another_host_then_falls_back,
     large_submit_and_amendment_are_whole,
     late_score_after_an_undelivered_reap_counts_once,
     embedded_file_reopened_keeps_everything,
@@ -1177,6 +1369,10 @@ per_backend!(redis => Harness::redis().await;
     phase2_block_refused_gets_not_started_rows_and_ends_done,
     resume_is_idempotent_refuses_drift_and_records_growth,
     lane_arms_filter_claims,
+    a_rate_limit_pauses_its_provider_until_the_reset,
+    sixteen_concurrent_claims_against_a_cap_for_five_admit_five,
+    a_trial_that_would_end_after_the_cutoff_is_not_started,
+    an_infra_retry_prefers_another_host_then_falls_back,
     large_submit_and_amendment_are_whole,
     late_score_after_an_undelivered_reap_counts_once,
     redis_restart_keeps_every_acknowledged_outcome_score_and_lease,

@@ -390,6 +390,9 @@ struct Server {
     agents: Vec<Agent>,
     /// Set when serving ends; only a hung agent waits for it.
     stopping: Arc<AtomicBool>,
+    /// A provider's rate-limit window, per arm, until epoch seconds: like a real provider,
+    /// every request inside the window is refused again.
+    rate_windows: HashMap<String, i64>,
 }
 
 impl Server {
@@ -402,6 +405,7 @@ impl Server {
             torn_down: HashSet::new(),
             agents: Vec::new(),
             stopping: Arc::new(AtomicBool::new(false)),
+            rate_windows: HashMap::new(),
         }
     }
 
@@ -608,7 +612,18 @@ impl Server {
     fn run_agent(&mut self, cfg: &SimConfig, id: &Value, p: &Params<'_>) -> Result<(), RpcError> {
         let params = p.agent()?;
         self.check_live(&params.attempt)?;
-        let plan = self.plan(cfg, &params.attempt, &params.arm, params.seed);
+        let mut plan = self.plan(cfg, &params.attempt, &params.arm, params.seed);
+        let now = now_epoch_s();
+        if self
+            .rate_windows
+            .get(&params.arm)
+            .is_some_and(|&until| until > now)
+        {
+            plan.fault = Some(SimFault::Kind(FailureKind::RateLimit));
+        } else if plan.fault == Some(SimFault::Kind(FailureKind::RateLimit)) {
+            let reset = cfg.rate_limit_reset_s.max(0.0).ceil() as i64;
+            self.rate_windows.insert(params.arm.clone(), now + reset);
+        }
         self.agents.retain(|a| !a.handle.is_finished());
         let cancel = Arc::new(AtomicBool::new(false));
         let run = AgentRun {

@@ -1,6 +1,7 @@
 //! The policy: pure functions that decide retries, gates and the phase-2 rule. Both store
 //! backends call these, so a decision is made the same way everywhere and is tested once.
 
+pub mod admission;
 pub mod gates;
 pub mod lease;
 pub mod phase2;

@@ -37,6 +37,7 @@ struct RawCampaign {
     budget_cap_usd: Option<Spanned<f64>>,
     quota_wait: Option<Spanned<f64>>,
     quota_stop: Option<Spanned<f64>>,
+    rate_limit_pause: Option<bool>,
     #[serde(default)]
     defaults: RawDefaults,
     #[serde(default)]
@@ -405,6 +406,7 @@ fn operational(ctx: &Ctx<'_>, raw: &RawCampaign) -> Result<Operational, SpecErro
         budget_cap_usd,
         quota_wait,
         quota_stop,
+        rate_limit_pause: raw.rate_limit_pause.unwrap_or(d.rate_limit_pause),
     })
 }
 

@@ -214,6 +214,13 @@ pub struct Operational {
     pub budget_cap_usd: Option<f64>,
     pub quota_wait: f64,
     pub quota_stop: Option<f64>,
+    /// A rate limit pauses every arm of its provider until the reset (default on).
+    #[serde(default = "yes")]
+    pub rate_limit_pause: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 impl Default for Operational {
@@ -225,6 +232,7 @@ impl Default for Operational {
             budget_cap_usd: None,
             quota_wait: 0.95,
             quota_stop: None,
+            rate_limit_pause: true,
         }
     }
 }

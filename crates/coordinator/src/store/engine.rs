@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use lanes_common::ids::{CampaignId, Token, TrialId};
+use lanes_common::policy::admission::{cutoff_admits, pause_until, wall_estimate_s};
 use lanes_common::policy::gates::{BudgetGate, GateVerdict, QuotaGate, budget_gate, quota_gate};
 use lanes_common::policy::lease::hard_deadlines_ms;
 use lanes_common::policy::{
@@ -656,10 +657,15 @@ pub(crate) async fn claim(
             }
         }
         match lease_unit(tx, &mut meta, &cand, req, now).await? {
-            Some(a) => assignments.push(a),
-            None => {
+            Leased::Unit(a) => assignments.push(a),
+            Leased::Budget => {
                 wait = Some(NoWorkReason::BudgetReserved);
                 break;
+            }
+            Leased::Cutoff { estimate_s } => {
+                // Later units may be shorter (another arm): keep looking past this one.
+                wait = Some(NoWorkReason::CutoffAdmission { estimate_s });
+                skipped.insert((cand.queue.clone(), cand.key));
             }
         }
     }
@@ -684,14 +690,25 @@ pub(crate) async fn claim(
     ))
 }
 
-/// Leases one unit. `None` when the budget cannot take it while reservations are open.
+/// What leasing one unit did.
+enum Leased {
+    Unit(Assignment),
+    /// The budget cannot take it while reservations are open.
+    Budget,
+    /// It would not end before the cutoff.
+    Cutoff {
+        estimate_s: f64,
+    },
+}
+
+/// Leases one unit, unless the budget or the cutoff refuses it.
 async fn lease_unit(
     tx: &mut impl Tx,
     meta: &mut Meta,
     cand: &Candidate,
     req: &ClaimRequest,
     now: EpochMs,
-) -> R<Option<Assignment>> {
+) -> R<Leased> {
     let n = meta.spec.arms.len() as u32;
     let mut trials = Vec::new();
     if cand.unit == UNIT_GROUP {
@@ -711,6 +728,20 @@ async fn lease_unit(
     } else {
         trials.push(trial_by_key(tx, meta, cand.key).await?);
     }
+    // Cutoff-aware admission: the unit (a whole run group runs back to back) must be expected
+    // to end by the cutoff, from each arm's p95 wall time so far.
+    if meta.spec.ops.cutoff_utc.is_some() {
+        let estimate_s: f64 = trials
+            .iter()
+            .map(|t| {
+                let walls = meta.arm_walls.get(&t.arm).map(Vec::as_slice).unwrap_or(&[]);
+                wall_estimate_s(walls, t.timeout_s)
+            })
+            .sum();
+        if !cutoff_admits(now, meta.spec.ops.cutoff_utc, estimate_s) {
+            return Ok(Leased::Cutoff { estimate_s });
+        }
+    }
     let reserve: Vec<f64> = trials.iter().map(|t| reservation(meta, &t.arm)).collect();
     // Each unit of a multi-unit claim passes the budget gate on its own.
     if budget_gate(
@@ -719,7 +750,7 @@ async fn lease_unit(
         meta.reserved_usd,
     ) != BudgetGate::Go
     {
-        return Ok(None);
+        return Ok(Leased::Budget);
     }
     tx.del_ready(&cand.queue, cand.key).await?;
     let paired = cand.unit == UNIT_GROUP;
@@ -788,7 +819,7 @@ async fn lease_unit(
             arm_config,
         });
     }
-    Ok(Some(Assignment {
+    Ok(Leased::Unit(Assignment {
         campaign: meta.spec.id.clone(),
         paired,
         trials: assigned,
@@ -1024,6 +1055,35 @@ async fn record(
     }
     if let Some(q) = &outcome.quota {
         meta.quotas.insert(q.provider.clone(), q.clone());
+    }
+    // A rate limit pauses every arm of its provider until the reset, not just this trial.
+    if outcome.failure_kind == Some(FailureKind::RateLimit)
+        && meta.spec.ops.rate_limit_pause
+        && !late
+    {
+        let provider = provider_of(meta, &trial.arm).to_owned();
+        let until = pause_until(
+            outcome.reset_epoch,
+            now,
+            meta.spec.retry.rate_limit_backoff_s,
+        );
+        let current = meta.paused_until.get(&provider).copied().unwrap_or(0);
+        if until > current {
+            meta.paused_until.insert(provider.clone(), until);
+            emit(
+                tx,
+                meta,
+                now,
+                EventKind::GatePaused {
+                    gate: GateInForce {
+                        gate: "rate_limit_pause".into(),
+                        detail: provider,
+                        until_ms: Some(until),
+                    },
+                },
+            )
+            .await?;
+        }
     }
 
     let counted = matches!(decision, Decision::Counted { .. });

@@ -78,6 +78,9 @@ pub(crate) struct SupState {
     tx: Option<mpsc::Sender<pb::WorkerMessage>>,
     /// Lanes with a work request the coordinator has not answered yet (one credit each).
     outstanding: BTreeSet<String>,
+    /// The session is registered and the outbox replayed: only then is work asked for, so a
+    /// replayed outcome always lands before its trial could be handed out again.
+    registered: bool,
     /// When to send the outbox again after the coordinator could not commit an entry.
     replay_at: Option<tokio::time::Instant>,
     /// Campaigns each lane may not take (its driver failed their identity pins).
@@ -116,6 +119,9 @@ impl Supervisor {
     }
 
     async fn ask_work(&self, state: &mut SupState, lane: String) {
+        if !state.registered {
+            return;
+        }
         if state.draining
             || state.tx.is_none()
             || state.outstanding.contains(&lane)
@@ -282,6 +288,7 @@ impl Supervisor {
                     Self::send(state, In::Reconnect(pb::Reconnect { in_flight })).await;
                 }
                 self.replay(state).await;
+                state.registered = true;
                 for lane in state.idle.clone() {
                     self.ask_work(state, lane).await;
                 }
@@ -368,6 +375,7 @@ impl Supervisor {
                 tracing::info!(reason = %g.reason, "coordinator asked to reconnect");
                 state.tx = None;
                 state.outstanding.clear();
+                state.registered = false;
             }
         }
     }
@@ -427,6 +435,7 @@ impl Actor for Supervisor {
         Ok(SupState {
             tx: None,
             outstanding: BTreeSet::new(),
+            registered: false,
             replay_at: None,
             excluded: BTreeMap::new(),
             outbox,
@@ -447,10 +456,12 @@ impl Actor for Supervisor {
             SupMsg::Connected(tx) => {
                 state.tx = Some(tx);
                 state.outstanding.clear();
+                state.registered = false;
             }
             SupMsg::Disconnected => {
                 state.tx = None;
                 state.outstanding.clear();
+                state.registered = false;
             }
             SupMsg::Inbound(m) => {
                 if let Some(m) = m.msg {
