@@ -138,6 +138,30 @@ fn campaign_text(id: &str, tasks: usize, runs: u32, head: &str, sim: &str, retry
     t
 }
 
+/// Bounded wait until an attempt of campaign `id` is in its agent phase; returns its token.
+async fn wait_for_agent(c: &mut lanes_tests::lane_client::Client, id: &str) -> pb::Token {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let st = c
+            .get(pb::GetRequest { id: id.into() })
+            .await
+            .unwrap()
+            .into_inner();
+        if let Some(f) = st
+            .in_flight
+            .iter()
+            .find(|f| f.phase == pb::Phase::Agent as i32)
+        {
+            return f.token.clone().expect("a token");
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no attempt of {id} reached the agent phase"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Waits (bounded) until the campaign leaves `running`/`stopping`; returns its status.
 async fn wait_ended(url: &str, id: &str, within: Duration) -> pb::CampaignStatus {
     let mut c = client(url, Some(CLIENT_TOKEN)).await;
@@ -398,26 +422,7 @@ async fn kill9_mid_agent_retakes_the_trials_after_the_ttl_and_counts_nothing_twi
     c.submit(submit_request(&text)).await.unwrap();
     let mut w = Worker::start(&f.coord.url(), &f.dir.path().join("w1"), 2, "h1");
     // Bounded wait until an attempt is in its agent phase, then kill the worker.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let st = c
-            .get(pb::GetRequest { id: "kill".into() })
-            .await
-            .unwrap()
-            .into_inner();
-        if st
-            .in_flight
-            .iter()
-            .any(|f| f.phase == pb::Phase::Agent as i32)
-        {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no attempt reached the agent phase"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_for_agent(&mut c, "kill").await;
     w.kill9();
     let _w2 = Worker::start(&f.coord.url(), &f.dir.path().join("w2"), 2, "h2");
     let st = wait_ended(&f.coord.url(), "kill", Duration::from_secs(90)).await;
@@ -451,28 +456,7 @@ async fn kill9_after_evaluate_before_the_ack_lands_once_after_the_restart() {
     c.submit(submit_request(&text)).await.unwrap();
     let artifacts = f.dir.path().join("w");
     let mut w = Worker::start(&f.coord.url(), &artifacts, 1, "h1");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let first = loop {
-        let st = c
-            .get(pb::GetRequest {
-                id: "outbox".into(),
-            })
-            .await
-            .unwrap()
-            .into_inner();
-        if let Some(fl) = st
-            .in_flight
-            .iter()
-            .find(|fl| fl.phase == pb::Phase::Agent as i32)
-        {
-            break fl.token.clone().unwrap();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no attempt reached the agent phase"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let first = wait_for_agent(&mut c, "outbox").await;
     // The coordinator goes away while the agent runs: the evaluated outcome can only reach
     // the outbox. Then the worker dies with it unacknowledged.
     let addr = f.coord.addr;
@@ -527,26 +511,7 @@ async fn sigterm_stops_asking_lets_the_attempt_finish_and_exits_cleanly() {
     );
     c.submit(submit_request(&text)).await.unwrap();
     let mut w = Worker::start(&f.coord.url(), f.dir.path(), 1, "h");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let st = c
-            .get(pb::GetRequest { id: "term".into() })
-            .await
-            .unwrap()
-            .into_inner();
-        if st
-            .in_flight
-            .iter()
-            .any(|fl| fl.phase == pb::Phase::Agent as i32)
-        {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no attempt reached the agent phase"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_for_agent(&mut c, "term").await;
     let pid = w.0.id().to_string();
     assert!(
         Command::new("kill")
@@ -989,23 +954,7 @@ async fn a_guest_that_dies_mid_agent_is_guest_lost_then_retried() {
     .stdout(Stdio::null());
     let _w = Worker(w.spawn().unwrap());
     // Kill the guest once the agent runs; bring it back once the loss is recorded.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let st = c
-            .get(pb::GetRequest { id: "guest".into() })
-            .await
-            .unwrap()
-            .into_inner();
-        if st
-            .in_flight
-            .iter()
-            .any(|fl| fl.phase == pb::Phase::Agent as i32)
-        {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the agent never started");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_for_agent(&mut c, "guest").await;
     alive.store(false, std::sync::atomic::Ordering::SeqCst);
     let deadline = Instant::now() + Duration::from_secs(30);
     while rows(&f.store, "guest").await.is_empty() {
