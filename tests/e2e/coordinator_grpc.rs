@@ -361,6 +361,55 @@ async fn redis_outcome_is_acknowledged_only_after_commit() {
     assert_eq!(rows.len(), 1, "landed exactly once");
 }
 
+/// The store's health never refuses an outcome for good: an out-of-memory Redis answers a
+/// retryable error, and the same outcome is acknowledged once memory is back. Before the fix
+/// the error was permanent and the lane set the outcome aside, losing the score.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_outcome_refused_by_store_health_is_retryable() {
+    let e = env("redis").await;
+    let mut c = client(&e.coord.url(), Some(CLIENT_TOKEN)).await;
+    c.submit(submit_request(&small_campaign(
+        "oom",
+        1,
+        "pairing = \"none\"",
+    )))
+    .await
+    .unwrap();
+    let mut l = lane(&e.coord.url(), "w", "h").await;
+    let Msg::Assignment(a) = l.work("w-0").await else {
+        panic!("work")
+    };
+    let t = tokens(&a).remove(0);
+    l.heartbeat("oom", std::slice::from_ref(&t), pb::Phase::Evaluate)
+        .await;
+    let redis = e.redis.as_ref().unwrap();
+    assert_eq!(
+        redis.command(&["CONFIG", "SET", "maxmemory-policy", "noeviction"]),
+        "+OK"
+    );
+    assert_eq!(redis.command(&["CONFIG", "SET", "maxmemory", "1"]), "+OK");
+    match l.score("oom", &t, "w-0", 1.0).await {
+        Msg::OutcomeError(err) => {
+            assert!(err.retryable, "{err:?}");
+            assert!(err.reason.contains("OOM"), "{err:?}");
+        }
+        other => panic!("expected a retryable error, not {other:?}"),
+    }
+    assert_eq!(redis.command(&["CONFIG", "SET", "maxmemory", "0"]), "+OK");
+    match l.score("oom", &t, "w-0", 1.0).await {
+        Msg::OutcomeAck(ack) => assert!(ack.counted),
+        other => panic!("expected an ack, not {other:?}"),
+    }
+    // A malformed outcome is still refused for good.
+    let mut bad = scored_outcome("oom", &t, "w-0", "h", 1.0);
+    bad.token = None;
+    l.send(In::Outcome(bad)).await;
+    match l.next().await.unwrap() {
+        Msg::OutcomeError(err) => assert!(!err.retryable, "{err:?}"),
+        other => panic!("expected a refusal, not {other:?}"),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn watch_sends_a_snapshot_then_events_and_rows_follow() {
     let e = env("embedded").await;

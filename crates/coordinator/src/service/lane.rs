@@ -63,11 +63,12 @@ fn ack(campaign: &CampaignId, a: CompleteAck) -> pb::OutcomeAck {
     }
 }
 
-/// The store refused or could not take an outcome: the lane keeps it and sends it again.
+/// The store refused or could not take an outcome. Unless the request itself is bad, the
+/// lane keeps it and sends it again: the store's health never refuses an outcome for good.
 fn outcome_error(campaign: &str, t: &Token, e: &StoreError) -> pb::OutcomeError {
     pb::OutcomeError {
         token: Some(pb::Token::from(t)),
-        retryable: e.is_retryable(),
+        retryable: !e.rejects_request(),
         reason: e.to_string(),
         retry_after_ms: OUTCOME_RETRY_MS,
         campaign: campaign.to_owned(),

@@ -267,4 +267,20 @@ impl StoreError {
     pub fn is_retryable(&self) -> bool {
         matches!(self, StoreError::Unavailable(_))
     }
+
+    /// Whether the request itself can never be accepted, whatever the store's health: an
+    /// unknown campaign or token, a token of another campaign, a malformed outcome. Only these
+    /// may refuse an outcome for good; every other failure is the store's, and the lane keeps
+    /// the outcome and sends it again.
+    pub fn rejects_request(&self) -> bool {
+        matches!(
+            self,
+            StoreError::UnknownCampaign(_)
+                | StoreError::UnknownToken(_)
+                | StoreError::StaleToken(_)
+                | StoreError::ForeignToken(..)
+                | StoreError::Refused(_)
+                | StoreError::InvalidOutcome(_)
+        )
+    }
 }

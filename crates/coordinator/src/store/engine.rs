@@ -205,10 +205,13 @@ pub(crate) async fn submit(tx: &mut impl Tx, campaign: Campaign, now: EpochMs) -
         });
     };
 
-    // A resume: compare with what is recorded, refusing drift.
+    // A resume: compare with what is recorded, refusing drift. Only the committed task count
+    // is recorded, whatever a backend may hold beyond it.
+    let mut old_tasks_recorded = tx.tasks().await?;
+    old_tasks_recorded.truncate(meta.n_tasks as usize);
     let old = Campaign {
         spec: meta.spec.clone(),
-        tasks: tx.tasks().await?,
+        tasks: old_tasks_recorded,
     };
     let mut recorded = Vec::new();
     for tid in tx.trial_ids().await? {

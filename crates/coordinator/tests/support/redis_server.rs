@@ -109,6 +109,25 @@ impl RedisServer {
     pub fn dir(&self) -> &Path {
         &self.dir
     }
+
+    /// Sends one command on a fresh connection and returns the first line of the reply
+    /// (`+OK`, `-ERR ...`, `:1`, ...): enough to reconfigure the server from a test.
+    pub fn command(&self, args: &[&str]) -> String {
+        use std::io::{BufRead, BufReader, Write};
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", self.port))
+            .unwrap_or_else(|e| panic!("connect to redis-server on {}: {e}", self.port));
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let mut req = format!("*{}\r\n", args.len());
+        for a in args {
+            req.push_str(&format!("${}\r\n{a}\r\n", a.len()));
+        }
+        s.write_all(req.as_bytes()).expect("send a command");
+        let mut line = String::new();
+        BufReader::new(s)
+            .read_line(&mut line)
+            .expect("read a reply");
+        line.trim_end().to_owned()
+    }
 }
 
 impl Drop for RedisServer {

@@ -57,6 +57,14 @@ while i <= #ARGV do
     redis.call('SADD', k, ARGV[i + 2]); i = i + 3
   elseif op == 'X' then
     redis.call('XADD', k, ARGV[i + 2], 'j', ARGV[i + 3]); i = i + 4
+  elseif op == 'M' then
+    -- Merge a staged hash (a large submit's tasks) in slices that fit Lua's unpack.
+    local staging = KEYS[tonumber(ARGV[i + 2])]
+    local all = redis.call('HGETALL', staging)
+    for j = 1, #all, 1000 do
+      redis.call('HSET', k, unpack(all, j, math.min(j + 999, #all)))
+    end
+    redis.call('DEL', staging); i = i + 3
   elseif op == 'U' then
     local staging = KEYS[tonumber(ARGV[i + 2])]
     redis.call('ZUNIONSTORE', k, 2, k, staging)

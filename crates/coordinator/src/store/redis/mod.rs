@@ -15,10 +15,11 @@
 //!    under a stalled replica. First scored wins is also checked in the script: a counted row does
 //!    `HSETNX scored <trial>`, and the script refuses to run if the field already exists.
 //!
-//! A large submit writes its tasks in chunks first (invisible: nothing refers to a task
-//! position beyond the committed count) and stages large ready queues in chunked staging sets
-//! that the commit script merges with `ZUNIONSTORE`; the campaign becomes visible only when
-//! the script commits its meta.
+//! A large submit stages its tasks in chunked staging hashes and its large ready queues in
+//! chunked staging sets, each under a key of its own that expires if the writer dies. Only the
+//! commit script merges them (`M` for hashes, `ZUNIONSTORE` for sets), so a transaction that
+//! loses a version conflict, or a concurrent submit of the same id, never sees another's
+//! uncommitted tasks; the campaign becomes visible only when the script commits its meta.
 //!
 //! # Durability
 //! An outcome is acknowledged only after the commit script returned, so only after Redis
@@ -33,10 +34,12 @@
 //! `wait_replicas = Some(n)` issues `WAIT n <timeout>` after each commit and logs when fewer
 //! replicas confirmed; it narrows that window but cannot close it.
 //!
-//! # Connection loss
+//! # Connection loss and transient server states
 //! Operations run over a `ConnectionManager`, which reconnects in the background. A command
-//! that fails because the connection dropped, timed out or was refused fails the operation
-//! with [`StoreError::Unavailable`] (retryable), never with a wrong answer. A commit whose
+//! that fails because the connection dropped, timed out or was refused, or because the server
+//! is in a passing state (loading its AOF after a restart, read-only during a failover, out of
+//! memory, busy with a script, ...), fails the operation with [`StoreError::Unavailable`]
+//! (retryable), never with a wrong answer. A commit whose
 //! reply was lost may or may not have been applied: retrying is safe, because completions and
 //! releases are idempotent per token, and an assignment whose claim reply was lost is never
 //! renewed and is reaped as `cancelled`.
@@ -70,9 +73,37 @@ const LOCK_WAIT: Duration = Duration::from_secs(10);
 /// Commit attempts before giving up (each conflict means another operation won).
 const MAX_ATTEMPTS: u32 = 100;
 
-/// Maps a Redis error: connection trouble is retryable, the rest is a backend error.
+/// Server error codes that describe the server's health, not the request: the same request
+/// succeeds once the server has finished loading its AOF (`LOADING`), a failover has settled
+/// (`READONLY`, `MASTERDOWN`, `CLUSTERDOWN`, `TRYAGAIN`), a busy script has ended (`BUSY`),
+/// memory has been freed (`OOM`), a failing snapshot has been fixed (`MISCONF`), or enough
+/// replicas are back (`NOREPLICAS`).
+const TRANSIENT_CODES: &[&str] = &[
+    "LOADING",
+    "READONLY",
+    "MASTERDOWN",
+    "MISCONF",
+    "BUSY",
+    "TRYAGAIN",
+    "CLUSTERDOWN",
+    "OOM",
+    "NOREPLICAS",
+];
+
+/// Whether a Redis error code is one of [`TRANSIENT_CODES`].
+pub(crate) fn is_transient_code(code: &str) -> bool {
+    TRANSIENT_CODES.contains(&code)
+}
+
+/// Maps a Redis error: connection trouble and transient server states are retryable
+/// ([`StoreError::Unavailable`]), the rest is a backend error.
 pub(crate) fn redis_err(e: redis::RedisError) -> StoreError {
-    if e.is_io_error() || e.is_connection_dropped() || e.is_timeout() || e.is_connection_refusal() {
+    if e.is_io_error()
+        || e.is_connection_dropped()
+        || e.is_timeout()
+        || e.is_connection_refusal()
+        || e.code().is_some_and(is_transient_code)
+    {
         StoreError::Unavailable(e.to_string())
     } else {
         StoreError::Backend(e.to_string())
@@ -349,12 +380,10 @@ macro_rules! op {
 impl Store for RedisStore {
     async fn submit(&self, campaign: Campaign, now_ms: EpochMs) -> Result<Submitted, StoreError> {
         let id = campaign.spec.id.to_string();
-        let out = op!(self, &id, |tx| engine::submit(
-            &mut tx,
-            campaign.clone(),
-            now_ms
-        )
-        .await)?;
+        // Listed before the commit: the global index lives outside the campaign's slot, so
+        // it cannot join the commit script. A listed id whose submit never committed has no
+        // meta and `list` skips it; the other order could commit a campaign that no claim
+        // or reap ever sees, while telling the client its submit failed.
         let mut conn = self.conn.clone();
         redis::cmd("SADD")
             .arg(CAMPAIGNS)
@@ -362,7 +391,12 @@ impl Store for RedisStore {
             .query_async::<()>(&mut conn)
             .await
             .map_err(redis_err)?;
-        Ok(out)
+        op!(self, &id, |tx| engine::submit(
+            &mut tx,
+            campaign.clone(),
+            now_ms
+        )
+        .await)
     }
 
     async fn claim(
@@ -488,8 +522,46 @@ impl Store for RedisStore {
             .await
             .map_err(redis_err)?;
         ids.sort();
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        // Only committed campaigns: an id is listed just before its first commit.
+        let mut pipe = redis::pipe();
+        for id in &ids {
+            pipe.cmd("EXISTS").arg(Keys::new(id).meta());
+        }
+        let exists: Vec<bool> = pipe.query_async(&mut conn).await.map_err(redis_err)?;
         ids.into_iter()
-            .map(|id| CampaignId::new(id).map_err(|e| StoreError::Corrupt(e.to_string())))
+            .zip(exists)
+            .filter(|(_, e)| *e)
+            .map(|(id, _)| CampaignId::new(id).map_err(|e| StoreError::Corrupt(e.to_string())))
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transient_server_states_are_unavailable_and_the_rest_is_backend() {
+        use redis::{ErrorKind, RedisError, ServerErrorKind};
+        for kind in [
+            ServerErrorKind::BusyLoading,
+            ServerErrorKind::ReadOnly,
+            ServerErrorKind::MasterDown,
+            ServerErrorKind::TryAgain,
+            ServerErrorKind::ClusterDown,
+        ] {
+            let e = RedisError::from((ErrorKind::Server(kind), "passing state"));
+            assert!(redis_err(e).is_retryable(), "{kind:?}");
+        }
+        for code in ["MISCONF", "BUSY", "OOM", "NOREPLICAS", "LOADING"] {
+            assert!(is_transient_code(code), "{code}");
+        }
+        for kind in [ServerErrorKind::NoPerm, ServerErrorKind::ResponseError] {
+            let e = RedisError::from((ErrorKind::Server(kind), "request error"));
+            assert!(!redis_err(e).is_retryable(), "{kind:?}");
+        }
     }
 }

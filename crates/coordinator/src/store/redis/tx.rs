@@ -23,6 +23,8 @@ use crate::store::tx::{R, Tx};
 const STAGE_ABOVE: usize = 1000;
 /// Fields or members per chunked write.
 const CHUNK: usize = 5000;
+/// Staging keys expire on their own if the process that wrote them dies before its commit.
+const STAGING_TTL_MS: u64 = 3_600_000;
 
 fn corrupt(e: impl std::fmt::Display) -> StoreError {
     StoreError::Corrupt(e.to_string())
@@ -67,8 +69,8 @@ pub(crate) struct RedisTx {
     queues_added: BTreeSet<String>,
     streams: Vec<(String, String, Vec<u8>)>,
     scored: Vec<(String, String)>,
-    /// New tasks, written in chunks before the commit: nothing refers to a task position
-    /// beyond the committed task count, so they are invisible until the commit.
+    /// New tasks, staged in chunks before the commit and merged by the commit script, so
+    /// they are invisible to every other transaction until then.
     bulk_tasks: Vec<(u32, Vec<u8>, String)>,
 }
 
@@ -208,22 +210,38 @@ impl RedisTx {
 
     /// Writes the bulk parts, then applies everything else with one script call.
     pub(crate) async fn commit(mut self, script: &redis::Script) -> R<Committed> {
-        // Bulk task writes: invisible until the meta that counts them commits.
-        for chunk in self.bulk_tasks.chunks(CHUNK) {
-            let mut pipe = redis::pipe();
-            let mut tasks = redis::cmd("HSET");
-            tasks.arg(self.keys.tasks());
-            let mut pos = redis::cmd("HSET");
-            pos.arg(self.keys.task_pos());
-            for (p, v, id) in chunk {
-                tasks.arg(p).arg(v.as_slice());
-                pos.arg(id).arg(p);
+        // Bulk task writes go to staging hashes of their own, which only the commit script
+        // merges: a conflicting attempt, or a concurrent submit of the same id, never sees
+        // them, and a retry reads only committed tasks.
+        let nonce = nonce();
+        let mut staged_hashes: Vec<(String, String)> = Vec::new();
+        let bulk_tasks = std::mem::take(&mut self.bulk_tasks);
+        if !bulk_tasks.is_empty() {
+            let tasks_stage = format!("{}:staging:{nonce}", self.keys.tasks());
+            let pos_stage = format!("{}:staging:{nonce}", self.keys.task_pos());
+            for chunk in bulk_tasks.chunks(CHUNK) {
+                let mut pipe = redis::pipe();
+                let mut tasks = redis::cmd("HSET");
+                tasks.arg(&tasks_stage);
+                let mut pos = redis::cmd("HSET");
+                pos.arg(&pos_stage);
+                for (p, v, id) in chunk {
+                    tasks.arg(p).arg(v.as_slice());
+                    pos.arg(id).arg(p);
+                }
+                pipe.add_command(tasks).ignore().add_command(pos).ignore();
+                for k in [&tasks_stage, &pos_stage] {
+                    pipe.cmd("PEXPIRE").arg(k).arg(STAGING_TTL_MS).ignore();
+                }
+                if let Err(e) = pipe.query_async::<()>(&mut self.conn).await {
+                    self.drop_staging([tasks_stage, pos_stage]).await;
+                    return Err(redis_err(e));
+                }
             }
-            pipe.add_command(tasks).ignore().add_command(pos).ignore();
-            pipe.query_async::<()>(&mut self.conn)
-                .await
-                .map_err(redis_err)?;
+            staged_hashes.push((self.keys.tasks(), tasks_stage));
+            staged_hashes.push((self.keys.task_pos(), pos_stage));
         }
+        let mut staging: Vec<String> = staged_hashes.iter().map(|(_, s)| s.clone()).collect();
 
         let mut keys: Vec<String> = vec![self.keys.version(), self.keys.lock()];
         let mut index: HashMap<String, usize> = HashMap::new();
@@ -269,7 +287,11 @@ impl RedisTx {
                 }
             }
         }
-        let nonce = nonce();
+        for (key, stage) in staged_hashes {
+            let ix = key_ix(&key, &mut keys).to_string();
+            let sx = key_ix(&stage, &mut keys).to_string();
+            op(&mut args, vec![b("M"), b(&ix), b(&sx)]);
+        }
         let mut zsets: Vec<_> = self.zsets.drain().collect();
         zsets.sort_by(|a, b| a.0.cmp(&b.0));
         for (key, z) in zsets {
@@ -278,19 +300,24 @@ impl RedisTx {
                 op(&mut args, vec![b("z"), b(&ix), m.into_bytes()]);
             }
             if z.added.len() > STAGE_ABOVE {
-                let staging = format!("{key}:staging:{nonce}");
+                let stage = format!("{key}:staging:{nonce}");
+                staging.push(stage.clone());
                 let added: Vec<_> = z.added.into_iter().collect();
                 for chunk in added.chunks(CHUNK) {
+                    let mut pipe = redis::pipe();
                     let mut cmd = redis::cmd("ZADD");
-                    cmd.arg(&staging);
+                    cmd.arg(&stage);
                     for (m, s) in chunk {
                         cmd.arg(*s).arg(m);
                     }
-                    cmd.query_async::<()>(&mut self.conn)
-                        .await
-                        .map_err(redis_err)?;
+                    pipe.add_command(cmd).ignore();
+                    pipe.cmd("PEXPIRE").arg(&stage).arg(STAGING_TTL_MS).ignore();
+                    if let Err(e) = pipe.query_async::<()>(&mut self.conn).await {
+                        self.drop_staging(staging).await;
+                        return Err(redis_err(e));
+                    }
                 }
-                let sx = key_ix(&staging, &mut keys).to_string();
+                let sx = key_ix(&stage, &mut keys).to_string();
                 op(&mut args, vec![b("U"), b(&ix), b(&sx)]);
             } else {
                 for (m, s) in z.added {
@@ -323,11 +350,28 @@ impl RedisTx {
         for a in &args {
             inv.arg(a.as_slice());
         }
-        let answer: i64 = inv.invoke_async(&mut self.conn).await.map_err(redis_err)?;
-        match answer {
+        let answer = inv.invoke_async::<i64>(&mut self.conn).await;
+        // The script merges and deletes staging keys only when it commits.
+        if !matches!(answer, Ok(1)) {
+            self.drop_staging(staging).await;
+        }
+        match answer.map_err(redis_err)? {
             1 => Ok(Committed::Yes { wrote: ops > 0 }),
             _ => Ok(Committed::Conflict),
         }
+    }
+
+    /// Best-effort removal of staging keys an attempt will not commit; their expiry is the
+    /// backstop when this fails too.
+    async fn drop_staging(&mut self, keys: impl IntoIterator<Item = String>) {
+        let keys: Vec<String> = keys.into_iter().collect();
+        if keys.is_empty() {
+            return;
+        }
+        let _ = redis::cmd("DEL")
+            .arg(&keys)
+            .query_async::<()>(&mut self.conn)
+            .await;
     }
 }
 

@@ -1,0 +1,291 @@
+//! Regression tests for store defects found in review: each case failed before its fix. Cases
+//! that concern both backends run on both; the rest say which backend they need.
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use lanes_common::ids::Token;
+use lanes_common::row::Phase;
+use lanes_common::spec_hash::spec_hash;
+use lanes_coordinator::store::{StoreError, SubmitKind};
+use support::*;
+
+/// An amendment that races heartbeats is recorded as an amendment with the new spec hash. On
+/// Redis the race is a version conflict, and the retry must not read the first attempt's
+/// staged tasks back as already recorded (it answered `resumed` with the old hash).
+async fn amendment_racing_renewals_is_amended_with_the_new_hash(h: &mut Harness) {
+    let c = cid("amend-race");
+    let make = |n| {
+        campaign(
+            "amend-race",
+            &[("a", "pa")],
+            n,
+            "pairing = \"none\"\nlease_ttl_s = 600",
+            "",
+        )
+    };
+    let first = make(3000);
+    let old_hash = spec_hash(&first.spec, &first.tasks);
+    h.submit(first).await;
+    let tokens: Vec<(Token, Phase)> = h
+        .claim_some(&c, "l", "h", 20)
+        .await
+        .iter()
+        .map(|a| (a.trials[0].token.clone(), Phase::Agent))
+        .collect();
+
+    let grown = make(3100);
+    let new_hash = spec_hash(&grown.spec, &grown.tasks);
+    assert_ne!(old_hash, new_hash);
+    let stop = Arc::new(AtomicBool::new(false));
+    let renewals = Arc::new(AtomicU64::new(0));
+    let renewer = {
+        let (store, c, stop, renewals, now) = (
+            h.store.clone(),
+            c.clone(),
+            stop.clone(),
+            renewals.clone(),
+            h.now(),
+        );
+        tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                store.renew(&c, tokens.clone(), now).await.expect("renew");
+                renewals.fetch_add(1, Ordering::Relaxed);
+            }
+        })
+    };
+    // Let the heartbeats get going, so that the amendment certainly races them.
+    while renewals.load(Ordering::Relaxed) < 3 {
+        tokio::task::yield_now().await;
+    }
+    let sub = h.store.submit(grown, h.now()).await.expect("amend");
+    stop.store(true, Ordering::Relaxed);
+    renewer.await.unwrap();
+
+    assert_eq!(sub.kind, SubmitKind::Amended);
+    assert_eq!(sub.spec_hash, new_hash);
+    assert_eq!(sub.trials, 3100);
+    let st = h.store.status(&c, h.now()).await.unwrap();
+    assert_eq!(st.spec_hash, new_hash);
+    assert_eq!(st.amendments.len(), 1, "{:?}", st.amendments);
+    assert_eq!(st.amendments[0].added_tasks, 100);
+    assert_eq!(st.trials_total, 3100);
+}
+
+/// Two different campaigns submitted at once under one id: one is created, the other is
+/// compared against it and refused, and the stored tasks are exactly the created one's. On
+/// Redis the loser's staged tasks must never overwrite the winner's.
+async fn concurrent_submits_of_one_id_store_only_the_winner(h: &mut Harness) {
+    for round in 0..3 {
+        let id = format!("twin-{round}");
+        let c = cid(&id);
+        let a = campaign(&id, &[("a", "pa")], 3000, "pairing = \"none\"", "");
+        let mut b = a.clone();
+        for t in &mut b.tasks {
+            t.max_turns = Some(7);
+        }
+        let (ra, rb) = tokio::join!(
+            h.store.submit(a.clone(), h.now()),
+            h.store.submit(b.clone(), h.now())
+        );
+        let winner = match (&ra, &rb) {
+            (Ok(s), Err(StoreError::Refused(_))) if s.kind == SubmitKind::Created => &a,
+            (Err(StoreError::Refused(_)), Ok(s)) if s.kind == SubmitKind::Created => &b,
+            other => panic!("one created and one refused, got {other:?}"),
+        };
+        let stored = h.store.campaign(&c).await.unwrap();
+        assert_eq!(stored.tasks, winner.tasks, "round {round}");
+        let st = h.store.status(&c, h.now()).await.unwrap();
+        assert_eq!(st.spec_hash, spec_hash(&winner.spec, &winner.tasks));
+    }
+}
+
+/// Redis only: when the campaign index cannot be written, the submit fails and nothing is
+/// committed. Before the fix the campaign committed, then the index write failed: the client
+/// was told the submit failed, and no claim or reap ever saw the campaign.
+async fn redis_submit_that_cannot_list_commits_nothing(h: &mut Harness) {
+    use lanes_coordinator::store::{RedisOptions, RedisStore, Store};
+    let server = h.redis.as_ref().unwrap();
+    let admin = ::redis::Client::open(server.url()).unwrap();
+    let mut conn = admin.get_multiplexed_async_connection().await.unwrap();
+    // A user that may touch every campaign key but not the index of campaigns.
+    ::redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("nolist")
+        .arg("on")
+        .arg(">pw")
+        .arg("~lanes:{c:*")
+        .arg("+@all")
+        .query_async::<()>(&mut conn)
+        .await
+        .unwrap();
+    let url = format!("redis://nolist:pw@127.0.0.1:{}/", server.port);
+    let store = RedisStore::connect(&url, RedisOptions::default())
+        .await
+        .expect("connect as the restricted user");
+    let c = cid("unlisted");
+    let err = store
+        .submit(
+            campaign("unlisted", &[("a", "pa")], 3, "pairing = \"none\"", ""),
+            h.now(),
+        )
+        .await
+        .expect_err("the index write is refused");
+    assert!(matches!(err, StoreError::Backend(_)), "{err}");
+    assert!(err.to_string().contains("NoPerm"), "{err}");
+    // Nothing committed: the campaign does not exist for anyone.
+    let missing = h
+        .store
+        .status(&c, h.now())
+        .await
+        .expect_err("not committed");
+    assert!(
+        matches!(missing, StoreError::UnknownCampaign(_)),
+        "{missing}"
+    );
+    assert!(h.store.list().await.unwrap().is_empty());
+
+    // With the index writable, the same submit commits and is listed.
+    h.submit(campaign(
+        "unlisted",
+        &[("a", "pa")],
+        3,
+        "pairing = \"none\"",
+        "",
+    ))
+    .await;
+    assert_eq!(h.store.list().await.unwrap(), vec![c]);
+}
+
+/// Sends one command to the harness's Redis as the admin connection.
+async fn admin(h: &Harness, args: &[&str]) {
+    let client = ::redis::Client::open(h.redis.as_ref().unwrap().url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let mut cmd = ::redis::cmd(args[0]);
+    for a in &args[1..] {
+        cmd.arg(*a);
+    }
+    cmd.query_async::<::redis::Value>(&mut conn)
+        .await
+        .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+}
+
+/// Redis only: transient server states (out of memory, read-only after a failover, a busy
+/// script) fail an operation as retryable, and the same completion lands once the state has
+/// passed. Before the fix they were permanent backend errors, so the lane set the outcome
+/// aside for good and the score was lost.
+async fn redis_transient_server_states_are_retryable(h: &mut Harness) {
+    let c = cid("transient");
+    h.submit(campaign(
+        "transient",
+        &[("a", "pa")],
+        3,
+        "pairing = \"none\"",
+        "",
+    ))
+    .await;
+    let tokens: Vec<Token> = h
+        .claim_some(&c, "l", "h", 3)
+        .await
+        .iter()
+        .map(|a| a.trials[0].token.clone())
+        .collect();
+    let outcome = |t: &Token| scored(t, "l", "h", lanes_common::row::Status::Completed, 1.0);
+
+    // OOM: memory above maxmemory with noeviction refuses writes.
+    admin(h, &["CONFIG", "SET", "maxmemory-policy", "noeviction"]).await;
+    admin(h, &["CONFIG", "SET", "maxmemory", "1"]).await;
+    let err = h
+        .store
+        .complete(&c, outcome(&tokens[0]), h.now())
+        .await
+        .expect_err("out of memory");
+    assert!(err.is_retryable(), "OOM must be retryable: {err}");
+    assert!(!err.rejects_request(), "{err}");
+    admin(h, &["CONFIG", "SET", "maxmemory", "0"]).await;
+    assert!(
+        h.store
+            .complete(&c, outcome(&tokens[0]), h.now())
+            .await
+            .unwrap()
+            .counted
+    );
+
+    // READONLY: the server was made a replica (of nobody reachable), as in a failover.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead_port = dead.local_addr().unwrap().port().to_string();
+    drop(dead);
+    admin(h, &["CONFIG", "SET", "replica-serve-stale-data", "yes"]).await;
+    admin(h, &["REPLICAOF", "127.0.0.1", &dead_port]).await;
+    let err = h
+        .store
+        .complete(&c, outcome(&tokens[1]), h.now())
+        .await
+        .expect_err("read-only replica");
+    assert!(err.is_retryable(), "READONLY must be retryable: {err}");
+    admin(h, &["REPLICAOF", "NO", "ONE"]).await;
+    assert!(
+        h.store
+            .complete(&c, outcome(&tokens[1]), h.now())
+            .await
+            .unwrap()
+            .counted
+    );
+
+    // BUSY: another client's script runs past the busy threshold.
+    admin(h, &["CONFIG", "SET", "busy-reply-threshold", "50"]).await;
+    let url = h.redis.as_ref().unwrap().url();
+    let looping = tokio::spawn(async move {
+        let client = ::redis::Client::open(url).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        // Ends only when killed.
+        let _ = ::redis::cmd("EVAL")
+            .arg("while true do end")
+            .arg(0)
+            .query_async::<::redis::Value>(&mut conn)
+            .await;
+    });
+    // Wait until the script is running: PING answers BUSY once it passed the threshold.
+    let probe = ::redis::Client::open(h.redis.as_ref().unwrap().url()).unwrap();
+    let mut probe = probe.get_multiplexed_async_connection().await.unwrap();
+    loop {
+        match ::redis::cmd("PING").query_async::<String>(&mut probe).await {
+            Err(e) if e.code() == Some("BUSY") => break,
+            _ => tokio::task::yield_now().await,
+        }
+    }
+    let err = h
+        .store
+        .complete(&c, outcome(&tokens[2]), h.now())
+        .await
+        .expect_err("busy script");
+    assert!(err.is_retryable(), "BUSY must be retryable: {err}");
+    ::redis::cmd("SCRIPT")
+        .arg("KILL")
+        .query_async::<()>(&mut probe)
+        .await
+        .unwrap();
+    looping.await.unwrap();
+    assert!(
+        h.store
+            .complete(&c, outcome(&tokens[2]), h.now())
+            .await
+            .unwrap()
+            .counted
+    );
+    assert_eq!(h.rows(&c).await.len(), 3, "each outcome landed once");
+}
+
+per_backend!(embedded => Harness::embedded();
+    amendment_racing_renewals_is_amended_with_the_new_hash,
+    concurrent_submits_of_one_id_store_only_the_winner,
+);
+
+per_backend!(redis => Harness::redis().await;
+    amendment_racing_renewals_is_amended_with_the_new_hash,
+    concurrent_submits_of_one_id_store_only_the_winner,
+    redis_submit_that_cannot_list_commits_nothing,
+    redis_transient_server_states_are_retryable,
+);
