@@ -6,10 +6,14 @@ mod support;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use lanes_common::ids::Token;
-use lanes_common::row::Phase;
+use std::collections::BTreeSet;
+
+use lanes_common::ids::{CampaignId, Token};
+use lanes_common::policy::NoWorkReason;
+use lanes_common::row::{Phase, Status};
 use lanes_common::spec_hash::spec_hash;
-use lanes_coordinator::store::{StoreError, SubmitKind};
+use lanes_common::state::{CampaignState, StopMode};
+use lanes_coordinator::store::{ClaimOutcome, RenewState, StoreError, SubmitKind};
 use support::*;
 
 /// An amendment that races heartbeats is recorded as an amendment with the new spec hash. On
@@ -159,6 +163,116 @@ async fn redis_submit_that_cannot_list_commits_nothing(h: &mut Harness) {
     assert_eq!(h.store.list().await.unwrap(), vec![c]);
 }
 
+/// An amendment that adds runs to a phase-2 block the phase-2 rule already refused: the next
+/// claim gives the new trials their `not_started` rows, once, and returns. Before the fix the
+/// claim met their queue entries again and again and never returned (on the embedded store it
+/// held the only writer, so every campaign hung).
+async fn amendment_after_a_phase2_refusal_refuses_the_new_runs_once(h: &mut Harness) {
+    let c = cid("refuse-amend");
+    let cutoff = lanes_common::utc::format_rfc3339(T0 + 3 * 3_600_000);
+    let make = |p2: u32| {
+        campaign(
+            "refuse-amend",
+            &[("a", "pa")],
+            2,
+            &format!(
+                "pairing = \"none\"\nphase1_runs = 1\nphase2_runs = {p2}\ncutoff_utc = \"{cutoff}\""
+            ),
+            "",
+        )
+    };
+    h.submit(make(1)).await;
+    for _ in 0..2 {
+        let t = h.claim_tokens(&c, "l", "h").await.remove(0);
+        let mut o = scored(&t, "l", "h", Status::Completed, 1.0);
+        o.walls.agent_s = 9000.0;
+        h.store.complete(&c, o, h.now()).await.unwrap();
+    }
+    h.advance_s(3600);
+    assert_eq!(claim_within(h, &c).await, NoWorkReason::Done);
+    assert_eq!(not_started(h, &c).await.len(), 2);
+
+    let amended = h.submit(make(3)).await;
+    assert_eq!(amended.kind, SubmitKind::Amended);
+    assert_eq!(claim_within(h, &c).await, NoWorkReason::Done);
+    let refused = not_started(h, &c).await;
+    let ids: BTreeSet<String> = refused.iter().map(|r| r.trial_id.to_string()).collect();
+    assert_eq!(
+        (refused.len(), ids.len()),
+        (6, 6),
+        "one row per phase-2 trial"
+    );
+    assert!(
+        refused[2..]
+            .iter()
+            .all(|r| r.spec_hash == amended.spec_hash && r.run_index >= 2)
+    );
+    let st = h.store.status(&c, h.now()).await.unwrap();
+    assert_eq!(st.state, CampaignState::Done);
+    assert_eq!(
+        (st.trials_not_started, st.trials_final, st.trials_total),
+        (6, 8, 8)
+    );
+    // A further claim writes nothing more.
+    assert_eq!(claim_within(h, &c).await, NoWorkReason::Done);
+    assert_eq!(not_started(h, &c).await.len(), 6);
+}
+
+/// A claim that must return within a few seconds: a hang is a failure, not a stuck suite.
+async fn claim_within(h: &Harness, c: &CampaignId) -> NoWorkReason {
+    // On a thread of its own with its own runtime: a claim that spins forever would
+    // otherwise also block the test runtime's shutdown after the timeout fails the test.
+    let (store, c, now) = (h.store.clone(), c.clone(), h.now());
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let _ = tx.send(rt.block_on(store.claim(&c, request("l", "h", 1), now)));
+    });
+    match tokio::time::timeout(std::time::Duration::from_secs(10), rx)
+        .await
+        .expect("the claim returns within 10 s")
+        .unwrap()
+        .expect("claim")
+    {
+        ClaimOutcome::NoWork { reason, .. } => reason,
+        ClaimOutcome::Assigned(a) => panic!("expected no work, got {a:?}"),
+    }
+}
+
+async fn not_started(h: &Harness, c: &CampaignId) -> Vec<lanes_common::row::Row> {
+    h.rows(c)
+        .await
+        .into_iter()
+        .filter(|r| r.status == Status::NotStarted)
+        .collect()
+}
+
+/// A resume after a cancel stop takes the cancel back: the leases the stop flagged renew as
+/// usual instead of answering cancel.
+async fn resume_after_a_cancel_stop_clears_the_cancel(h: &mut Harness) {
+    let c = cid("cancel-resume");
+    let make = || campaign("cancel-resume", &[("a", "pa")], 3, "pairing = \"none\"", "");
+    h.submit(make()).await;
+    let t = h.claim_tokens(&c, "l", "h").await.remove(0);
+    assert_eq!(h.renew(&c, &t, Phase::Agent).await, RenewState::Renewed);
+    h.store.stop(&c, StopMode::Cancel, h.now()).await.unwrap();
+    assert_eq!(h.renew(&c, &t, Phase::Agent).await, RenewState::Cancel);
+    assert_eq!(h.submit(make()).await.kind, SubmitKind::Resumed);
+    let st = h.store.status(&c, h.now()).await.unwrap();
+    assert_eq!((st.state, st.stop_mode), (CampaignState::Running, None));
+    assert_eq!(h.renew(&c, &t, Phase::Agent).await, RenewState::Renewed);
+    // The attempt runs on and is counted.
+    let ack = h
+        .store
+        .complete(&c, scored(&t, "l", "h", Status::Completed, 1.0), h.now())
+        .await
+        .unwrap();
+    assert!(ack.counted);
+}
+
 /// Sends one command to the harness's Redis as the admin connection.
 async fn admin(h: &Harness, args: &[&str]) {
     let client = ::redis::Client::open(h.redis.as_ref().unwrap().url()).unwrap();
@@ -192,7 +306,7 @@ async fn redis_transient_server_states_are_retryable(h: &mut Harness) {
         .iter()
         .map(|a| a.trials[0].token.clone())
         .collect();
-    let outcome = |t: &Token| scored(t, "l", "h", lanes_common::row::Status::Completed, 1.0);
+    let outcome = |t: &Token| scored(t, "l", "h", Status::Completed, 1.0);
 
     // OOM: memory above maxmemory with noeviction refuses writes.
     admin(h, &["CONFIG", "SET", "maxmemory-policy", "noeviction"]).await;
@@ -281,11 +395,15 @@ async fn redis_transient_server_states_are_retryable(h: &mut Harness) {
 per_backend!(embedded => Harness::embedded();
     amendment_racing_renewals_is_amended_with_the_new_hash,
     concurrent_submits_of_one_id_store_only_the_winner,
+    amendment_after_a_phase2_refusal_refuses_the_new_runs_once,
+    resume_after_a_cancel_stop_clears_the_cancel,
 );
 
 per_backend!(redis => Harness::redis().await;
     amendment_racing_renewals_is_amended_with_the_new_hash,
     concurrent_submits_of_one_id_store_only_the_winner,
+    amendment_after_a_phase2_refusal_refuses_the_new_runs_once,
+    resume_after_a_cancel_stop_clears_the_cancel,
     redis_submit_that_cannot_list_commits_nothing,
     redis_transient_server_states_are_retryable,
 );

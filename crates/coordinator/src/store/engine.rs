@@ -279,7 +279,16 @@ pub(crate) async fn submit(tx: &mut impl Tx, campaign: Campaign, now: EpochMs) -
     if was != CampaignState::Done || plan.amended {
         meta.state = CampaignState::Running;
         meta.stop_reason = None;
-        meta.stop_mode = None;
+        // A cancel stop flagged the leases it found; a resume takes the cancel back, or the
+        // next heartbeat of those lanes would still cancel a running campaign's attempts.
+        if meta.stop_mode.take() == Some(StopMode::Cancel) {
+            for (tid, mut lease) in tx.leases().await? {
+                if lease.cancel_requested {
+                    lease.cancel_requested = false;
+                    tx.put_lease(&tid, &lease).await?;
+                }
+            }
+        }
     }
     if was != meta.state {
         let spec_hash = meta.spec_hash.clone();
@@ -391,8 +400,23 @@ async fn phase2_allows(tx: &mut impl Tx, meta: &mut Meta, task_pos: u32, now: Ep
     let task = tx.task(task_pos).await?;
     let block = schedule::block_name(2, &task.id);
     let mut state = tx.block(&block).await?;
-    if let Some(verdict) = &state.phase2 {
-        return Ok(verdict.is_none());
+    match &state.phase2 {
+        Some(None) => return Ok(true),
+        Some(Some(refused)) => {
+            // Refused before: trials an amendment added since get their rows now, once (the
+            // rest are final already), so that no claim meets their entries again.
+            let why = match refused.parse::<ExcludedReason>() {
+                Ok(ExcludedReason::Phase2Refused(why)) => why,
+                _ => {
+                    return Err(StoreError::Corrupt(format!(
+                        "block {block} has refusal {refused:?}"
+                    )));
+                }
+            };
+            refuse_block(tx, meta, task_pos, why, now).await?;
+            return Ok(false);
+        }
+        None => {}
     }
     let providers: BTreeSet<&str> = meta.spec.arms.iter().map(|a| a.provider.as_str()).collect();
     let quotas: Vec<(String, QuotaGate)> = providers
@@ -459,15 +483,16 @@ async fn refuse_block(
                 slot,
             );
             let tid = trial.trial_id.to_string();
-            let mut ts = tx.trial(&tid).await?.unwrap_or_default();
-            if ts.final_mark.is_some() || tx.lease(&tid).await?.is_some() {
-                continue;
-            }
+            // The entry goes whatever the trial's state, so a claim never meets it again.
             tx.del_ready(
                 &provider_queue(provider_of(meta, &trial.arm)),
                 trial_key(&trial),
             )
             .await?;
+            let mut ts = tx.trial(&tid).await?.unwrap_or_default();
+            if ts.final_mark.is_some() || tx.lease(&tid).await?.is_some() {
+                continue;
+            }
             dequeue(tx, &mut ts, &trial, meta).await?;
             let reason = ExcludedReason::Phase2Refused(why.clone());
             let row = Row::bare(
