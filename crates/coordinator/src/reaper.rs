@@ -41,15 +41,23 @@ pub(crate) async fn run(
         if clock.now_ms() < start_at {
             continue;
         }
-        for id in ids {
-            match store.reap(&id, clock.now_ms()).await {
-                Ok(r) if r.cancelled + r.expired > 0 => {
-                    tracing::info!(campaign = %id, cancelled = r.cancelled, expired = r.expired, deferred = r.deferred, "reaped");
-                }
-                Ok(_) => {}
-                Err(e) => {
-                    note_outage(&mut down, &e);
-                    if down {
+        'campaigns: for id in ids {
+            // A pass takes a bounded batch; a full one means more may be due now.
+            loop {
+                match store.reap(&id, clock.now_ms()).await {
+                    Ok(r) => {
+                        if r.cancelled + r.expired > 0 {
+                            tracing::info!(campaign = %id, cancelled = r.cancelled, expired = r.expired, deferred = r.deferred, "reaped");
+                        }
+                        if !r.more {
+                            break;
+                        }
+                    }
+                    Err(e) => {
+                        note_outage(&mut down, &e);
+                        if down {
+                            break 'campaigns;
+                        }
                         break;
                     }
                 }

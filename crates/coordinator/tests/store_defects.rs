@@ -273,6 +273,73 @@ async fn resume_after_a_cancel_stop_clears_the_cancel(h: &mut Harness) {
     assert!(ack.counted);
 }
 
+/// Leases past evaluate that wait out `publish_grace_s` never hold back due leases behind
+/// them. Before the fix a pass read the first 1024 due entries, found them all deferred, and
+/// the expired leases behind them waited out the whole grace.
+async fn deferred_leases_do_not_hold_back_due_ones(h: &mut Harness) {
+    let c = cid("deferred");
+    h.submit(campaign(
+        "deferred",
+        &[("a", "pa")],
+        1100,
+        "pairing = \"none\"\nlease_ttl_s = 10\npublish_grace_s = 60",
+        "",
+    ))
+    .await;
+    let publishing: Vec<(Token, Phase)> = h
+        .claim_some(&c, "l", "h", 1030)
+        .await
+        .iter()
+        .map(|a| (a.trials[0].token.clone(), Phase::Publish))
+        .collect();
+    h.store
+        .renew(&c, publishing.clone(), h.now())
+        .await
+        .unwrap();
+    h.advance_s(1);
+    let running: Vec<(Token, Phase)> = h
+        .claim_some(&c, "l2", "h2", 5)
+        .await
+        .iter()
+        .map(|a| (a.trials[0].token.clone(), Phase::Agent))
+        .collect();
+    h.store.renew(&c, running, h.now()).await.unwrap();
+
+    // Every lease is past its deadline; the five running ones are due, the rest deferred.
+    h.advance_s(15);
+    let (expired, deferred) = reap_all(h, &c).await;
+    assert_eq!((expired, deferred), (5, 1030));
+    // Deferred once: the next pass finds nothing due.
+    let r = h.store.reap(&c, h.now()).await.unwrap();
+    assert_eq!((r.expired, r.deferred, r.cancelled), (0, 0, 0));
+    // A deferred lease whose lane speaks again is renewed as usual.
+    h.store
+        .renew(&c, publishing[..1].to_vec(), h.now())
+        .await
+        .unwrap();
+    // After the grace, the silent ones expire; batches of 1024 take them all.
+    h.advance_s(60);
+    // The renewed one is past its new deadline too, and gets a grace of its own.
+    assert_eq!(reap_all(h, &c).await, (1029, 1));
+    let st = h.store.status(&c, h.now()).await.unwrap();
+    assert_eq!(st.in_flight.len(), 1);
+}
+
+/// Reaps as the reaper does, pass after pass while a pass was full (a few passes at most
+/// here); returns (expired, deferred).
+async fn reap_all(h: &Harness, c: &CampaignId) -> (u32, u32) {
+    let (mut expired, mut deferred) = (0, 0);
+    for _ in 0..5 {
+        let r = h.store.reap(c, h.now()).await.unwrap();
+        expired += r.expired;
+        deferred += r.deferred;
+        if !r.more {
+            return (expired, deferred);
+        }
+    }
+    panic!("still more to reap after 5 passes ({expired} expired, {deferred} deferred)");
+}
+
 /// Sends one command to the harness's Redis as the admin connection.
 async fn admin(h: &Harness, args: &[&str]) {
     let client = ::redis::Client::open(h.redis.as_ref().unwrap().url()).unwrap();
@@ -397,6 +464,7 @@ per_backend!(embedded => Harness::embedded();
     concurrent_submits_of_one_id_store_only_the_winner,
     amendment_after_a_phase2_refusal_refuses_the_new_runs_once,
     resume_after_a_cancel_stop_clears_the_cancel,
+    deferred_leases_do_not_hold_back_due_ones,
 );
 
 per_backend!(redis => Harness::redis().await;
@@ -404,6 +472,7 @@ per_backend!(redis => Harness::redis().await;
     concurrent_submits_of_one_id_store_only_the_winner,
     amendment_after_a_phase2_refusal_refuses_the_new_runs_once,
     resume_after_a_cancel_stop_clears_the_cancel,
+    deferred_leases_do_not_hold_back_due_ones,
     redis_submit_that_cannot_list_commits_nothing,
     redis_transient_server_states_are_retryable,
 );

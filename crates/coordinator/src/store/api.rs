@@ -119,8 +119,10 @@ pub struct ReapReport {
     pub cancelled: u32,
     /// `lease_expired` rows written.
     pub expired: u32,
-    /// Past evaluate and still inside `publish_grace_s`.
+    /// Past evaluate and still inside `publish_grace_s`: moved to the end of their grace.
     pub deferred: u32,
+    /// The pass took a whole batch: more leases may be due, so reap again.
+    pub more: bool,
 }
 
 /// A gate currently holding work back.

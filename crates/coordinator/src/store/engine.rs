@@ -30,6 +30,8 @@ use super::tx::{R, Tx};
 
 /// How many entries of each queue one claim looks at before giving up on placement filters.
 const SCAN: usize = 64;
+/// Due leases one reap pass takes; the reaper runs another pass while a pass was full.
+const REAP_BATCH: usize = 1024;
 
 async fn meta_of(tx: &mut impl Tx, c: &CampaignId) -> R<Meta> {
     tx.meta()
@@ -812,6 +814,7 @@ async fn lease_unit(
                 paired,
                 cancel_requested: false,
                 revoked: false,
+                grace_until_ms: None,
             },
         )
         .await?;
@@ -876,9 +879,10 @@ pub(crate) async fn renew(
                     && now <= lease.hard_deadline_ms =>
             {
                 let deadline = (now + ttl).min(lease.hard_deadline_ms);
-                tx.del_deadline(lease.deadline_ms, tid).await?;
+                tx.del_deadline(lease.reap_at(), tid).await?;
                 tx.add_deadline(deadline, tid).await?;
                 lease.deadline_ms = deadline;
+                lease.grace_until_ms = None;
                 lease.heartbeat_seen = true;
                 meta.lanes_seen.insert(lease.lane.clone(), now);
                 if lease.phase != *phase {
@@ -1062,7 +1066,7 @@ async fn record(
         if lease.attempt == attempt {
             paired = lease.paired;
             tx.del_lease(&tid).await?;
-            tx.del_deadline(lease.deadline_ms, &tid).await?;
+            tx.del_deadline(lease.reap_at(), &tid).await?;
             meta.reserved_usd = (meta.reserved_usd - lease.reserved_usd).max(0.0);
             // Float residue of settled reservations is not money.
             if meta.reserved_usd < 1e-9 {
@@ -1325,15 +1329,16 @@ pub(crate) async fn reap(tx: &mut impl Tx, c: &CampaignId, now: EpochMs) -> R<Re
     let mut meta = meta_of(tx, c).await?;
     let grace = i64::from(meta.spec.ops.publish_grace_s) * 1000;
     let mut report = ReapReport::default();
-    for (at, tid) in tx
-        .deadlines_due(now - super::REAP_GRACE_MS - 1, 1024)
-        .await?
-    {
-        let Some(lease) = tx.lease(&tid).await? else {
+    let due = tx
+        .deadlines_due(now - super::REAP_GRACE_MS - 1, REAP_BATCH)
+        .await?;
+    report.more = due.len() == REAP_BATCH;
+    for (at, tid) in due {
+        let Some(mut lease) = tx.lease(&tid).await? else {
             tx.del_deadline(at, &tid).await?;
             continue;
         };
-        if lease.deadline_ms != at {
+        if lease.reap_at() != at {
             tx.del_deadline(at, &tid).await?;
             continue;
         }
@@ -1350,6 +1355,15 @@ pub(crate) async fn reap(tx: &mut impl Tx, c: &CampaignId, now: EpochMs) -> R<Re
                 "reaped while the campaign is stopping",
             )
         } else if lease.phase.is_after_evaluate() && now < lease.deadline_ms + grace {
+            // Its outcome is probably in an outbox: look again when the grace ends, and out
+            // of the way of leases that are due now.
+            // Indexed so that it is due exactly when the grace ends (a pass takes entries
+            // REAP_GRACE_MS past their time).
+            let until = lease.deadline_ms + grace - super::REAP_GRACE_MS;
+            tx.del_deadline(at, &tid).await?;
+            tx.add_deadline(until, &tid).await?;
+            lease.grace_until_ms = Some(until);
+            tx.put_lease(&tid, &lease).await?;
             report.deferred += 1;
             continue;
         } else {

@@ -125,6 +125,17 @@ pub(crate) struct Lease {
     pub cancel_requested: bool,
     /// A late score made this lease pointless: the next renew answers lost.
     pub revoked: bool,
+    /// Set while the reaper waits out `publish_grace_s` for a lease past evaluate: its entry
+    /// in the deadline index moves here, so deferred leases never sit in front of due ones.
+    #[serde(default)]
+    pub grace_until_ms: Option<EpochMs>,
+}
+
+impl Lease {
+    /// Where the lease's entry sits in the deadline index.
+    pub(crate) fn reap_at(&self) -> EpochMs {
+        self.grace_until_ms.unwrap_or(self.deadline_ms)
+    }
 }
 
 /// What the store knows of one issued token.

@@ -66,7 +66,10 @@ while i <= #ARGV do
     end
     redis.call('DEL', staging); i = i + 3
   elseif op == 'U' then
+    -- Merge a staged sorted set with ZADD's meaning: a staged score replaces the stored one
+    -- (ZUNIONSTORE alone would add the two up), so drop the staged members first.
     local staging = KEYS[tonumber(ARGV[i + 2])]
+    redis.call('ZDIFFSTORE', k, 2, k, staging)
     redis.call('ZUNIONSTORE', k, 2, k, staging)
     redis.call('DEL', staging); i = i + 3
   else
