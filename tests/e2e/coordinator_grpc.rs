@@ -410,6 +410,76 @@ async fn redis_outcome_refused_by_store_health_is_retryable() {
     }
 }
 
+/// The report folds the whole ledger, past Redis's old 100,000-row read cap (the report
+/// silently stopped there). The campaign is submitted as usual; its ledger of 101,000 rows (101
+/// cancelled attempts of each of its 1000 trials) is appended to the results stream directly,
+/// in the store's own row format, because writing that many rows one operation at a time is
+/// the hot path's business, not this test's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_report_folds_a_ledger_past_100k_rows() {
+    use lanes_common::row::{Row, Status, StoreFields};
+    let e = env("redis").await;
+    let mut c = client(&e.coord.url(), Some(CLIENT_TOKEN)).await;
+    let text = small_campaign("big", 500, "pairing = \"none\"");
+    let sub = c.submit(submit_request(&text)).await.unwrap().into_inner();
+    let campaign = lanes_common::spec::load_str(
+        &text,
+        std::path::Path::new("big.toml"),
+        std::path::Path::new("."),
+    )
+    .unwrap();
+    let trials: Vec<_> = lanes_common::schedule::trials(&campaign).collect();
+    assert_eq!(trials.len(), 1000);
+
+    let redis = ::redis::Client::open(e.redis.as_ref().unwrap().url()).unwrap();
+    let mut conn = redis.get_multiplexed_async_connection().await.unwrap();
+    let mut seq = 0u64;
+    for attempt in 1..=101u32 {
+        let mut pipe = ::redis::pipe();
+        for t in &trials {
+            let row = Row::bare(
+                &campaign.spec.id,
+                t,
+                attempt,
+                Status::Cancelled,
+                None,
+                StoreFields {
+                    seq,
+                    spec_hash: sub.spec_hash.clone(),
+                    ..StoreFields::default()
+                },
+            );
+            pipe.cmd("XADD")
+                .arg("lanes:{c:big}:results")
+                .arg(format!("0-{}", seq + 1))
+                .arg("j")
+                .arg(serde_json::to_vec(&row).unwrap())
+                .ignore();
+            seq += 1;
+        }
+        pipe.query_async::<()>(&mut conn).await.unwrap();
+    }
+
+    let id = lanes_common::ids::CampaignId::new("big").unwrap();
+    let rows = e.store.rows(&id, 0, usize::MAX).await.unwrap();
+    assert_eq!(rows.len(), 101_000, "every row, uncapped");
+    assert!(rows.iter().enumerate().all(|(i, r)| r.seq == i as u64));
+    drop(rows);
+
+    let json = c
+        .report(pb::ReportRequest { id: "big".into() })
+        .await
+        .unwrap()
+        .into_inner()
+        .json;
+    let report: lanes_common::report::Report = serde_json::from_str(&json).unwrap();
+    assert_eq!(report.rows_total, 101_000);
+    assert_eq!(report.rows_by_status.get("cancelled"), Some(&101_000));
+    assert_eq!(report.unscheduled_rows, 0);
+    let total = &report.completeness.total;
+    assert_eq!((total.trials_total, total.pending_in_retry), (1000, 1000));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn watch_sends_a_snapshot_then_events_and_rows_follow() {
     let e = env("embedded").await;

@@ -197,13 +197,9 @@ async fn run_async(args: Args, campaign: spec::Campaign) -> anyhow::Result<Code>
     let _ = coordinator.await;
     let _ = std::fs::remove_file(addr_file(&args.data_dir));
 
-    let recorded = store.campaign(&id).await?;
-    let rows = store.rows(&id, 0, usize::MAX).await?;
+    let report = lanes_coordinator::report::build(store.as_ref(), &id).await?;
     out!();
-    print!(
-        "{}",
-        lanes_common::report::build(&recorded, &rows).to_text()
-    );
+    print!("{}", report.to_text());
     Ok(match (status.state, status.stop_reason) {
         (CampaignState::Done, _) => Code::Ok,
         (_, Some(StopReason::User)) => {

@@ -320,29 +320,74 @@ pub fn row_passed(row: &Row) -> bool {
         .unwrap_or_else(|| row.score.is_some_and(|s| s >= 1.0))
 }
 
-/// A trial's final state, derived from its rows.
-enum TrialState<'r> {
-    Counted { row: &'r Row, after_exclusion: bool },
-    Excluded(String),
-    NotStarted(String),
-    Pending { attempted: bool },
+/// The counted row of a trial: what the report needs of it.
+#[derive(Debug, Clone)]
+struct CountedRow {
+    seq: u64,
+    status: Status,
+    passed: bool,
+    score: Option<f64>,
+    cost_usd: f64,
+    wall_s: f64,
 }
 
-/// Classifies a trial from its rows, in ledger order.
-fn classify<'r>(rows: &[&'r Row], warnings: &mut Vec<String>) -> TrialState<'r> {
-    let mut counted: Option<&Row> = None;
-    let mut after_exclusion = false;
-    let mut excluded_seen = false;
-    let mut last_final: Option<&Row> = None;
-    for &row in rows {
+/// A trial's final state, derived from its rows.
+enum TrialState<'a> {
+    Counted {
+        row: &'a CountedRow,
+        after_exclusion: bool,
+    },
+    Excluded(String),
+    NotStarted(String),
+    Pending {
+        attempted: bool,
+    },
+}
+
+/// What the report keeps of one trial's rows, folded in ledger order: a few fields instead
+/// of the rows themselves, so a campaign of any size is reported in bounded memory per trial.
+#[derive(Debug, Clone, Default)]
+struct TrialFold {
+    rows: u64,
+    /// The first counted row (a duplicate is never counted).
+    counted: Option<CountedRow>,
+    /// Whether a final, excluded row came before the counted one.
+    after_exclusion: bool,
+    excluded_seen: bool,
+    /// The last final, uncounted, non-duplicate row: its status and reason.
+    last_final: Option<(Status, String)>,
+    /// Every row's cost (retries included).
+    cost_all: f64,
+    /// Attempt numbers seen so far: only the first row of each token counts as a retry.
+    attempts_seen: Vec<u32>,
+    infra_retries: u64,
+}
+
+impl TrialFold {
+    fn add(&mut self, row: &Row, warnings: &mut Vec<String>) {
+        self.rows += 1;
+        self.cost_all += row.cost_usd.unwrap_or(0.0);
+        if !self.attempts_seen.contains(&row.attempt) {
+            self.attempts_seen.push(row.attempt);
+            if matches!(row.status, Status::InfraError | Status::Blocked) {
+                self.infra_retries += 1;
+            }
+        }
         if row.duplicate {
-            continue;
+            return;
         }
         if row.counted {
-            match counted {
+            match &self.counted {
                 None => {
-                    counted = Some(row);
-                    after_exclusion = excluded_seen;
+                    self.counted = Some(CountedRow {
+                        seq: row.seq,
+                        status: row.status,
+                        passed: row_passed(row),
+                        score: row.score,
+                        cost_usd: row.cost_usd.unwrap_or(0.0),
+                        wall_s: row.wall_s,
+                    });
+                    self.after_exclusion = self.excluded_seen;
                 }
                 Some(first) => warnings.push(format!(
                     "trial {} has more than one counted row (seq {} and {}); the first counts",
@@ -350,33 +395,33 @@ fn classify<'r>(rows: &[&'r Row], warnings: &mut Vec<String>) -> TrialState<'r> 
                 )),
             }
         } else if row.is_final {
-            last_final = Some(row);
-            if row.status != Status::NotStarted {
-                excluded_seen = true;
-            }
-        }
-    }
-    if let Some(row) = counted {
-        return TrialState::Counted {
-            row,
-            after_exclusion,
-        };
-    }
-    match last_final {
-        Some(row) => {
             let reason = row
                 .excluded_reason
                 .as_ref()
                 .map_or_else(|| UNSPECIFIED_REASON.to_owned(), ToString::to_string);
-            if row.status == Status::NotStarted {
-                TrialState::NotStarted(reason)
-            } else {
-                TrialState::Excluded(reason)
+            self.last_final = Some((row.status, reason));
+            if row.status != Status::NotStarted {
+                self.excluded_seen = true;
             }
         }
-        None => TrialState::Pending {
-            attempted: !rows.is_empty(),
-        },
+    }
+
+    /// Classifies the trial: a counted row wins, even after an exclusion; otherwise the last
+    /// final row decides; otherwise it is pending.
+    fn state(&self) -> TrialState<'_> {
+        if let Some(row) = &self.counted {
+            return TrialState::Counted {
+                row,
+                after_exclusion: self.after_exclusion,
+            };
+        }
+        match &self.last_final {
+            Some((Status::NotStarted, reason)) => TrialState::NotStarted(reason.clone()),
+            Some((_, reason)) => TrialState::Excluded(reason.clone()),
+            None => TrialState::Pending {
+                attempted: self.rows > 0,
+            },
+        }
     }
 }
 
@@ -445,140 +490,180 @@ fn ratio(num: u64, den: u64) -> Option<f64> {
 }
 
 /// Builds the report of `campaign` from its ledger `rows` (in any order; `seq` orders them).
+/// For a ledger too large to hold at once, feed a [`ReportBuilder`] page by page instead.
 pub fn build(campaign: &Campaign, rows: &[Row]) -> Report {
     let mut sorted: Vec<&Row> = rows.iter().collect();
     sorted.sort_by_key(|r| r.seq);
+    let mut builder = ReportBuilder::new();
+    for row in sorted {
+        builder.add(row);
+    }
+    builder.finish(campaign)
+}
 
-    let mut spec_hashes: Vec<String> = Vec::new();
-    let mut seen_hashes: HashSet<&str> = HashSet::new();
-    let mut by_trial: HashMap<&TrialId, Vec<&Row>> = HashMap::new();
-    for &row in &sorted {
-        if !row.spec_hash.is_empty() && seen_hashes.insert(row.spec_hash.as_str()) {
-            spec_hashes.push(row.spec_hash.clone());
-        }
-        by_trial.entry(&row.trial_id).or_default().push(row);
+/// The report as a fold over the ledger: [`add`](Self::add) every row in `seq` order (page
+/// by page, as the store hands them out), then [`finish`](Self::finish) with the campaign.
+/// It keeps a few fields per trial and per arm, never the rows.
+#[derive(Debug, Default)]
+pub struct ReportBuilder {
+    spec_hashes: Vec<String>,
+    seen_hashes: HashSet<String>,
+    rows_total: u64,
+    duplicates: u64,
+    late: u64,
+    rows_by_status: BTreeMap<String, u64>,
+    trials: HashMap<TrialId, TrialFold>,
+    warnings: Vec<String>,
+}
+
+impl ReportBuilder {
+    pub fn new() -> Self {
+        Self::default()
     }
 
-    let arm_pos: HashMap<&ArmId, usize> = campaign
-        .spec
-        .arms
-        .iter()
-        .enumerate()
-        .map(|(i, a)| (&a.id, i))
-        .collect();
-    let mut accs: Vec<ArmAcc> = campaign
-        .spec
-        .arms
-        .iter()
-        .map(|_| ArmAcc::default())
-        .collect();
-    let mut total = StateCounts::default();
-    let mut warnings = Vec::new();
+    /// Folds in the next row of the ledger (rows must come in `seq` order).
+    pub fn add(&mut self, row: &Row) {
+        self.rows_total += 1;
+        self.duplicates += u64::from(row.duplicate);
+        self.late += u64::from(row.late);
+        *self
+            .rows_by_status
+            .entry(row.status.as_str().to_owned())
+            .or_default() += 1;
+        if !row.spec_hash.is_empty() && !self.seen_hashes.contains(&row.spec_hash) {
+            self.seen_hashes.insert(row.spec_hash.clone());
+            self.spec_hashes.push(row.spec_hash.clone());
+        }
+        let warnings = &mut self.warnings;
+        match self.trials.get_mut(&row.trial_id) {
+            Some(fold) => fold.add(row, warnings),
+            None => {
+                let mut fold = TrialFold::default();
+                fold.add(row, warnings);
+                self.trials.insert(row.trial_id.clone(), fold);
+            }
+        }
+    }
 
-    for trial in schedule::trials(campaign) {
-        let trial_rows = by_trial.remove(&trial.trial_id).unwrap_or_default();
-        let Some(&pos) = arm_pos.get(&trial.arm) else {
-            continue;
-        };
-        let acc = &mut accs[pos];
-        let state = classify(&trial_rows, &mut warnings);
-        total.add(&state);
-        acc.states.add(&state);
+    /// Rows folded in so far.
+    pub fn rows(&self) -> u64 {
+        self.rows_total
+    }
 
-        let mut tokens = HashSet::new();
-        for row in &trial_rows {
-            acc.cost_all += row.cost_usd.unwrap_or(0.0);
-            if tokens.insert(row.attempt)
-                && matches!(row.status, Status::InfraError | Status::Blocked)
-            {
-                acc.infra_retries += 1;
+    /// Walks the schedule of `campaign` (every trial, for the denominator) and ends the report.
+    pub fn finish(mut self, campaign: &Campaign) -> Report {
+        let arm_pos: HashMap<&ArmId, usize> = campaign
+            .spec
+            .arms
+            .iter()
+            .enumerate()
+            .map(|(i, a)| (&a.id, i))
+            .collect();
+        let mut accs: Vec<ArmAcc> = campaign
+            .spec
+            .arms
+            .iter()
+            .map(|_| ArmAcc::default())
+            .collect();
+        let mut total = StateCounts::default();
+        let mut warnings = std::mem::take(&mut self.warnings);
+        let never = TrialFold::default();
+
+        for trial in schedule::trials(campaign) {
+            let fold = self.trials.remove(&trial.trial_id);
+            let fold = fold.as_ref().unwrap_or(&never);
+            let Some(&pos) = arm_pos.get(&trial.arm) else {
+                continue;
+            };
+            let acc = &mut accs[pos];
+            let state = fold.state();
+            total.add(&state);
+            acc.states.add(&state);
+            acc.cost_all += fold.cost_all;
+            acc.infra_retries += fold.infra_retries;
+
+            if let TrialState::Counted { row, .. } = state {
+                if !row.status.is_scored() {
+                    warnings.push(format!(
+                        "trial {} is counted by a row with unscored status {} (seq {})",
+                        trial.trial_id, row.status, row.seq
+                    ));
+                }
+                acc.passed += u64::from(row.passed);
+                if let Some(score) = row.score {
+                    acc.score_sum += score;
+                    acc.score_n += 1;
+                }
+                acc.cost_counted += row.cost_usd;
+                acc.wall_sum += row.wall_s;
+                acc.walls.push(row.wall_s);
+                acc.runs
+                    .insert((trial.task_pos, trial.run_index), row.passed);
             }
         }
 
-        if let TrialState::Counted { row, .. } = state {
-            if !row.status.is_scored() {
-                warnings.push(format!(
-                    "trial {} is counted by a row with unscored status {} (seq {})",
-                    row.trial_id, row.status, row.seq
-                ));
-            }
-            let passed = row_passed(row);
-            acc.passed += u64::from(passed);
-            if let Some(score) = row.score {
-                acc.score_sum += score;
-                acc.score_n += 1;
-            }
-            acc.cost_counted += row.cost_usd.unwrap_or(0.0);
-            acc.wall_sum += row.wall_s;
-            acc.walls.push(row.wall_s);
-            acc.runs.insert((trial.task_pos, trial.run_index), passed);
-        }
-    }
-
-    let unscheduled_rows: u64 = by_trial.values().map(|v| v.len() as u64).sum();
-    if unscheduled_rows > 0 {
-        let mut ids: Vec<&str> = by_trial.keys().map(|t| t.as_str()).collect();
-        ids.sort_unstable();
-        warnings.push(format!(
-            "{unscheduled_rows} row(s) belong to {} trial(s) not in the schedule, e.g. {}",
-            ids.len(),
-            ids[0]
-        ));
-    }
-    if warnings.len() > MAX_WARNINGS {
-        let more = warnings.len() - MAX_WARNINGS;
-        warnings.truncate(MAX_WARNINGS);
-        warnings.push(format!("... and {more} more warning(s)"));
-    }
-
-    let arms: Vec<ArmStats> = campaign
-        .spec
-        .arms
-        .iter()
-        .zip(&accs)
-        .map(|(arm, acc)| arm_stats(arm.id.as_str(), acc))
-        .collect();
-
-    let mut paired = Vec::new();
-    for (i, a) in campaign.spec.arms.iter().enumerate() {
-        for (j, b) in campaign.spec.arms.iter().enumerate().skip(i + 1) {
-            paired.push(compare(
-                a.id.as_str(),
-                &accs[i].runs,
-                b.id.as_str(),
-                &accs[j].runs,
+        let unscheduled_rows: u64 = self.trials.values().map(|f| f.rows).sum();
+        if unscheduled_rows > 0 {
+            let mut ids: Vec<&str> = self.trials.keys().map(|t| t.as_str()).collect();
+            ids.sort_unstable();
+            warnings.push(format!(
+                "{unscheduled_rows} row(s) belong to {} trial(s) not in the schedule, e.g. {}",
+                ids.len(),
+                ids[0]
             ));
         }
-    }
+        if warnings.len() > MAX_WARNINGS {
+            let more = warnings.len() - MAX_WARNINGS;
+            warnings.truncate(MAX_WARNINGS);
+            warnings.push(format!("... and {more} more warning(s)"));
+        }
 
-    Report {
-        schema: REPORT_SCHEMA.to_owned(),
-        campaign: campaign.spec.id.to_string(),
-        spec_hashes,
-        rows_total: rows.len() as u64,
-        duplicates: rows.iter().filter(|r| r.duplicate).count() as u64,
-        late: rows.iter().filter(|r| r.late).count() as u64,
-        unscheduled_rows,
-        rows_by_status: rows.iter().fold(BTreeMap::new(), |mut m, r| {
-            *m.entry(r.status.as_str().to_owned()).or_default() += 1;
-            m
-        }),
-        completeness: Completeness {
-            total,
-            per_arm: campaign
-                .spec
-                .arms
-                .iter()
-                .zip(&accs)
-                .map(|(arm, acc)| ArmStateCounts {
-                    arm: arm.id.to_string(),
-                    counts: acc.states.clone(),
-                })
-                .collect(),
-        },
-        arms,
-        paired,
-        warnings,
+        let arms: Vec<ArmStats> = campaign
+            .spec
+            .arms
+            .iter()
+            .zip(&accs)
+            .map(|(arm, acc)| arm_stats(arm.id.as_str(), acc))
+            .collect();
+
+        let mut paired = Vec::new();
+        for (i, a) in campaign.spec.arms.iter().enumerate() {
+            for (j, b) in campaign.spec.arms.iter().enumerate().skip(i + 1) {
+                paired.push(compare(
+                    a.id.as_str(),
+                    &accs[i].runs,
+                    b.id.as_str(),
+                    &accs[j].runs,
+                ));
+            }
+        }
+
+        Report {
+            schema: REPORT_SCHEMA.to_owned(),
+            campaign: campaign.spec.id.to_string(),
+            spec_hashes: self.spec_hashes,
+            rows_total: self.rows_total,
+            duplicates: self.duplicates,
+            late: self.late,
+            unscheduled_rows,
+            rows_by_status: self.rows_by_status,
+            completeness: Completeness {
+                total,
+                per_arm: campaign
+                    .spec
+                    .arms
+                    .iter()
+                    .zip(&accs)
+                    .map(|(arm, acc)| ArmStateCounts {
+                        arm: arm.id.to_string(),
+                        counts: acc.states.clone(),
+                    })
+                    .collect(),
+            },
+            arms,
+            paired,
+            warnings,
+        }
     }
 }
 

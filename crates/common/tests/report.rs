@@ -131,8 +131,20 @@ impl<'c> Ledger<'c> {
         );
     }
 
+    /// The report, built at once and folded page by page: both must agree.
     fn report(&self) -> Report {
-        report::build(self.campaign, &self.rows)
+        let whole = report::build(self.campaign, &self.rows);
+        let mut sorted: Vec<&Row> = self.rows.iter().collect();
+        sorted.sort_by_key(|r| r.seq);
+        let mut folded = report::ReportBuilder::new();
+        for page in sorted.chunks(3) {
+            for row in page {
+                folded.add(row);
+            }
+        }
+        assert_eq!(folded.rows(), self.rows.len() as u64);
+        assert_eq!(folded.finish(self.campaign), whole, "the fold differs");
+        whole
     }
 }
 

@@ -7,6 +7,7 @@
 pub mod auth;
 mod grpc_status;
 mod reaper;
+pub mod report;
 mod server;
 mod service;
 pub mod store;

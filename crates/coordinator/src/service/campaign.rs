@@ -173,9 +173,9 @@ impl CampaignService for CampaignSvc {
     ) -> Result<Response<pb::ReportResponse>, Status> {
         let id = campaign_id("id", &request.into_inner().id)?;
         let s = &self.shared;
-        let campaign = s.store.campaign(&id).await.map_err(from_store)?;
-        let rows = s.store.rows(&id, 0, usize::MAX).await.map_err(from_store)?;
-        let report = lanes_common::report::build(&campaign, &rows);
+        let report = crate::report::build(s.store.as_ref(), &id)
+            .await
+            .map_err(from_store)?;
         let json = serde_json::to_string(&report).map_err(|e| Status::internal(e.to_string()))?;
         Ok(Response::new(pb::ReportResponse { json }))
     }

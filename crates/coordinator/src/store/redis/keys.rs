@@ -77,3 +77,8 @@ pub(crate) const CAMPAIGNS: &str = "lanes:campaigns";
 pub(crate) fn stream_id(seq: u64) -> String {
     format!("0-{}", seq + 1)
 }
+
+/// The seq of a stream entry id written by [`stream_id`].
+pub(crate) fn seq_of(id: &str) -> Option<u64> {
+    id.strip_prefix("0-")?.parse::<u64>().ok()?.checked_sub(1)
+}

@@ -70,6 +70,8 @@ use super::engine;
 const LOCK_TTL_MS: u64 = 3_000;
 /// How long an operation waits for a busy campaign lock before failing as unavailable.
 const LOCK_WAIT: Duration = Duration::from_secs(10);
+/// Stream entries per XRANGE call.
+const STREAM_PAGE: usize = 10_000;
 /// Commit attempts before giving up (each conflict means another operation won).
 const MAX_ATTEMPTS: u32 = 100;
 
@@ -314,6 +316,8 @@ impl RedisStore {
         }
     }
 
+    /// Reads up to `limit` entries from `from` on, in pages of [`STREAM_PAGE`]: a large
+    /// `limit` is honoured in full, never silently capped.
     async fn read_stream<T: serde::de::DeserializeOwned>(
         &self,
         key: String,
@@ -321,25 +325,38 @@ impl RedisStore {
         limit: usize,
     ) -> Result<Vec<T>, StoreError> {
         let mut conn = self.conn.clone();
-        let reply: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
-            .arg(&key)
-            .arg(stream_id(from))
-            .arg("+")
-            .arg("COUNT")
-            .arg(limit.min(100_000))
-            .query_async(&mut conn)
-            .await
-            .map_err(redis_err)?;
-        reply
-            .ids
-            .into_iter()
-            .map(|entry| {
+        let mut out = Vec::new();
+        let mut next = from;
+        while out.len() < limit {
+            let want = (limit - out.len()).min(STREAM_PAGE);
+            let reply: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
+                .arg(&key)
+                .arg(stream_id(next))
+                .arg("+")
+                .arg("COUNT")
+                .arg(want)
+                .query_async(&mut conn)
+                .await
+                .map_err(redis_err)?;
+            let got = reply.ids.len();
+            for entry in reply.ids {
+                let seq = keys::seq_of(&entry.id).ok_or_else(|| {
+                    StoreError::Corrupt(format!("stream entry id {} is not a seq", entry.id))
+                })?;
                 let bytes: Vec<u8> = entry.get("j").ok_or_else(|| {
                     StoreError::Corrupt(format!("stream entry {} has no body", entry.id))
                 })?;
-                serde_json::from_slice(&bytes).map_err(|e| StoreError::Corrupt(e.to_string()))
-            })
-            .collect()
+                out.push(
+                    serde_json::from_slice(&bytes)
+                        .map_err(|e| StoreError::Corrupt(e.to_string()))?,
+                );
+                next = seq + 1;
+            }
+            if got < want {
+                break;
+            }
+        }
+        Ok(out)
     }
 }
 
