@@ -77,6 +77,22 @@ pub struct Report {
     pub paired: Vec<PairedComparison>,
     /// Inconsistencies found in the ledger (e.g. a trial with two counted rows).
     pub warnings: Vec<String>,
+    /// The spend against `budget_cap_usd`, when the campaign has a cap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<BudgetLine>,
+}
+
+/// The spend against the budget cap, and how far past the cap it could have gone.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BudgetLine {
+    pub cap_usd: f64,
+    /// The sum of `cost_usd` over every row of the ledger.
+    pub spent_usd: f64,
+    /// Every scheduled trial carries a `max_cost_usd` guard. Claims then reserve the guards,
+    /// so spend stays within the cap while drivers honour them. Otherwise a claim reserves an
+    /// estimate, and spend may pass the cap by at most one attempt's overrun per lane in
+    /// flight.
+    pub guarded: bool,
 }
 
 /// Every trial of the schedule by final state: the totals and per arm.
@@ -512,6 +528,7 @@ pub struct ReportBuilder {
     duplicates: u64,
     late: u64,
     rows_by_status: BTreeMap<String, u64>,
+    spent_usd: f64,
     trials: HashMap<TrialId, TrialFold>,
     warnings: Vec<String>,
 }
@@ -524,6 +541,7 @@ impl ReportBuilder {
     /// Folds in the next row of the ledger (rows must come in `seq` order).
     pub fn add(&mut self, row: &Row) {
         self.rows_total += 1;
+        self.spent_usd += row.cost_usd.unwrap_or(0.0);
         self.duplicates += u64::from(row.duplicate);
         self.late += u64::from(row.late);
         *self
@@ -568,8 +586,10 @@ impl ReportBuilder {
         let mut total = StateCounts::default();
         let mut warnings = std::mem::take(&mut self.warnings);
         let never = TrialFold::default();
+        let mut guarded = true;
 
         for trial in schedule::trials(campaign) {
+            guarded &= trial.max_cost_usd.is_some();
             let fold = self.trials.remove(&trial.trial_id);
             let fold = fold.as_ref().unwrap_or(&never);
             let Some(&pos) = arm_pos.get(&trial.arm) else {
@@ -663,6 +683,11 @@ impl ReportBuilder {
             arms,
             paired,
             warnings,
+            budget: campaign.spec.ops.budget_cap_usd.map(|cap_usd| BudgetLine {
+                cap_usd,
+                spent_usd: self.spent_usd,
+                guarded,
+            }),
         }
     }
 }
@@ -835,6 +860,18 @@ impl Report {
             })
             .collect();
         let _ = writeln!(out, "rows by status: {}", by_status.join(", "));
+        if let Some(b) = &self.budget {
+            let bound = if b.guarded {
+                "every trial has a max_cost_usd guard: spend stays within the cap while drivers honour it"
+            } else {
+                "not every trial has a max_cost_usd guard: spend may pass the cap by at most one attempt's overrun per lane in flight"
+            };
+            let _ = writeln!(
+                out,
+                "budget: spent ${:.2} of cap ${:.2} ({bound})",
+                b.spent_usd, b.cap_usd
+            );
+        }
 
         // 1. The audit.
         out.push_str("\nCOMPLETENESS (every scheduled trial by final state)\n");

@@ -539,3 +539,39 @@ fn report_round_trips_as_json() {
     assert_eq!(v["arms"][0]["arm"], "a");
     assert_eq!(v["paired"][0]["arm_b"], "b");
 }
+
+#[test]
+fn the_budget_line_shows_spend_against_the_cap_and_its_bound() {
+    let with = |extra: &str| {
+        let text = format!(
+            "id = \"rep\"\nphase1_runs = 1\nschedule_seed = 7\nbudget_cap_usd = 0.3\n\
+             [[arms]]\nid = \"a\"\n[tasks]\nitems = [{{ id = \"t1\" }}, {{ id = \"t2\" }}]\n\
+             [driver]\nsim = {{}}\n{extra}"
+        );
+        spec::load_str(&text, Path::new("x.toml"), Path::new(".")).unwrap()
+    };
+    let unguarded = with("");
+    let mut l = Ledger::new(&unguarded);
+    l.pass(("t1", 0, "a"));
+    l.pass(("t2", 0, "a"));
+    let r = l.report();
+    let b = r
+        .budget
+        .as_ref()
+        .expect("a capped campaign has a budget line");
+    assert!((b.spent_usd - 1.0).abs() < 1e-9 && b.cap_usd == 0.3 && !b.guarded);
+    let text = r.to_text();
+    assert!(
+        text.contains("budget: spent $1.00 of cap $0.30")
+            && text.contains("one attempt's overrun per lane in flight"),
+        "{text}"
+    );
+
+    let guarded = with("[defaults]\nmax_cost_usd = 0.1\n");
+    let r = Ledger::new(&guarded).report();
+    assert!(r.budget.as_ref().unwrap().guarded);
+    assert!(r.to_text().contains("spend stays within the cap"));
+
+    let uncapped = campaign(&["a"], 1, 1, 0);
+    assert!(Ledger::new(&uncapped).report().budget.is_none());
+}

@@ -325,6 +325,87 @@ async fn deferred_leases_do_not_hold_back_due_ones(h: &mut Harness) {
     assert_eq!(st.in_flight.len(), 1);
 }
 
+/// With a `max_cost_usd` guard on every trial, claims reserve the guard, so spend never passes
+/// the cap while drivers honour their guard. Before the fix a claim reserved the arm's estimate
+/// and four attempts of $0.10 started under a $0.30 cap.
+async fn guarded_trials_never_spend_past_the_cap(h: &mut Harness) {
+    let c = cid("guarded");
+    h.submit(campaign(
+        "guarded",
+        &[("a", "pa")],
+        10,
+        "pairing = \"none\"\nbudget_cap_usd = 0.3",
+        "[defaults]\nmax_cost_usd = 0.1\n",
+    ))
+    .await;
+    let mut started = Vec::new();
+    for lane in ["l1", "l2", "l3", "l4"] {
+        match h.claim(&c, lane, "h", 1).await {
+            ClaimOutcome::Assigned(a) => started.push((lane, a[0].trials[0].token.clone())),
+            ClaimOutcome::NoWork { reason, .. } => {
+                assert_eq!(reason, NoWorkReason::BudgetReserved, "{lane}")
+            }
+        }
+    }
+    assert_eq!(started.len(), 3, "three guards of $0.10 fill a $0.30 cap");
+    for (lane, t) in &started {
+        let mut o = scored(t, lane, "h", Status::Completed, 1.0);
+        o.cost_usd = Some(0.1);
+        h.store.complete(&c, o, h.now()).await.unwrap();
+    }
+    assert!(matches!(
+        claim_within(h, &c).await,
+        NoWorkReason::Stopped { .. }
+    ));
+    let st = h.store.status(&c, h.now()).await.unwrap();
+    assert!(st.spend_usd <= 0.3 + 1e-9, "spent {}", st.spend_usd);
+    assert_eq!(
+        st.stop_reason,
+        Some(lanes_common::state::StopReason::Budget)
+    );
+}
+
+/// When what is left of the cap is below the next trial's guard and nothing is reserved, no
+/// trial can ever start: the campaign stops on its budget instead of waiting forever.
+async fn a_guard_above_what_is_left_stops_the_campaign(h: &mut Harness) {
+    let c = cid("left");
+    h.submit(campaign(
+        "left",
+        &[("a", "pa")],
+        10,
+        "pairing = \"none\"\nbudget_cap_usd = 0.25",
+        "[defaults]\nmax_cost_usd = 0.1\n",
+    ))
+    .await;
+    let first = h.claim_tokens(&c, "l1", "h").await.remove(0);
+    let second = h.claim_tokens(&c, "l2", "h").await.remove(0);
+    assert_eq!(
+        no_work_of(h.claim(&c, "l3", "h", 1).await),
+        NoWorkReason::BudgetReserved
+    );
+    for (lane, t) in [("l1", &first), ("l2", &second)] {
+        let mut o = scored(t, lane, "h", Status::Completed, 1.0);
+        o.cost_usd = Some(0.1);
+        h.store.complete(&c, o, h.now()).await.unwrap();
+    }
+    assert_eq!(
+        claim_within(h, &c).await,
+        NoWorkReason::Stopped {
+            stop_reason: Some(lanes_common::state::StopReason::Budget)
+        }
+    );
+    let st = h.store.status(&c, h.now()).await.unwrap();
+    assert!(matches!(st.state, CampaignState::Stopped));
+    assert!((st.spend_usd - 0.2).abs() < 1e-9);
+}
+
+fn no_work_of(outcome: ClaimOutcome) -> NoWorkReason {
+    match outcome {
+        ClaimOutcome::NoWork { reason, .. } => reason,
+        ClaimOutcome::Assigned(a) => panic!("expected no work, got {a:?}"),
+    }
+}
+
 /// Reaps as the reaper does, pass after pass while a pass was full (a few passes at most
 /// here); returns (expired, deferred).
 async fn reap_all(h: &Harness, c: &CampaignId) -> (u32, u32) {
@@ -465,6 +546,8 @@ per_backend!(embedded => Harness::embedded();
     amendment_after_a_phase2_refusal_refuses_the_new_runs_once,
     resume_after_a_cancel_stop_clears_the_cancel,
     deferred_leases_do_not_hold_back_due_ones,
+    guarded_trials_never_spend_past_the_cap,
+    a_guard_above_what_is_left_stops_the_campaign,
 );
 
 per_backend!(redis => Harness::redis().await;
@@ -473,6 +556,8 @@ per_backend!(redis => Harness::redis().await;
     amendment_after_a_phase2_refusal_refuses_the_new_runs_once,
     resume_after_a_cancel_stop_clears_the_cancel,
     deferred_leases_do_not_hold_back_due_ones,
+    guarded_trials_never_spend_past_the_cap,
+    a_guard_above_what_is_left_stops_the_campaign,
     redis_submit_that_cannot_list_commits_nothing,
     redis_transient_server_states_are_retryable,
 );

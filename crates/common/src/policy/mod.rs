@@ -7,6 +7,8 @@ pub mod lease;
 pub mod phase2;
 pub mod retry;
 
-pub use gates::{BudgetGate, GateInput, NoWorkReason, ProviderGate, QuotaGate, claim_gate};
+pub use gates::{
+    BudgetGate, GateInput, NoWorkReason, ProviderGate, QuotaGate, budget_admits, claim_gate,
+};
 pub use phase2::{Phase2Input, phase2_block};
 pub use retry::{Decision, NewResult, Placement, TrialHistory, decide};

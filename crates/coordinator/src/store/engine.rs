@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use lanes_common::ids::{CampaignId, Token, TrialId};
 use lanes_common::policy::admission::{cutoff_admits, pause_until, wall_estimate_s};
-use lanes_common::policy::gates::{BudgetGate, GateVerdict, QuotaGate, budget_gate, quota_gate};
+use lanes_common::policy::gates::{BudgetGate, GateVerdict, QuotaGate, budget_admits, quota_gate};
 use lanes_common::policy::lease::hard_deadlines_ms;
 use lanes_common::policy::{
     Decision, GateInput, NewResult, NoWorkReason, Phase2Input, Placement, ProviderGate, claim_gate,
@@ -310,13 +310,14 @@ pub(crate) async fn submit(tx: &mut impl Tx, campaign: Campaign, now: EpochMs) -
 // ---------------------------------------------------------------------------------------------
 // claim
 
-/// The reservation a claim makes for a trial of `arm`: the median cost of its counted rows,
-/// or its `expected_cost_usd` before it has any.
-fn reservation(meta: &Meta, arm: &lanes_common::ids::ArmId) -> f64 {
-    meta.arm_costs
-        .get(arm)
-        .and_then(|c| median(c))
-        .or_else(|| meta.spec.arm(arm).and_then(|a| a.expected_cost_usd))
+/// The reservation a claim makes for a trial: its `max_cost_usd` guard when it has one (the
+/// most the driver lets it spend), else the median cost of its arm's counted rows, or the
+/// arm's `expected_cost_usd` before it has any.
+fn reservation(meta: &Meta, trial: &Trial) -> f64 {
+    trial
+        .max_cost_usd
+        .or_else(|| meta.arm_costs.get(&trial.arm).and_then(|c| median(c)))
+        .or_else(|| meta.spec.arm(&trial.arm).and_then(|a| a.expected_cost_usd))
         .unwrap_or(0.0)
 }
 
@@ -692,6 +693,14 @@ pub(crate) async fn claim(
                 wait = Some(NoWorkReason::BudgetReserved);
                 break;
             }
+            Leased::BudgetSpent => {
+                set_stopping(tx, &mut meta, StopReason::Budget, now).await?;
+                maybe_finish(tx, &mut meta, now).await?;
+                wait = Some(NoWorkReason::Stopped {
+                    stop_reason: Some(StopReason::Budget),
+                });
+                break;
+            }
             Leased::Cutoff { estimate_s } => {
                 // Later units may be shorter (another arm): keep looking past this one.
                 wait = Some(NoWorkReason::CutoffAdmission { estimate_s });
@@ -725,6 +734,8 @@ enum Leased {
     Unit(Assignment),
     /// The budget cannot take it while reservations are open.
     Budget,
+    /// The budget can never take it: what is left is below its guard and nothing is reserved.
+    BudgetSpent,
     /// It would not end before the cutoff.
     Cutoff {
         estimate_s: f64,
@@ -772,15 +783,18 @@ async fn lease_unit(
             return Ok(Leased::Cutoff { estimate_s });
         }
     }
-    let reserve: Vec<f64> = trials.iter().map(|t| reservation(meta, &t.arm)).collect();
+    let reserve: Vec<f64> = trials.iter().map(|t| reservation(meta, t)).collect();
     // Each unit of a multi-unit claim passes the budget gate on its own.
-    if budget_gate(
+    match budget_admits(
         meta.spec.ops.budget_cap_usd,
         meta.spend_usd,
         meta.reserved_usd,
-    ) != BudgetGate::Go
-    {
-        return Ok(Leased::Budget);
+        reserve.iter().sum(),
+        trials.iter().all(|t| t.max_cost_usd.is_some()),
+    ) {
+        BudgetGate::Go => {}
+        BudgetGate::Wait => return Ok(Leased::Budget),
+        BudgetGate::Stop => return Ok(Leased::BudgetSpent),
     }
     tx.del_ready(&cand.queue, cand.key).await?;
     let paired = cand.unit == UNIT_GROUP;
