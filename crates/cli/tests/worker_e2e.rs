@@ -372,6 +372,55 @@ async fn a_run_group_runs_back_to_back_on_one_lane_in_slot_order() {
     }
 }
 
+/// A cancel for a later trial of a run group, received while the first trial runs, stops the
+/// lane from booting it: it is released as cancelled without an attempt record. Before the fix
+/// the lane admitted and booted it, and only its next heartbeat cancelled it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cancelled_later_group_trial_is_never_booted() {
+    let f = fleet().await;
+    let mut c = client(&f.coord.url(), Some(CLIENT_TOKEN)).await;
+    let text = campaign_text(
+        "unbooted",
+        1,
+        1,
+        "pairing = \"group\"",
+        "agent_s = [4, 4]",
+        "",
+    );
+    c.submit(submit_request(&text)).await.unwrap();
+    let artifacts = f.dir.path().join("w");
+    let _w = Worker::start(&f.coord.url(), &artifacts, 1, "h1");
+    let first = wait_for_agent(&mut c, "unbooted").await;
+    c.stop(pb::StopRequest {
+        id: "unbooted".into(),
+        mode: pb::StopMode::Cancel as i32,
+    })
+    .await
+    .unwrap();
+    let st = wait_ended(&f.coord.url(), "unbooted", Duration::from_secs(30)).await;
+    assert_eq!(st.state, pb::CampaignState::Stopped as i32);
+    let rows = rows(&f.store, "unbooted").await;
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert!(
+        rows.iter()
+            .all(|r| r.status == lanes_common::row::Status::Cancelled),
+        "{rows:?}"
+    );
+    for r in &rows {
+        let attempt_dir = artifacts
+            .join("unbooted")
+            .join(r.trial_id.as_str())
+            .join(format!("a{}", r.attempt));
+        let started = r.trial_id.as_str() == first.trial_id;
+        assert_eq!(
+            attempt_dir.exists(),
+            started,
+            "{}: only the running trial has an attempt record",
+            r.trial_id
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_hung_driver_is_killed_at_its_deadline_and_the_next_attempt_gets_a_fresh_one() {
     let f = fleet().await;

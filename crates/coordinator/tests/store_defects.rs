@@ -406,6 +406,41 @@ fn no_work_of(outcome: ClaimOutcome) -> NoWorkReason {
     }
 }
 
+/// The later trials of a run group are renewed in phase `assigned` while the first runs. When
+/// the worker dies, they are reaped as `cancelled`, using no budget, because they never
+/// started; only the running trial is charged `lease_expired`.
+async fn a_dead_workers_unstarted_group_trials_are_cancelled(h: &mut Harness) {
+    let c = cid("group-death");
+    h.submit(campaign(
+        "group-death",
+        &[("a", "pa"), ("b", "pb")],
+        2,
+        "pairing = \"group\"\nlease_ttl_s = 10",
+        "",
+    ))
+    .await;
+    let tokens = h.claim_tokens(&c, "l", "h").await;
+    assert_eq!(tokens.len(), 2);
+    h.store
+        .renew(
+            &c,
+            vec![
+                (tokens[0].clone(), Phase::Agent),
+                (tokens[1].clone(), Phase::Assigned),
+            ],
+            h.now(),
+        )
+        .await
+        .unwrap();
+    h.advance_s(13);
+    let r = h.store.reap(&c, h.now()).await.unwrap();
+    assert_eq!((r.expired, r.cancelled), (1, 1));
+    let rows = h.rows(&c).await;
+    let of = |t: &Token| rows.iter().find(|r| r.token() == *t).unwrap();
+    assert_eq!(of(&tokens[0]).status, Status::InfraError);
+    assert_eq!(of(&tokens[1]).status, Status::Cancelled);
+}
+
 /// Reaps as the reaper does, pass after pass while a pass was full (a few passes at most
 /// here); returns (expired, deferred).
 async fn reap_all(h: &Harness, c: &CampaignId) -> (u32, u32) {
@@ -548,6 +583,7 @@ per_backend!(embedded => Harness::embedded();
     deferred_leases_do_not_hold_back_due_ones,
     guarded_trials_never_spend_past_the_cap,
     a_guard_above_what_is_left_stops_the_campaign,
+    a_dead_workers_unstarted_group_trials_are_cancelled,
 );
 
 per_backend!(redis => Harness::redis().await;
@@ -558,6 +594,7 @@ per_backend!(redis => Harness::redis().await;
     deferred_leases_do_not_hold_back_due_ones,
     guarded_trials_never_spend_past_the_cap,
     a_guard_above_what_is_left_stops_the_campaign,
+    a_dead_workers_unstarted_group_trials_are_cancelled,
     redis_submit_that_cannot_list_commits_nothing,
     redis_transient_server_states_are_retryable,
 );

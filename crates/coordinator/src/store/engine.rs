@@ -1362,6 +1362,10 @@ pub(crate) async fn reap(tx: &mut impl Tx, c: &CampaignId, now: EpochMs) -> R<Re
         };
         let (status, kind, why) = if !lease.heartbeat_seen {
             (Status::Cancelled, None, "assignment never reached a lane")
+        } else if lease.phase == Phase::Assigned {
+            // A later trial of a run group that its lane renewed but never started: nothing
+            // ran, so it costs no budget.
+            (Status::Cancelled, None, "assigned but never started")
         } else if meta.state != CampaignState::Running || lease.revoked {
             (
                 Status::Cancelled,

@@ -3,7 +3,7 @@
 //! spawned tasks whose results come back as messages, so the lane always answers cancel, ping
 //! and renewal news.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -77,6 +77,18 @@ struct Unit {
     driver: pb::DriverSpec,
     gate: bool,
     remaining: VecDeque<pb::AssignedTrial>,
+    /// Later trials of the group whose lease the store took back or asked to cancel before
+    /// they started: the lane never boots them.
+    dropped: HashMap<Token, Dropped>,
+}
+
+/// Why a later trial of a group will not run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Dropped {
+    /// Its lease is gone: nothing to send.
+    Lost,
+    /// A stop asked to cancel it: it is released as cancelled, unstarted.
+    Cancel,
 }
 
 /// The attempt being run.
@@ -207,6 +219,29 @@ impl LaneActor {
             let _ = myself.cast(LaneMsg::Next);
             return;
         };
+        match unit.dropped.remove(&token) {
+            Some(Dropped::Lost) => {
+                tracing::info!(trial = %token.trial_id, "lease lost before the trial started: not running it");
+                let _ = self.supervisor.cast(SupMsg::Finished {
+                    token,
+                    published: false,
+                });
+                let _ = myself.cast(LaneMsg::Next);
+                return;
+            }
+            Some(Dropped::Cancel) => {
+                tracing::info!(trial = %token.trial_id, "cancelled before the trial started: released unstarted");
+                let _ = self.supervisor.cast(SupMsg::GiveBack(pb::Assignment {
+                    campaign: unit.campaign.to_string(),
+                    lane: self.name.clone(),
+                    trials: vec![trial],
+                    ..Default::default()
+                }));
+                let _ = myself.cast(LaneMsg::Next);
+                return;
+            }
+            None => {}
+        }
         let tag = tag_of(&unit.campaign, &token);
         let gate = unit.gate;
         let span = tracing::info_span!(
@@ -765,6 +800,7 @@ impl Actor for LaneActor {
                     driver: a.driver.unwrap_or_default(),
                     gate: a.gate,
                     remaining: a.trials.into(),
+                    dropped: HashMap::new(),
                 });
                 self.next_trial(&myself, state).await;
             }
@@ -787,8 +823,24 @@ impl Actor for LaneActor {
                     return Ok(());
                 };
                 if cur.token != token {
-                    // A later trial of the group: it has not started; its lease news is
-                    // handled when it does (the store answers its own renewals).
+                    // A later trial of the group, not started yet: remember not to boot it.
+                    if let Some(unit) = state.unit.as_mut() {
+                        let waiting = unit.remaining.iter().any(|t| {
+                            t.token
+                                .clone()
+                                .and_then(|t| Token::try_from(t).ok())
+                                .as_ref()
+                                == Some(&token)
+                        });
+                        let why = match st {
+                            s if s == pb::RenewState::Lost as i32 => Some(Dropped::Lost),
+                            s if s == pb::RenewState::Cancel as i32 => Some(Dropped::Cancel),
+                            _ => None,
+                        };
+                        if let (true, Some(why)) = (waiting, why) {
+                            unit.dropped.insert(token, why);
+                        }
+                    }
                     return Ok(());
                 }
                 let event = match st {
