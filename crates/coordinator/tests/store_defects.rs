@@ -441,6 +441,53 @@ async fn a_dead_workers_unstarted_group_trials_are_cancelled(h: &mut Harness) {
     assert_eq!(of(&tokens[1]).status, Status::Cancelled);
 }
 
+/// Redis only: a claim that answers wait or done, and a reap that takes nothing, commit no
+/// write. Before the fix each rewrote the campaign's meta (a lane's last-seen time), bumping
+/// its version, so idle lanes made every heartbeat and outcome of busy lanes conflict.
+async fn redis_idle_claims_and_empty_reaps_write_nothing(h: &mut Harness) {
+    let c = cid("idle");
+    h.submit(campaign(
+        "idle",
+        &[("a", "pa")],
+        1,
+        "pairing = \"none\"\nphase1_runs = 1",
+        "",
+    ))
+    .await;
+    let t = h.claim_tokens(&c, "busy", "h").await.remove(0);
+    let version = |h: &Harness| {
+        h.redis
+            .as_ref()
+            .unwrap()
+            .command(&["GET", "lanes:{c:idle}:ver"])
+    };
+    // The first idle claim of a lane records that the lane was seen; later ones write nothing.
+    assert!(matches!(
+        no_work_of(h.claim(&c, "idle-lane", "h", 1).await),
+        NoWorkReason::NothingReady { .. }
+    ));
+    let v0 = version(h);
+    for _ in 0..5 {
+        assert!(matches!(
+            no_work_of(h.claim(&c, "idle-lane", "h", 1).await),
+            NoWorkReason::NothingReady { .. }
+        ));
+        let r = h.store.reap(&c, h.now()).await.unwrap();
+        assert_eq!((r.expired, r.cancelled, r.deferred), (0, 0, 0));
+    }
+    assert_eq!(version(h), v0, "idle claims and empty reaps wrote");
+    // Real work still writes.
+    h.store
+        .complete(&c, scored(&t, "busy", "h", Status::Completed, 1.0), h.now())
+        .await
+        .unwrap();
+    assert_ne!(version(h), v0);
+    assert_eq!(
+        no_work_of(h.claim(&c, "idle-lane", "h", 1).await),
+        NoWorkReason::Done
+    );
+}
+
 /// Reaps as the reaper does, pass after pass while a pass was full (a few passes at most
 /// here); returns (expired, deferred).
 async fn reap_all(h: &Harness, c: &CampaignId) -> (u32, u32) {
@@ -597,4 +644,5 @@ per_backend!(redis => Harness::redis().await;
     a_dead_workers_unstarted_group_trials_are_cancelled,
     redis_submit_that_cannot_list_commits_nothing,
     redis_transient_server_states_are_retryable,
+    redis_idle_claims_and_empty_reaps_write_nothing,
 );

@@ -39,6 +39,21 @@ async fn meta_of(tx: &mut impl Tx, c: &CampaignId) -> R<Meta> {
         .ok_or_else(|| StoreError::UnknownCampaign(c.clone()))
 }
 
+/// The meta as last read, to write it back only if an operation changed it.
+fn snapshot(meta: &Meta) -> R<Vec<u8>> {
+    serde_json::to_vec(meta).map_err(|e| StoreError::Backend(e.to_string()))
+}
+
+/// Writes the meta back only if it changed: an operation that changes nothing (a claim that
+/// answers wait or done, a reap that takes nothing) then commits no write at all, so it never
+/// conflicts with, or slows, the operations that do.
+async fn put_meta_if_changed(tx: &mut impl Tx, meta: &Meta, before: &[u8]) -> R<()> {
+    if snapshot(meta)? != before {
+        tx.put_meta(meta).await?;
+    }
+    Ok(())
+}
+
 async fn emit(tx: &mut impl Tx, meta: &mut Meta, now: EpochMs, kind: EventKind) -> R<()> {
     let event = Event {
         seq: meta.next_event,
@@ -542,8 +557,17 @@ pub(crate) async fn claim(
     now: EpochMs,
 ) -> R<ClaimOutcome> {
     let mut meta = meta_of(tx, c).await?;
+    let before = snapshot(&meta)?;
     let ttl = ttl_ms(&meta);
-    meta.lanes_seen.insert(req.lane.clone(), now);
+    // Last-seen times only need TTL precision: refreshing them at every claim would make
+    // every idle claim a write.
+    if meta
+        .lanes_seen
+        .get(&req.lane)
+        .is_none_or(|&t| now - t >= ttl / 2)
+    {
+        meta.lanes_seen.insert(req.lane.clone(), now);
+    }
     meta.lanes_seen.retain(|_, t| now - *t <= 10 * ttl);
     let default_retry = u64::try_from(ttl / 3).unwrap_or(1000).max(1000);
     let no_work = |reason: NoWorkReason| ClaimOutcome::NoWork {
@@ -558,7 +582,7 @@ pub(crate) async fn claim(
         .filter(|a| req.arms.as_ref().is_none_or(|want| want.contains(&a.id)))
         .collect();
     if arms.is_empty() {
-        tx.put_meta(&meta).await?;
+        put_meta_if_changed(tx, &meta, &before).await?;
         return Ok(no_work(NoWorkReason::NoMatchingArms));
     }
     let all_arms = arms.len() == meta.spec.arms.len();
@@ -588,13 +612,13 @@ pub(crate) async fn claim(
         GateVerdict::Stop(reason) => {
             set_stopping(tx, &mut meta, reason, now).await?;
             maybe_finish(tx, &mut meta, now).await?;
-            tx.put_meta(&meta).await?;
+            put_meta_if_changed(tx, &meta, &before).await?;
             return Ok(no_work(NoWorkReason::Stopped {
                 stop_reason: Some(reason),
             }));
         }
         GateVerdict::Wait(reason) => {
-            tx.put_meta(&meta).await?;
+            put_meta_if_changed(tx, &meta, &before).await?;
             return Ok(no_work(reason));
         }
         GateVerdict::Open(gates) => gates,
@@ -711,7 +735,7 @@ pub(crate) async fn claim(
     if meta.finals >= meta.trials_total {
         maybe_finish(tx, &mut meta, now).await?;
     }
-    tx.put_meta(&meta).await?;
+    put_meta_if_changed(tx, &meta, &before).await?;
     if !assignments.is_empty() {
         return Ok(ClaimOutcome::Assigned(assignments));
     }
@@ -1341,6 +1365,7 @@ pub(crate) async fn release(
 
 pub(crate) async fn reap(tx: &mut impl Tx, c: &CampaignId, now: EpochMs) -> R<ReapReport> {
     let mut meta = meta_of(tx, c).await?;
+    let before = snapshot(&meta)?;
     let grace = i64::from(meta.spec.ops.publish_grace_s) * 1000;
     let mut report = ReapReport::default();
     let due = tx
@@ -1406,7 +1431,7 @@ pub(crate) async fn reap(tx: &mut impl Tx, c: &CampaignId, now: EpochMs) -> R<Re
             report.expired += 1;
         }
     }
-    tx.put_meta(&meta).await?;
+    put_meta_if_changed(tx, &meta, &before).await?;
     Ok(report)
 }
 

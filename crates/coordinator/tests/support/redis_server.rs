@@ -122,11 +122,16 @@ impl RedisServer {
             req.push_str(&format!("${}\r\n{a}\r\n", a.len()));
         }
         s.write_all(req.as_bytes()).expect("send a command");
+        let mut reader = BufReader::new(s);
         let mut line = String::new();
-        BufReader::new(s)
-            .read_line(&mut line)
-            .expect("read a reply");
-        line.trim_end().to_owned()
+        reader.read_line(&mut line).expect("read a reply");
+        let line = line.trim_end().to_owned();
+        if line.starts_with('$') && line != "$-1" {
+            let mut value = String::new();
+            reader.read_line(&mut value).expect("read a bulk reply");
+            return value.trim_end().to_owned();
+        }
+        line
     }
 }
 
