@@ -421,6 +421,78 @@ async fn a_cancelled_later_group_trial_is_never_booted() {
     }
 }
 
+/// A full disk under the outbox loses nothing and stops the worker taking work: the outcome
+/// the outbox could not take is sent from memory (and its row discloses the failure), no new
+/// attempt starts while the disk stays full, and work resumes once it is writable. Before the
+/// fix the worker went on taking work with no durable outbox.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_full_outbox_disk_keeps_the_outcome_and_stops_taking_work() {
+    let f = fleet().await;
+    let mut c = client(&f.coord.url(), Some(CLIENT_TOKEN)).await;
+    let text = campaign_text(
+        "fullbox",
+        2,
+        1,
+        "pairing = \"none\"",
+        "agent_s = [0.2, 0.2]",
+        "",
+    );
+    let full = f.dir.path().join("disk-full");
+    std::fs::write(&full, b"").unwrap();
+    let full_s = full.to_str().unwrap().to_owned();
+    let _w = Worker::start_with(
+        &f.coord.url(),
+        &f.dir.path().join("w"),
+        1,
+        "h1",
+        &[("LANES_FAILPOINT_OUTBOX_FULL", &full_s)],
+        None,
+    );
+    c.submit(submit_request(&text)).await.unwrap();
+    // The first outcome lands, from memory.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let first = loop {
+        let rows = rows(&f.store, "fullbox").await;
+        if let Some(r) = rows.first() {
+            break r.clone();
+        }
+        assert!(Instant::now() < deadline, "no outcome landed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(first.counted, "{first:?}");
+    assert!(
+        first
+            .publication_errors
+            .iter()
+            .any(|e| e.starts_with("outbox:") && e.contains("No space left")),
+        "{:?}",
+        first.publication_errors
+    );
+    // While the disk stays full, nothing else starts: watch for a few heartbeats.
+    let watch_until = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < watch_until {
+        let st = c
+            .get(pb::GetRequest {
+                id: "fullbox".into(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(
+            st.in_flight.is_empty(),
+            "work taken with a full outbox: {st:?}"
+        );
+        assert_eq!(rows(&f.store, "fullbox").await.len(), 1);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    std::fs::remove_file(&full).unwrap();
+    let st = wait_ended(&f.coord.url(), "fullbox", Duration::from_secs(30)).await;
+    assert_eq!(st.state, pb::CampaignState::Done as i32);
+    let rows = rows(&f.store, "fullbox").await;
+    assert_eq!(rows.len(), 4);
+    assert!(rows[1..].iter().all(|r| r.publication_errors.is_empty()));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_hung_driver_is_killed_at_its_deadline_and_the_next_attempt_gets_a_fresh_one() {
     let f = fleet().await;

@@ -22,7 +22,12 @@ pub struct Entry {
 #[derive(Debug, Clone)]
 pub struct Outbox {
     dir: PathBuf,
+    /// Test failpoint: while this file exists, every write fails as a full disk would.
+    full_while: Option<PathBuf>,
 }
+
+/// The environment variable naming the failpoint file (for the fault suite).
+pub const FULL_FAILPOINT_ENV: &str = "LANES_FAILPOINT_OUTBOX_FULL";
 
 fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
@@ -40,6 +45,7 @@ impl Outbox {
         }
         Ok(Self {
             dir: dir.to_owned(),
+            full_while: std::env::var_os(FULL_FAILPOINT_ENV).map(PathBuf::from),
         })
     }
 
@@ -53,6 +59,10 @@ impl Outbox {
 
     /// Writes and fsyncs an entry (file and directory) before returning.
     pub fn put(&self, entry: &Entry) -> io::Result<PathBuf> {
+        if self.full_while.as_ref().is_some_and(|p| p.exists()) {
+            // ENOSPC, as a full disk answers.
+            return Err(io::Error::from_raw_os_error(28));
+        }
         let path = self.path(&entry.campaign, &entry.outcome.token);
         let tmp = path.with_extension("tmp");
         {
@@ -63,6 +73,21 @@ impl Outbox {
         fs::rename(&tmp, &path)?;
         sync_dir(&self.dir)?;
         Ok(path)
+    }
+
+    /// Whether an entry could be written now: writes, fsyncs and removes a probe file (a
+    /// temp file, so one left by a crash is dropped at the next open).
+    pub fn probe(&self) -> io::Result<()> {
+        if self.full_while.as_ref().is_some_and(|p| p.exists()) {
+            return Err(io::Error::from_raw_os_error(28));
+        }
+        let path = self.dir.join("probe.tmp");
+        {
+            let mut f = File::create(&path)?;
+            f.write_all(b"probe")?;
+            f.sync_all()?;
+        }
+        fs::remove_file(&path)
     }
 
     /// Removes an acknowledged entry; a missing one is fine (acknowledged twice).

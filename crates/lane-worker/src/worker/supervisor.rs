@@ -91,6 +91,12 @@ pub(crate) struct SupState {
     idle: BTreeSet<String>,
     in_flight: BTreeMap<Token, InFlight>,
     draining: bool,
+    /// Outcomes the outbox could not take (a full or broken disk): kept here, sent and
+    /// replayed from memory, and written again every tick. While any is here the worker takes
+    /// no new work.
+    unpersisted: BTreeMap<Token, Entry>,
+    /// The last outbox write failed and none has succeeded since.
+    outbox_broken: bool,
 }
 
 impl Supervisor {
@@ -126,6 +132,7 @@ impl Supervisor {
             || state.tx.is_none()
             || state.outstanding.contains(&lane)
             || !state.idle.contains(&lane)
+            || state.outbox_broken
         {
             return;
         }
@@ -186,11 +193,19 @@ impl Supervisor {
         reply: Option<RpcReplyPort<()>>,
     ) {
         if let Err(e) = state.outbox.put(&entry) {
-            tracing::error!(error = %e, "outbox write failed; sending anyway");
+            tracing::error!(
+                error = %e,
+                trial = %entry.outcome.token,
+                "outbox write failed: the outcome is kept in memory and written again every tick; no new work is taken until the outbox is writable"
+            );
             entry
                 .outcome
                 .publication_errors
                 .push(format!("outbox: {e}"));
+            state
+                .unpersisted
+                .insert(entry.outcome.token.clone(), (*entry).clone());
+            state.outbox_broken = true;
         }
         if let Some(reply) = reply {
             let _ = reply.send(());
@@ -203,7 +218,48 @@ impl Supervisor {
         Self::send(state, In::Outcome(o)).await;
     }
 
+    /// Writes the outcomes the outbox could not take again; once all are on disk, work is
+    /// taken again.
+    fn persist_again(state: &mut SupState) {
+        if !state.outbox_broken {
+            return;
+        }
+        let mut written = Vec::new();
+        let mut failed = None;
+        for (t, e) in &state.unpersisted {
+            match state.outbox.put(e) {
+                Ok(_) => written.push(t.clone()),
+                Err(err) => {
+                    failed = Some(err);
+                    break;
+                }
+            }
+        }
+        for t in written {
+            state.unpersisted.remove(&t);
+        }
+        // Every kept outcome may have been acknowledged already: probe the disk itself.
+        if failed.is_none()
+            && let Err(err) = state.outbox.probe()
+        {
+            failed = Some(err);
+        }
+        match failed {
+            Some(err) => tracing::warn!(error = %err, "outbox still not writable; taking no work"),
+            None => {
+                state.outbox_broken = false;
+                tracing::info!("outbox writable again: taking work");
+            }
+        }
+    }
+
     async fn replay(&self, state: &mut SupState) {
+        // What the disk could not take is replayed from memory.
+        for e in state.unpersisted.values().cloned().collect::<Vec<_>>() {
+            let mut o = pb::Outcome::from(e.outcome);
+            o.campaign = e.campaign.to_string();
+            Self::send(state, In::Outcome(o)).await;
+        }
         match state.outbox.pending() {
             Ok(entries) => {
                 for e in entries {
@@ -344,6 +400,7 @@ impl Supervisor {
                     CampaignId::new(a.campaign.clone()),
                     a.token.map(Token::try_from),
                 ) {
+                    state.unpersisted.remove(&t);
                     if let Err(e) = state.outbox.remove(&c, &t) {
                         tracing::error!(error = %e, "cannot remove an acknowledged outcome");
                     }
@@ -443,6 +500,8 @@ impl Actor for Supervisor {
             idle,
             in_flight: BTreeMap::new(),
             draining: false,
+            unpersisted: BTreeMap::new(),
+            outbox_broken: false,
         })
     }
 
@@ -498,6 +557,7 @@ impl Actor for Supervisor {
                 }
             }
             SupMsg::Tick => {
+                Self::persist_again(state);
                 self.heartbeat(state).await;
                 if state
                     .replay_at
@@ -513,7 +573,8 @@ impl Actor for Supervisor {
             }
             SupMsg::Drain => state.draining = true,
             SupMsg::Pending(reply) => {
-                let unacked = state.outbox.pending().map(|p| p.len()).unwrap_or(0);
+                let unacked =
+                    state.outbox.pending().map(|p| p.len()).unwrap_or(0) + state.unpersisted.len();
                 let _ = reply.send((state.in_flight.len(), unacked));
             }
             SupMsg::CancelAll => {
