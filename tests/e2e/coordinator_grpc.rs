@@ -480,6 +480,70 @@ async fn redis_report_folds_a_ledger_past_100k_rows() {
     assert_eq!((total.trials_total, total.pending_in_retry), (1000, 1000));
 }
 
+/// A heartbeat is answered while a work request of the same session is still claiming: here
+/// the claim waits on a campaign whose lock another replica holds. Before the fix the session
+/// handled messages one at a time, so the heartbeat waited behind the claim and, under load,
+/// healthy leases expired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_heartbeats_are_not_held_back_by_a_slow_claim() {
+    let e = env("redis").await;
+    let mut c = client(&e.coord.url(), Some(CLIENT_TOKEN)).await;
+    c.submit(submit_request(&small_campaign(
+        "a-busy",
+        1,
+        "pairing = \"group\"",
+    )))
+    .await
+    .unwrap();
+    c.submit(submit_request(&small_campaign("z-locked", 1, "")))
+        .await
+        .unwrap();
+    let mut l = lane(&e.coord.url(), "w", "h").await;
+    // The only unit of the first campaign is leased to this lane.
+    let Msg::Assignment(a) = l.work("w-0").await else {
+        panic!("work")
+    };
+    assert_eq!(a.campaign, "a-busy");
+    let ts = tokens(&a);
+    l.heartbeat("a-busy", &ts, pb::Phase::Agent).await;
+    // Another replica holds the second campaign's lock for a few seconds.
+    let redis = e.redis.as_ref().unwrap();
+    assert_eq!(
+        redis.command(&["SET", "lanes:{c:z-locked}:lock", "other", "PX", "3000"]),
+        "+OK"
+    );
+    l.send(In::WorkRequest(pb::WorkRequest {
+        lane: "w-1".into(),
+        exclude_campaigns: Vec::new(),
+    }))
+    .await;
+    l.send(In::Heartbeat(pb::Heartbeat {
+        tokens: ts
+            .iter()
+            .map(|t| pb::TokenPhase {
+                token: Some(t.clone()),
+                phase: pb::Phase::Agent as i32,
+                campaign: "a-busy".into(),
+            })
+            .collect(),
+    }))
+    .await;
+    match l.next().await.unwrap() {
+        Msg::HeartbeatAck(ack) => assert!(
+            ack.tokens
+                .iter()
+                .all(|t| t.state == pb::RenewState::Renewed as i32),
+            "{ack:?}"
+        ),
+        other => panic!("the heartbeat waited behind the claim: got {other:?} first"),
+    }
+    // The claim answers once the lock is free.
+    match l.next().await.unwrap() {
+        Msg::Assignment(a) => assert_eq!(a.campaign, "z-locked"),
+        other => panic!("expected the claim's answer, got {other:?}"),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn watch_sends_a_snapshot_then_events_and_rows_follow() {
     let e = env("embedded").await;

@@ -319,8 +319,20 @@ impl LaneSvc {
                         "must be 1 to 256 characters",
                     ));
                 }
-                self.work(&w, r.lane, r.exclude_campaigns.into_iter().collect())
-                    .await?
+                // A claim runs beside the session: one that walks every campaign (or waits on
+                // a busy one) must not hold back the heartbeats behind it, or healthy leases
+                // would expire under load. Each credit still gets exactly one answer.
+                let svc = LaneSvc {
+                    shared: self.shared.clone(),
+                };
+                let out = out.clone();
+                tokio::spawn(async move {
+                    let reply = svc
+                        .work(&w, r.lane, r.exclude_campaigns.into_iter().collect())
+                        .await;
+                    let _ = out.send(reply).await;
+                });
+                return Ok(());
             }
             In::Heartbeat(h) => {
                 let renewals = self.renew(h.tokens).await?;
