@@ -7,4 +7,5 @@
 pub mod redis_server;
 
 pub mod coordinator;
+pub mod counting_store;
 pub mod lane_client;

@@ -493,6 +493,42 @@ async fn a_full_outbox_disk_keeps_the_outcome_and_stops_taking_work() {
     assert!(rows[1..].iter().all(|r| r.publication_errors.is_empty()));
 }
 
+/// Idle lanes honour the coordinator's retry-after hint: after a NoWork saying "in 5 s", a
+/// lane does not ask again at every heartbeat tick. Before the fix each idle lane asked every
+/// second, whatever the hint. The coordinator's store counts the work requests (one `list`
+/// each); the reaper is slowed so that it adds none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn idle_lanes_wait_out_the_no_work_hint() {
+    let redis = RedisServer::start();
+    let inner: Arc<dyn Store> = Arc::new(
+        RedisStore::connect(&redis.url(), RedisOptions::default())
+            .await
+            .unwrap(),
+    );
+    let counting = Arc::new(lanes_tests::counting_store::CountingStore::new(inner));
+    let config = lanes_coordinator::CoordinatorConfig {
+        reap_every: Duration::from_secs(3600),
+        ..lanes_tests::coordinator::test_config()
+    };
+    let coord =
+        CoordinatorHandle::start_with(config, counting.clone(), Arc::new(SystemClock)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let _w = Worker::start(&coord.url(), dir.path(), 4, "h1");
+    // No campaign: each lane's first request is answered NoWork, retry after 5 s.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while counting.lists() < 4 {
+        assert!(Instant::now() < deadline, "the lanes never asked for work");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Three heartbeat ticks later, still only those four requests.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        counting.lists(),
+        4,
+        "idle lanes asked again before the hint"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_hung_driver_is_killed_at_its_deadline_and_the_next_attempt_gets_a_fresh_one() {
     let f = fleet().await;

@@ -97,6 +97,8 @@ pub(crate) struct SupState {
     unpersisted: BTreeMap<Token, Entry>,
     /// The last outbox write failed and none has succeeded since.
     outbox_broken: bool,
+    /// Per lane, when the coordinator's last NoWork said to ask again (its retry-after hint).
+    ask_after: BTreeMap<String, tokio::time::Instant>,
 }
 
 impl Supervisor {
@@ -133,6 +135,10 @@ impl Supervisor {
             || state.outstanding.contains(&lane)
             || !state.idle.contains(&lane)
             || state.outbox_broken
+            || state
+                .ask_after
+                .get(&lane)
+                .is_some_and(|t| *t > tokio::time::Instant::now())
         {
             return;
         }
@@ -345,6 +351,8 @@ impl Supervisor {
                 }
                 self.replay(state).await;
                 state.registered = true;
+                // A new session answers afresh.
+                state.ask_after.clear();
                 for lane in state.idle.clone() {
                     self.ask_work(state, lane).await;
                 }
@@ -380,6 +388,10 @@ impl Supervisor {
                 let me = myself.clone();
                 let after = Duration::from_millis(w.retry_after_ms.clamp(50, 30_000));
                 tracing::debug!(lane = %w.lane, reason = %w.reason, "no work");
+                // Honour the hint: the tick does not ask for this lane before it is due.
+                state
+                    .ask_after
+                    .insert(w.lane.clone(), tokio::time::Instant::now() + after);
                 tokio::spawn(async move {
                     tokio::time::sleep(after).await;
                     let _ = me.cast(SupMsg::Retry(w.lane));
@@ -502,6 +514,7 @@ impl Actor for Supervisor {
             draining: false,
             unpersisted: BTreeMap::new(),
             outbox_broken: false,
+            ask_after: BTreeMap::new(),
         })
     }
 

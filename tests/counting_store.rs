@@ -1,0 +1,117 @@
+//! A real store seen through a counter: every call goes to the wrapped store unchanged, and
+//! `list` calls (one per work request a lane session handles) are counted, so a test can see
+//! how often workers ask for work.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use async_trait::async_trait;
+use lanes_common::ids::{CampaignId, Token};
+use lanes_common::row::{Outcome, Phase, Row};
+use lanes_common::spec::{Campaign, CampaignSpec};
+use lanes_common::state::{CampaignState, StopMode};
+use lanes_common::utc::EpochMs;
+use lanes_coordinator::store::*;
+
+/// Wraps a store and counts its `list` calls.
+pub struct CountingStore {
+    inner: Arc<dyn Store>,
+    lists: AtomicU64,
+}
+
+impl CountingStore {
+    pub fn new(inner: Arc<dyn Store>) -> Self {
+        Self {
+            inner,
+            lists: AtomicU64::new(0),
+        }
+    }
+
+    /// `list` calls so far.
+    pub fn lists(&self) -> u64 {
+        self.lists.load(Ordering::SeqCst)
+    }
+}
+
+#[async_trait]
+impl Store for CountingStore {
+    async fn submit(&self, campaign: Campaign, now_ms: EpochMs) -> Result<Submitted, StoreError> {
+        self.inner.submit(campaign, now_ms).await
+    }
+    async fn claim(
+        &self,
+        campaign: &CampaignId,
+        req: ClaimRequest,
+        now_ms: EpochMs,
+    ) -> Result<ClaimOutcome, StoreError> {
+        self.inner.claim(campaign, req, now_ms).await
+    }
+    async fn renew(
+        &self,
+        campaign: &CampaignId,
+        tokens: Vec<(Token, Phase)>,
+        now_ms: EpochMs,
+    ) -> Result<Vec<(Token, RenewState)>, StoreError> {
+        self.inner.renew(campaign, tokens, now_ms).await
+    }
+    async fn complete(
+        &self,
+        campaign: &CampaignId,
+        outcome: Outcome,
+        now_ms: EpochMs,
+    ) -> Result<CompleteAck, StoreError> {
+        self.inner.complete(campaign, outcome, now_ms).await
+    }
+    async fn release(
+        &self,
+        campaign: &CampaignId,
+        release: Release,
+        now_ms: EpochMs,
+    ) -> Result<CompleteAck, StoreError> {
+        self.inner.release(campaign, release, now_ms).await
+    }
+    async fn reap(&self, campaign: &CampaignId, now_ms: EpochMs) -> Result<ReapReport, StoreError> {
+        self.inner.reap(campaign, now_ms).await
+    }
+    async fn stop(
+        &self,
+        campaign: &CampaignId,
+        mode: StopMode,
+        now_ms: EpochMs,
+    ) -> Result<CampaignState, StoreError> {
+        self.inner.stop(campaign, mode, now_ms).await
+    }
+    async fn status(
+        &self,
+        campaign: &CampaignId,
+        now_ms: EpochMs,
+    ) -> Result<CampaignStatus, StoreError> {
+        self.inner.status(campaign, now_ms).await
+    }
+    async fn rows(
+        &self,
+        campaign: &CampaignId,
+        from_seq: u64,
+        limit: usize,
+    ) -> Result<Vec<Row>, StoreError> {
+        self.inner.rows(campaign, from_seq, limit).await
+    }
+    async fn events(
+        &self,
+        campaign: &CampaignId,
+        from: u64,
+        limit: usize,
+    ) -> Result<Vec<Event>, StoreError> {
+        self.inner.events(campaign, from, limit).await
+    }
+    async fn list(&self) -> Result<Vec<CampaignId>, StoreError> {
+        self.lists.fetch_add(1, Ordering::SeqCst);
+        self.inner.list().await
+    }
+    async fn spec(&self, campaign: &CampaignId) -> Result<CampaignSpec, StoreError> {
+        self.inner.spec(campaign).await
+    }
+    async fn campaign(&self, campaign: &CampaignId) -> Result<Campaign, StoreError> {
+        self.inner.campaign(campaign).await
+    }
+}
