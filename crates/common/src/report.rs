@@ -1,4 +1,4 @@
-//! The campaign report that `lanes report` prints (DESIGN §1, §5b "Honest reports"), built
+//! The campaign report that `lanes report` prints, built
 //! from the campaign (for the denominator: every scheduled trial) and the ledger rows. No I/O.
 //!
 //! The report is in three parts, in this order:

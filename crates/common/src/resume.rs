@@ -1,4 +1,4 @@
-//! Resume and amendments (DESIGN §2): compare a recorded campaign with a resubmitted one.
+//! Resume and amendments: compare a recorded campaign with a resubmitted one.
 //!
 //! A resume is refused, with every conflict named field by field, when a measured option that
 //! applies to every trial changed, when an existing task changed or moved, or when a trial that

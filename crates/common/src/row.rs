@@ -60,7 +60,7 @@ pub struct UnknownName {
 }
 
 string_enum!(
-    /// How an attempt ended (DESIGN §2).
+    /// How an attempt ended.
     Status {
         /// The agent finished and was evaluated.
         Completed = "completed",

@@ -1,4 +1,4 @@
-//! The pre-registered schedule (DESIGN §2): task-major blocks, phase 1 then phase 2, one run
+//! The pre-registered schedule: task-major blocks, phase 1 then phase 2, one run
 //! group per run, the first arm rotating by `(task_pos + run_index) mod n_arms`.
 //!
 //! The schedule is produced lazily, in order, so a 1M-task campaign never sits in memory twice.

@@ -1,4 +1,4 @@
-//! The claim gates and the phase-2 rule (DESIGN §2, "Gates" and "When phase 2 starts").
+//! The claim gates and the phase-2 rule.
 
 use std::collections::BTreeMap;
 

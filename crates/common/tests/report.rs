@@ -1,4 +1,4 @@
-//! The campaign report (DESIGN §1 `lanes report`, §5b "Honest reports"): the completeness
+//! The campaign report: the completeness
 //! audit, per-arm rates with Wilson intervals, and paired comparisons by run seed.
 
 use std::path::Path;

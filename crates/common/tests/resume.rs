@@ -1,4 +1,4 @@
-//! Resume and amendments (DESIGN §2): `resume::compare` refuses drift field by field, accepts
+//! Resume and amendments: `resume::compare` refuses drift field by field, accepts
 //! growth as an amendment, and lets operational options change freely.
 
 use std::path::Path;

@@ -1,4 +1,4 @@
-//! The retry policy table (DESIGN §2, "Retry policy"): `policy::decide` over a `TrialHistory`
+//! The retry policy table: `policy::decide` over a `TrialHistory`
 //! derived from real ledger rows, one attempt after another.
 
 use std::path::Path;

@@ -1,7 +1,7 @@
-//! Golden schedules (DESIGN §2, "Trial"): 1, 2 and 3 arms, each with and without phase 2.
+//! Golden schedules: 1, 2 and 3 arms, each with and without phase 2.
 //!
 //! The goldens under `tests/golden/` were generated once with `UPDATE_GOLDEN=1` and checked by
-//! hand, and by an independent script, against the DESIGN rules: task-major blocks, phase 1 then
+//! hand, and by an independent script, against the scheduling rules: task-major blocks, phase 1 then
 //! phase 2, the first arm rotating by `(task_pos + run_index) mod n_arms`, and the seed being the
 //! first 8 bytes big-endian of sha256(`<schedule_seed>:<task>:<run_index>`). A change to any line
 //! is a change to the pre-registered schedule of every existing campaign.

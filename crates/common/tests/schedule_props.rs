@@ -1,4 +1,4 @@
-//! Properties of the schedule (DESIGN §2, "Trial") over random campaign shapes: completeness,
+//! Properties of the schedule over random campaign shapes: completeness,
 //! phase order, shared run seeds, rotation, contiguous order indexes and the trial count.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
@@ -133,7 +133,7 @@ proptest! {
     }
 }
 
-/// DESIGN: "With two arms, `arms[0]` goes first when that sum is even."
+/// The rule: with two arms, `arms[0]` goes first when that sum is even.
 #[test]
 fn two_arms_first_arm_is_arms0_when_sum_even() {
     let c = campaign(5, 2, 3, 2, 7);

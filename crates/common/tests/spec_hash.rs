@@ -1,4 +1,4 @@
-//! The spec hash (DESIGN §2): sha256 over a canonical encoding of every measured option. It is
+//! The spec hash: sha256 over a canonical encoding of every measured option. It is
 //! pinned, unchanged by operational options and by formatting, and changed by every measured
 //! option.
 

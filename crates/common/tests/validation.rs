@@ -1,4 +1,4 @@
-//! Campaign validation (DESIGN §2, "The campaign file"): each error names its kind, the file,
+//! Campaign validation: each error names its kind, the file,
 //! the 1-based line and the field, and its Display reads `file:line: field: message`.
 
 use std::fmt::Write as _;

@@ -1,4 +1,4 @@
-//! A model-based property test of the store (DESIGN §2–§3).
+//! A model-based property test of the store.
 //!
 //! Eight simulated lanes on three hosts interleave claims, renewals (in any phase, `publish`
 //! included), completions with random outcomes, releases, late completions of tokens that were

@@ -1,4 +1,4 @@
-//! Admission rules beyond the gates (DESIGN §5b): provider-wide rate-limit pauses and
+//! Admission rules beyond the gates: provider-wide rate-limit pauses and
 //! cutoff-aware admission. Pure, so both store backends decide the same way.
 
 use crate::stats::percentile;

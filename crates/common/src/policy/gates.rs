@@ -1,4 +1,4 @@
-//! The gates checked at every claim (DESIGN §2, "Gates"): stop, cutoff, budget, quota per
+//! The gates checked at every claim: stop, cutoff, budget, quota per
 //! provider, and phase 1 pending. Each answers go, wait (ask again later) or stop.
 
 use std::collections::BTreeMap;

@@ -1,4 +1,4 @@
-//! The phase-2 rule (DESIGN §2, "When phase 2 starts"): once phase 1 is final, each phase-2
+//! The phase-2 rule: once phase 1 is final, each phase-2
 //! block starts only if every provider it needs is "go" on quota and the block fits before the
 //! cutoff. A refused block's trials get `not_started` rows.
 

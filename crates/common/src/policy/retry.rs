@@ -1,4 +1,4 @@
-//! The retry decision (DESIGN §2, "Retry policy"): given a trial's prior rows and a new
+//! The retry decision: given a trial's prior rows and a new
 //! result, what happens to the trial.
 //!
 //! Budgets are derived from the ledger, counting only the *first* row of each token, so a

@@ -179,7 +179,7 @@ pub struct Arm {
     pub expected_cost_usd: Option<f64>,
 }
 
-/// The retry policy table of DESIGN §2 (measured). Durations in seconds.
+/// The retry policy table (measured; docs/CAMPAIGN_FILE.md lists it). Durations in seconds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RetryPolicy {
     pub rate_limit_backoff_s: u64,
