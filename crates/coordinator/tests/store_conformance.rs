@@ -16,13 +16,6 @@ use support::*;
 /// Lease TTL used by most cases.
 const TTL: i64 = 10;
 
-fn no_work(outcome: ClaimOutcome) -> NoWorkReason {
-    match outcome {
-        ClaimOutcome::NoWork { reason, .. } => reason,
-        ClaimOutcome::Assigned(a) => panic!("expected no work, got {a:?}"),
-    }
-}
-
 /// Claims every unit in turn (completing each with a pass) and returns the trial ids in the
 /// order they were handed out, grouped per assignment.
 async fn drain_in_order(h: &Harness, c: &lanes_common::ids::CampaignId) -> Vec<Vec<String>> {

@@ -231,15 +231,13 @@ async fn claim_within(h: &Harness, c: &CampaignId) -> NoWorkReason {
             .unwrap();
         let _ = tx.send(rt.block_on(store.claim(&c, request("l", "h", 1), now)));
     });
-    match tokio::time::timeout(std::time::Duration::from_secs(10), rx)
-        .await
-        .expect("the claim returns within 10 s")
-        .unwrap()
-        .expect("claim")
-    {
-        ClaimOutcome::NoWork { reason, .. } => reason,
-        ClaimOutcome::Assigned(a) => panic!("expected no work, got {a:?}"),
-    }
+    no_work(
+        tokio::time::timeout(std::time::Duration::from_secs(10), rx)
+            .await
+            .expect("the claim returns within 10 s")
+            .unwrap()
+            .expect("claim"),
+    )
 }
 
 async fn not_started(h: &Harness, c: &CampaignId) -> Vec<lanes_common::row::Row> {
@@ -380,7 +378,7 @@ async fn a_guard_above_what_is_left_stops_the_campaign(h: &mut Harness) {
     let first = h.claim_tokens(&c, "l1", "h").await.remove(0);
     let second = h.claim_tokens(&c, "l2", "h").await.remove(0);
     assert_eq!(
-        no_work_of(h.claim(&c, "l3", "h", 1).await),
+        no_work(h.claim(&c, "l3", "h", 1).await),
         NoWorkReason::BudgetReserved
     );
     for (lane, t) in [("l1", &first), ("l2", &second)] {
@@ -397,13 +395,6 @@ async fn a_guard_above_what_is_left_stops_the_campaign(h: &mut Harness) {
     let st = h.store.status(&c, h.now()).await.unwrap();
     assert!(matches!(st.state, CampaignState::Stopped));
     assert!((st.spend_usd - 0.2).abs() < 1e-9);
-}
-
-fn no_work_of(outcome: ClaimOutcome) -> NoWorkReason {
-    match outcome {
-        ClaimOutcome::NoWork { reason, .. } => reason,
-        ClaimOutcome::Assigned(a) => panic!("expected no work, got {a:?}"),
-    }
 }
 
 /// The later trials of a run group are renewed in phase `assigned` while the first runs. When
@@ -463,13 +454,13 @@ async fn redis_idle_claims_and_empty_reaps_write_nothing(h: &mut Harness) {
     };
     // The first idle claim of a lane records that the lane was seen; later ones write nothing.
     assert!(matches!(
-        no_work_of(h.claim(&c, "idle-lane", "h", 1).await),
+        no_work(h.claim(&c, "idle-lane", "h", 1).await),
         NoWorkReason::NothingReady { .. }
     ));
     let v0 = version(h);
     for _ in 0..5 {
         assert!(matches!(
-            no_work_of(h.claim(&c, "idle-lane", "h", 1).await),
+            no_work(h.claim(&c, "idle-lane", "h", 1).await),
             NoWorkReason::NothingReady { .. }
         ));
         let r = h.store.reap(&c, h.now()).await.unwrap();
@@ -483,7 +474,7 @@ async fn redis_idle_claims_and_empty_reaps_write_nothing(h: &mut Harness) {
         .unwrap();
     assert_ne!(version(h), v0);
     assert_eq!(
-        no_work_of(h.claim(&c, "idle-lane", "h", 1).await),
+        no_work(h.claim(&c, "idle-lane", "h", 1).await),
         NoWorkReason::Done
     );
 }

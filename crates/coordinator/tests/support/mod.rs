@@ -191,6 +191,14 @@ pub fn campaign(
         .unwrap_or_else(|e| panic!("{e}\n{text}"))
 }
 
+/// The reason of a claim that must answer no work.
+pub fn no_work(outcome: ClaimOutcome) -> lanes_common::policy::NoWorkReason {
+    match outcome {
+        ClaimOutcome::NoWork { reason, .. } => reason,
+        ClaimOutcome::Assigned(a) => panic!("expected no work, got {a:?}"),
+    }
+}
+
 pub fn cid(s: &str) -> CampaignId {
     CampaignId::new(s).unwrap()
 }
