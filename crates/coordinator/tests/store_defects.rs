@@ -112,19 +112,19 @@ async fn concurrent_submits_of_one_id_store_only_the_winner(h: &mut Harness) {
 async fn redis_submit_that_cannot_list_commits_nothing(h: &mut Harness) {
     use lanes_coordinator::store::{RedisOptions, RedisStore, Store};
     let server = h.redis.as_ref().unwrap();
-    let admin = ::redis::Client::open(server.url()).unwrap();
-    let mut conn = admin.get_multiplexed_async_connection().await.unwrap();
     // A user that may touch every campaign key but not the index of campaigns.
-    ::redis::cmd("ACL")
-        .arg("SETUSER")
-        .arg("nolist")
-        .arg("on")
-        .arg(">pw")
-        .arg("~lanes:{c:*")
-        .arg("+@all")
-        .query_async::<()>(&mut conn)
-        .await
-        .unwrap();
+    admin(
+        h,
+        &[
+            "ACL",
+            "SETUSER",
+            "nolist",
+            "on",
+            ">pw",
+            "~lanes:{c:*",
+            "+@all",
+        ],
+    );
     let url = format!("redis://nolist:pw@127.0.0.1:{}/", server.port);
     let store = RedisStore::connect(&url, RedisOptions::default())
         .await
@@ -494,17 +494,10 @@ async fn reap_all(h: &Harness, c: &CampaignId) -> (u32, u32) {
     panic!("still more to reap after 5 passes ({expired} expired, {deferred} deferred)");
 }
 
-/// Sends one command to the harness's Redis as the admin connection.
-async fn admin(h: &Harness, args: &[&str]) {
-    let client = ::redis::Client::open(h.redis.as_ref().unwrap().url()).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-    let mut cmd = ::redis::cmd(args[0]);
-    for a in &args[1..] {
-        cmd.arg(*a);
-    }
-    cmd.query_async::<::redis::Value>(&mut conn)
-        .await
-        .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+/// Sends one admin command to the harness's Redis and expects it to succeed.
+fn admin(h: &Harness, args: &[&str]) {
+    let reply = h.redis.as_ref().unwrap().command(args);
+    assert!(!reply.starts_with('-'), "{args:?}: {reply}");
 }
 
 /// Redis only: transient server states (out of memory, read-only after a failover, a busy
@@ -530,8 +523,8 @@ async fn redis_transient_server_states_are_retryable(h: &mut Harness) {
     let outcome = |t: &Token| scored(t, "l", "h", Status::Completed, 1.0);
 
     // OOM: memory above maxmemory with noeviction refuses writes.
-    admin(h, &["CONFIG", "SET", "maxmemory-policy", "noeviction"]).await;
-    admin(h, &["CONFIG", "SET", "maxmemory", "1"]).await;
+    admin(h, &["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
+    admin(h, &["CONFIG", "SET", "maxmemory", "1"]);
     let err = h
         .store
         .complete(&c, outcome(&tokens[0]), h.now())
@@ -539,7 +532,7 @@ async fn redis_transient_server_states_are_retryable(h: &mut Harness) {
         .expect_err("out of memory");
     assert!(err.is_retryable(), "OOM must be retryable: {err}");
     assert!(!err.rejects_request(), "{err}");
-    admin(h, &["CONFIG", "SET", "maxmemory", "0"]).await;
+    admin(h, &["CONFIG", "SET", "maxmemory", "0"]);
     assert!(
         h.store
             .complete(&c, outcome(&tokens[0]), h.now())
@@ -552,15 +545,15 @@ async fn redis_transient_server_states_are_retryable(h: &mut Harness) {
     let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let dead_port = dead.local_addr().unwrap().port().to_string();
     drop(dead);
-    admin(h, &["CONFIG", "SET", "replica-serve-stale-data", "yes"]).await;
-    admin(h, &["REPLICAOF", "127.0.0.1", &dead_port]).await;
+    admin(h, &["CONFIG", "SET", "replica-serve-stale-data", "yes"]);
+    admin(h, &["REPLICAOF", "127.0.0.1", &dead_port]);
     let err = h
         .store
         .complete(&c, outcome(&tokens[1]), h.now())
         .await
         .expect_err("read-only replica");
     assert!(err.is_retryable(), "READONLY must be retryable: {err}");
-    admin(h, &["REPLICAOF", "NO", "ONE"]).await;
+    admin(h, &["REPLICAOF", "NO", "ONE"]);
     assert!(
         h.store
             .complete(&c, outcome(&tokens[1]), h.now())
@@ -570,7 +563,7 @@ async fn redis_transient_server_states_are_retryable(h: &mut Harness) {
     );
 
     // BUSY: another client's script runs past the busy threshold.
-    admin(h, &["CONFIG", "SET", "busy-reply-threshold", "50"]).await;
+    admin(h, &["CONFIG", "SET", "busy-reply-threshold", "50"]);
     let url = h.redis.as_ref().unwrap().url();
     let looping = tokio::spawn(async move {
         let client = ::redis::Client::open(url).unwrap();
