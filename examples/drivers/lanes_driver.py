@@ -103,8 +103,18 @@ class Driver:
         return {"verified": True}
 
     def gate(self, params):
-        """Decide whether the task is feasible before the agent runs. -> {infeasible, turns}."""
+        """Decide, read-only, whether the task is feasible before the agent runs.
+        EnvParams -> {infeasible, turns, reason?, cost_usd?}. Only an explicit
+        `"infeasible": True` skips the agent."""
         return {"infeasible": False, "turns": 0}
+
+    def declare_infeasible(self, params):
+        """After an infeasible gate: submit the benchmark's official infeasible action
+        (OSWorld's FAIL) in the attempt's environment, so that `evaluate` scores the
+        declaration. EnvParams -> {}. The default refuses: an infeasible verdict without
+        the official action cannot be scored, so the attempt ends as harness_error."""
+        raise DriverError("declare_infeasible is not implemented by this driver",
+                          failure_kind="harness_error")
 
     def run_agent(self, params):
         """Run the agent (on its own thread; poll `self.cancelled(tag)`). -> AgentResult."""
@@ -247,7 +257,8 @@ class Driver:
             return False
         handler = {
             "initialize": self._initialize, "boot": self.boot, "reset": self.reset,
-            "gate": self.gate, "run_agent": self.run_agent, "evaluate": self.evaluate,
+            "gate": self.gate, "declare_infeasible": self.declare_infeasible,
+            "run_agent": self.run_agent, "evaluate": self.evaluate,
             "health": self.health, "teardown": self._teardown, "cancel": self._cancel_call,
         }.get(method)
         if handler is None:

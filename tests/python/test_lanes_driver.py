@@ -249,6 +249,15 @@ class LanesDriverTest(unittest.TestCase):
         self.assertEqual(code, 0)
         self.assertIn("ValueError: evaluator crashed", stderr)  # the traceback, on stderr
 
+    def test_declare_infeasible_refuses_unless_implemented(self):
+        # A gate verdict without the benchmark's infeasible action cannot be scored: the
+        # default answers an error the lane records as harness_error.
+        self.initialize()
+        e = self.driver.call(2, "declare_infeasible", env_params("x"))["error"]
+        self.assertEqual(e["code"], -32000)
+        self.assertEqual(e["data"], {"failure_kind": "harness_error"})
+        self.assertIn("declare_infeasible", e["message"])
+
     def test_unknown_method(self):
         e = self.driver.call(7, "frobnicate", {})["error"]
         self.assertEqual(e["code"], -32601)

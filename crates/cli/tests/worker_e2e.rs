@@ -1018,13 +1018,20 @@ class TestDriver(Driver):
         url = p["payload"].get("health_url")
         return {{"health_url": url}} if url else {{}}
 
+    declared = set()
+
     def gate(self, p):
         g = p["payload"].get("gate", "proceed")
         if g == "infeasible":
-            return {{"infeasible": True, "turns": 2, "reason": "premise false"}}
+            return {{"infeasible": True, "turns": 2, "reason": "premise false", "cost_usd": 0.02}}
         if g == "error":
             raise DriverError("the gate broke")
-        return {{"infeasible": False, "turns": 1}}
+        return {{"infeasible": False, "turns": 1, "cost_usd": 0.01}}
+
+    def declare_infeasible(self, p):
+        # The official infeasible action; only the INF task is really infeasible.
+        self.declared.add(p["attempt"]["tag"])
+        return {{}}
 
     def run_agent(self, p):
         tag = p["attempt"]["tag"]
@@ -1033,9 +1040,12 @@ class TestDriver(Driver):
             if self.cancelled(tag):
                 return {{"status": "cancelled", "turns": 1}}
             time.sleep(0.02)
-        return {{"status": "completed", "turns": 3}}
+        return {{"status": "completed", "turns": 3, "cost_usd": 0.1}}
 
     def evaluate(self, p):
+        if p["attempt"]["tag"] in self.declared:
+            ok = p["payload"].get("gate") == "infeasible"
+            return {{"score": float(ok), "passed": ok, "checks": [{{"name": "fail_action", "passed": ok}}]}}
         return {{"score": 1.0, "passed": True, "checks": []}}
 
 if __name__ == "__main__":
@@ -1138,7 +1148,7 @@ async fn a_guest_that_dies_mid_agent_is_guest_lost_then_retried() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn the_gate_skips_only_an_explicit_infeasible() {
+async fn a_gate_infeasible_is_declared_and_scored_by_the_evaluator() {
     let f = fleet().await;
     let driver = python_driver(f.dir.path());
     let mut c = client(&f.coord.url(), Some(CLIENT_TOKEN)).await;
@@ -1156,13 +1166,23 @@ async fn the_gate_skips_only_an_explicit_infeasible() {
     assert_eq!(st.state, pb::CampaignState::Done as i32);
     let rows = rows(&f.store, "gate").await;
     let row = |t: &str| rows.iter().find(|r| r.task.as_str() == t).unwrap();
-    use lanes_common::row::{InfeasibleSource, Status};
-    // INFEASIBLE: the official FAIL, with the gate as its source, and no agent.
-    assert_eq!(row("INF").status, Status::Completed);
+    use lanes_common::row::{GateVerdict, InfeasibleSource, Status};
+    // INFEASIBLE: no agent; the official infeasible action was submitted and the evaluator
+    // scored it, so a correctly detected infeasible task passes.
+    let inf = row("INF");
+    assert_eq!(inf.status, Status::Completed);
     assert_eq!(
-        (row("INF").score, row("INF").infeasible_source),
-        (Some(0.0), Some(InfeasibleSource::Gate))
+        (inf.score, inf.passed, inf.infeasible_source),
+        (Some(1.0), Some(true), Some(InfeasibleSource::Gate)),
+        "{inf:#?}"
     );
+    assert_eq!(inf.checks[0].name, "fail_action");
+    let gate = inf.gate.as_ref().expect("the gate's answer is in the row");
+    assert_eq!(gate.verdict, GateVerdict::Infeasible);
+    assert_eq!(gate.reason.as_deref(), Some("premise false"));
+    assert_eq!((gate.turns, gate.cost_usd), (2, Some(0.02)));
+    // The gate's turns and cost are the attempt's, even with no agent.
+    assert_eq!((inf.turns, inf.cost_usd), (Some(2), Some(0.02)));
     // PROCEED and an error: the agent ran (after a fresh reset) and was evaluated.
     for t in ["GO", "ERR"] {
         assert_eq!(
@@ -1172,8 +1192,17 @@ async fn the_gate_skips_only_an_explicit_infeasible() {
         );
         assert!(row(t).infeasible_source.is_none());
     }
-    // The gate's turns count toward the attempt's turns.
+    assert_eq!(
+        row("GO").gate.as_ref().unwrap().verdict,
+        GateVerdict::Proceed
+    );
+    let err = row("ERR").gate.as_ref().unwrap();
+    assert_eq!(err.verdict, GateVerdict::Error);
+    assert!(err.reason.as_deref().unwrap().contains("the gate broke"));
+    // The gate's turns and cost count toward the attempt's.
     assert_eq!(row("GO").turns, Some(3 + 1));
+    let cost = row("GO").cost_usd.unwrap();
+    assert!((cost - 0.11).abs() < 1e-9, "{cost}");
     assert_eq!(row("ERR").turns, Some(3));
 }
 

@@ -5,8 +5,8 @@ use crate::ids::{IdError, Token, TrialId};
 use crate::proto as pb;
 use crate::resume::Conflict;
 use crate::row::{
-    Check, DriverIdentity, FailureKind, InfeasibleSource, Outcome, OutcomeError, Phase, PhaseWalls,
-    QuotaReading, Row, Status, TokenUsage,
+    Check, DriverIdentity, FailureKind, GateRecord, GateVerdict, InfeasibleSource, Outcome,
+    OutcomeError, Phase, PhaseWalls, QuotaReading, Row, Status, TokenUsage,
 };
 use crate::spec::{Campaign, CampaignSpec, MAX_TASKS, Payload, Task};
 use crate::state::{CampaignState, StopMode, StopReason};
@@ -83,6 +83,9 @@ enum_map!(CampaignState, pb::CampaignState, "state",
 
 enum_map!(InfeasibleSource, pb::InfeasibleSource, "infeasible_source",
     Gate <=> Gate, Agent <=> Agent);
+
+enum_map!(GateVerdict, pb::GateVerdict, "gate.verdict",
+    Infeasible <=> Infeasible, Proceed <=> Proceed, Error <=> Error);
 
 /// Reads a proto enum field, refusing values this build does not know.
 pub fn wire_enum<W, D>(field: &str, raw: i32) -> Result<D, ConvertError>
@@ -221,6 +224,12 @@ impl From<Outcome> for pb::Outcome {
             ended_utc: o.ended_utc.unwrap_or_default(),
             error: o.error.unwrap_or_default(),
             campaign: String::new(),
+            gate: o.gate.map(|g| pb::Gate {
+                verdict: pb::GateVerdict::from(g.verdict) as i32,
+                reason: g.reason.unwrap_or_default(),
+                turns: g.turns,
+                cost_usd: g.cost_usd,
+            }),
         }
     }
 }
@@ -260,6 +269,20 @@ impl TryFrom<pb::Outcome> for Outcome {
                 "outcome.infeasible_source",
                 o.infeasible_source,
             )?,
+            gate: o
+                .gate
+                .map(|g| -> Result<GateRecord, ConvertError> {
+                    Ok(GateRecord {
+                        verdict: wire_enum::<pb::GateVerdict, _>(
+                            "outcome.gate.verdict",
+                            g.verdict,
+                        )?,
+                        reason: non_empty(g.reason),
+                        turns: g.turns,
+                        cost_usd: g.cost_usd,
+                    })
+                })
+                .transpose()?,
             final_text: non_empty(o.final_text),
             turns: (o.turns > 0).then_some(o.turns),
             tokens: o.tokens.map(|t| TokenUsage {

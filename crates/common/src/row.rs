@@ -144,6 +144,33 @@ string_enum!(
     }
 );
 
+string_enum!(
+    /// What the feasibility gate concluded.
+    GateVerdict {
+        /// An explicit infeasible: the agent is skipped, the benchmark's infeasible action is
+        /// submitted, and the evaluator scores it.
+        Infeasible = "infeasible",
+        /// Anything but an explicit infeasible: the agent runs after a fresh reset.
+        Proceed = "proceed",
+        /// The gate call failed; treated as proceed.
+        Error = "error",
+    }
+);
+
+/// The gate's answer, kept in the row so a gate-ended trial can be told from an agent's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GateRecord {
+    pub verdict: GateVerdict,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Turns the gate spent; they count toward `max_turns` and the row's `turns`.
+    #[serde(default)]
+    pub turns: u32,
+    /// What the gate cost; it counts toward the row's `cost_usd` and the budget.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
+}
+
 /// Why a final trial is not counted. Serialized as `infra_failure:<kind>` and so on.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum ExcludedReason {
@@ -311,6 +338,9 @@ pub struct Outcome {
     pub runtime_outcome: Option<String>,
     #[serde(default)]
     pub infeasible_source: Option<InfeasibleSource>,
+    /// The feasibility gate's answer, when the campaign runs the gate.
+    #[serde(default)]
+    pub gate: Option<GateRecord>,
     #[serde(default)]
     pub final_text: Option<String>,
     #[serde(default)]
@@ -375,6 +405,7 @@ impl Outcome {
             checks: Vec::new(),
             runtime_outcome: None,
             infeasible_source: None,
+            gate: None,
             final_text: None,
             turns: None,
             tokens: None,
@@ -424,6 +455,7 @@ impl Outcome {
         for (field, value) in [
             ("score", self.score),
             ("cost_usd", self.cost_usd),
+            ("gate.cost_usd", self.gate.as_ref().and_then(|g| g.cost_usd)),
             (
                 "quota.utilisation",
                 self.quota.as_ref().map(|q| q.utilisation),
@@ -437,6 +469,9 @@ impl Outcome {
         }
         if let Some(text) = &mut self.final_text {
             truncate_chars(text, FINAL_TEXT_MAX_CHARS);
+        }
+        if let Some(reason) = self.gate.as_mut().and_then(|g| g.reason.as_mut()) {
+            truncate_chars(reason, FINAL_TEXT_MAX_CHARS);
         }
         Ok(self)
     }
@@ -488,6 +523,7 @@ pub struct Row {
     pub checks: Vec<Check>,
     pub runtime_outcome: Option<String>,
     pub infeasible_source: Option<InfeasibleSource>,
+    pub gate: Option<GateRecord>,
     pub final_text: Option<String>,
     pub turns: Option<u32>,
     pub tokens: Option<TokenUsage>,
@@ -545,6 +581,7 @@ impl Row {
         row.checks = outcome.checks;
         row.runtime_outcome = outcome.runtime_outcome;
         row.infeasible_source = outcome.infeasible_source;
+        row.gate = outcome.gate;
         row.final_text = outcome.final_text;
         row.turns = outcome.turns;
         row.tokens = outcome.tokens;
@@ -603,6 +640,7 @@ impl Row {
             checks: Vec::new(),
             runtime_outcome: None,
             infeasible_source: None,
+            gate: None,
             final_text: None,
             turns: None,
             tokens: None,

@@ -2,19 +2,25 @@
 //!
 //! `admit → boot → reset (verified) → [gate → reset] → agent → evaluate → publish → done`
 //!
+//! With a gate that answers infeasible: `… → gate → declare_infeasible → evaluate → …`.
+//!
 //! The Lane actor executes the effects (driver calls, the attempt record, the outbox) and
 //! feeds their results back as events. Rules this machine keeps:
 //! - nothing has an effect before the attempt record is written (`admit`);
 //! - boot and reset retry within their budget; an unverifiable reset is `reset_unverified`;
-//! - only an explicit `infeasible` from the gate skips the agent (recorded as a scored failure
-//!   with `infeasible_source = gate`); anything else continues after a fresh verified reset;
+//! - only an explicit `infeasible` from the gate skips the agent: the driver submits the
+//!   benchmark's own infeasible action (`declare_infeasible`) and the evaluator scores it, so a
+//!   correctly detected infeasible task can pass; anything else continues after a fresh
+//!   verified reset. The gate's verdict, turns and cost are kept on every path;
 //!   a gate whose cancel the driver does not confirm fails closed (`harness_error`);
 //! - a lost lease before evaluate cancels the agent and abandons the attempt (the store's reap
 //!   row already says what happened); after evaluate the outcome is always published;
 //! - a driver crash is `driver_crash`, and the driver is restarted for the next attempt;
 //! - once done, every further event is ignored ("a cancel after the outcome is ignored").
 
-use lanes_common::row::{Check, FailureKind, InfeasibleSource, Phase, Status};
+use lanes_common::row::{
+    Check, FailureKind, GateRecord, GateVerdict, InfeasibleSource, Phase, Status,
+};
 
 use crate::driver::protocol::{AgentResult, AgentStatus};
 
@@ -36,6 +42,8 @@ pub enum State {
         after_gate: bool,
     },
     Gate,
+    /// The gate answered infeasible: the driver is submitting the official infeasible action.
+    Declare,
     Agent(AgentPhase),
     Evaluate {
         agent: Box<AgentSummary>,
@@ -70,6 +78,20 @@ pub enum CancelReason {
 pub struct AgentSummary {
     pub status: Status,
     pub result: Option<AgentResult>,
+    /// The gate declared the task infeasible and no agent ran.
+    pub gate_infeasible: bool,
+}
+
+impl AgentSummary {
+    fn infeasible_source(&self) -> Option<InfeasibleSource> {
+        if self.gate_infeasible {
+            Some(InfeasibleSource::Gate)
+        } else if self.result.as_ref().is_some_and(|r| r.infeasible) {
+            Some(InfeasibleSource::Agent)
+        } else {
+            None
+        }
+    }
 }
 
 /// Something that happened.
@@ -95,11 +117,14 @@ pub enum Event {
     ResetFailed {
         reason: String,
     },
-    GateAnswered {
-        infeasible: bool,
-        turns: u32,
-    },
+    /// The gate answered; `verdict` is `infeasible` or `proceed`.
+    GateAnswered(GateRecord),
     GateFailed {
+        reason: String,
+    },
+    /// The driver submitted the benchmark's infeasible action.
+    Declared,
+    DeclareFailed {
         reason: String,
     },
     /// The gate was cancelled and the driver did not confirm it stopped.
@@ -132,6 +157,8 @@ pub enum Effect {
     Boot,
     Reset,
     Gate,
+    /// Submit the benchmark's official infeasible action (`declare_infeasible`).
+    DeclareInfeasible,
     StartAgent,
     CancelAgent,
     /// Start polling the guest's health URL, if boot or reset gave one.
@@ -167,8 +194,8 @@ pub struct Verdict {
     pub agent: Option<AgentResult>,
     pub lease_lost: bool,
     pub error: Option<String>,
-    /// Turns spent in the gate, counted toward `max_turns`.
-    pub gate_turns: u32,
+    /// The gate's answer, when it ran; its turns and cost count on every path.
+    pub gate: Option<GateRecord>,
 }
 
 impl Verdict {
@@ -183,7 +210,7 @@ impl Verdict {
             agent: None,
             lease_lost: false,
             error: Some(error),
-            gate_turns: 0,
+            gate: None,
         }
     }
 }
@@ -194,7 +221,8 @@ pub struct Attempt {
     pub state: State,
     /// Whether the campaign runs the feasibility gate.
     pub gate: bool,
-    pub gate_turns: u32,
+    /// What the gate answered, once it has.
+    pub gate_record: Option<GateRecord>,
     /// The lease was lost after evaluate began: published anyway, flagged.
     pub lease_lost: bool,
     /// Why preflight refused the attempt, for the `blocked` row.
@@ -217,7 +245,7 @@ impl Attempt {
         Self {
             state: State::Admit,
             gate,
-            gate_turns: 0,
+            gate_record: None,
             lease_lost: false,
             preflight_reason: None,
         }
@@ -232,13 +260,18 @@ impl Attempt {
         self.state == State::Done
     }
 
+    /// Turns the gate spent, counted toward `max_turns`.
+    pub fn gate_turns(&self) -> u32 {
+        self.gate_record.as_ref().map_or(0, |g| g.turns)
+    }
+
     /// The phase to report in heartbeats.
     pub fn phase(&self) -> Phase {
         match &self.state {
             State::Admit => Phase::Admit,
             State::Boot { .. } => Phase::Boot,
             State::Reset { .. } => Phase::Reset,
-            State::Gate => Phase::Gate,
+            State::Gate | State::Declare => Phase::Gate,
             State::Agent(_) => Phase::Agent,
             State::Evaluate { .. } => Phase::Evaluate,
             State::Publish | State::Done => Phase::Publish,
@@ -248,7 +281,7 @@ impl Attempt {
     fn finish_infra(&mut self, kind: FailureKind, error: String, restart: bool) -> Vec<Effect> {
         self.state = State::Publish;
         let mut v = Verdict::infra(kind, error);
-        v.gate_turns = self.gate_turns;
+        v.gate = self.gate_record.clone();
         let mut effects = vec![Effect::EnterPhase(Phase::Publish), Effect::Publish(v)];
         if restart {
             effects.insert(0, Effect::RestartDriver);
@@ -371,26 +404,14 @@ impl Attempt {
                     self.finish_infra(FailureKind::ResetUnverified, reason, false)
                 }
             }
-            // Gate: only an explicit infeasible skips the agent.
-            (State::Gate, E::GateAnswered { infeasible, turns }) => {
-                self.gate_turns += turns;
+            // Gate: only an explicit infeasible skips the agent, and then the benchmark's own
+            // infeasible action is submitted and evaluated like any other final state.
+            (State::Gate, E::GateAnswered(record)) => {
+                let infeasible = record.verdict == GateVerdict::Infeasible;
+                self.gate_record = Some(record);
                 if infeasible {
-                    self.state = State::Publish;
-                    vec![
-                        Effect::EnterPhase(Phase::Publish),
-                        Effect::Publish(Verdict {
-                            status: Status::Completed,
-                            failure_kind: None,
-                            score: Some(0.0),
-                            passed: Some(false),
-                            checks: Vec::new(),
-                            infeasible_source: Some(InfeasibleSource::Gate),
-                            agent: None,
-                            lease_lost: false,
-                            error: None,
-                            gate_turns: self.gate_turns,
-                        }),
-                    ]
+                    self.state = State::Declare;
+                    vec![Effect::DeclareInfeasible]
                 } else {
                     self.state = State::Reset {
                         tries: 1,
@@ -399,14 +420,36 @@ impl Attempt {
                     vec![Effect::EnterPhase(Phase::Reset), Effect::Reset]
                 }
             }
-            (State::Gate, E::GateFailed { .. }) => {
+            (State::Gate, E::GateFailed { reason }) => {
                 // An error is not an infeasibility: proceed after a fresh verified reset.
+                self.gate_record = Some(GateRecord {
+                    verdict: GateVerdict::Error,
+                    reason: Some(reason),
+                    turns: 0,
+                    cost_usd: None,
+                });
                 self.state = State::Reset {
                     tries: 1,
                     after_gate: true,
                 };
                 vec![Effect::EnterPhase(Phase::Reset), Effect::Reset]
             }
+            (State::Declare, E::Declared) => {
+                self.state = State::Evaluate {
+                    agent: Box::new(AgentSummary {
+                        status: Status::Completed,
+                        result: None,
+                        gate_infeasible: true,
+                    }),
+                };
+                vec![Effect::EnterPhase(Phase::Evaluate), Effect::Evaluate]
+            }
+            // Without the official action the evaluator's score would mean nothing.
+            (State::Declare, E::DeclareFailed { reason }) => self.finish_infra(
+                FailureKind::HarnessError,
+                format!("declare_infeasible failed after an infeasible gate: {reason}"),
+                false,
+            ),
             (State::Gate, E::GateCancelUnconfirmed) => self.finish_infra(
                 FailureKind::HarnessError,
                 "gate cancel not confirmed by the driver".into(),
@@ -436,6 +479,7 @@ impl Attempt {
                         agent: Box::new(AgentSummary {
                             status: Status::Timeout,
                             result: Some(result),
+                            gate_infeasible: false,
                         }),
                     };
                     vec![
@@ -464,6 +508,7 @@ impl Attempt {
                             agent: Box::new(AgentSummary {
                                 status,
                                 result: Some(result),
+                                gate_infeasible: false,
                             }),
                         };
                         vec![
@@ -500,7 +545,7 @@ impl Attempt {
                                 .unwrap_or_else(|| format!("agent reported {kind}")),
                         );
                         v.agent = Some(result);
-                        v.gate_turns = self.gate_turns;
+                        v.gate = self.gate_record.clone();
                         vec![
                             Effect::StopWatchdog,
                             Effect::EnterPhase(Phase::Publish),
@@ -524,7 +569,7 @@ impl Attempt {
                 },
             ) => {
                 self.state = State::Publish;
-                let infeasible = agent.result.as_ref().is_some_and(|r| r.infeasible);
+                let infeasible_source = agent.infeasible_source();
                 vec![
                     Effect::EnterPhase(Phase::Publish),
                     Effect::Publish(Verdict {
@@ -533,11 +578,11 @@ impl Attempt {
                         score: Some(score),
                         passed: Some(passed),
                         checks,
-                        infeasible_source: infeasible.then_some(InfeasibleSource::Agent),
+                        infeasible_source,
                         agent: agent.result,
                         lease_lost: self.lease_lost,
                         error: None,
-                        gate_turns: self.gate_turns,
+                        gate: self.gate_record.clone(),
                     }),
                 ]
             }
@@ -567,11 +612,19 @@ impl Attempt {
             // Before the agent: a lost lease or a cancel stops the attempt at once, and the
             // driver is restarted so its pending boot or reset cannot overlap the next trial.
             (
-                State::Admit | State::Boot { .. } | State::Reset { .. } | State::Gate,
+                State::Admit
+                | State::Boot { .. }
+                | State::Reset { .. }
+                | State::Gate
+                | State::Declare,
                 E::LeaseLost,
             ) => vec![Effect::RestartDriver, Effect::Abandon],
             (
-                State::Admit | State::Boot { .. } | State::Reset { .. } | State::Gate,
+                State::Admit
+                | State::Boot { .. }
+                | State::Reset { .. }
+                | State::Gate
+                | State::Declare,
                 E::CancelRequested,
             ) => vec![
                 Effect::RestartDriver,
@@ -616,6 +669,15 @@ mod tests {
             .unwrap_or_else(|| panic!("no publish in {effects:?}"))
     }
 
+    fn gate_record(verdict: GateVerdict, turns: u32) -> GateRecord {
+        GateRecord {
+            verdict,
+            reason: Some("why".into()),
+            turns,
+            cost_usd: Some(0.02),
+        }
+    }
+
     /// Drives an attempt to the agent phase.
     fn at_agent(gate: bool) -> Attempt {
         let mut a = Attempt::new(gate);
@@ -631,11 +693,8 @@ mod tests {
                     .contains(&Effect::Gate)
             );
             assert!(
-                a.next(Event::GateAnswered {
-                    infeasible: false,
-                    turns: 2
-                })
-                .contains(&Effect::Reset)
+                a.next(Event::GateAnswered(gate_record(GateVerdict::Proceed, 2)))
+                    .contains(&Effect::Reset)
             );
         }
         let e = a.next(Event::Reset { verified: true });
@@ -876,8 +935,7 @@ mod tests {
         }
     }
 
-    #[test]
-    fn gate_infeasible_skips_the_agent_with_a_scored_fail() {
+    fn at_gate() -> Attempt {
         let mut a = Attempt::new(true);
         a.next(Event::Admitted);
         a.next(Event::Booted);
@@ -885,38 +943,99 @@ mod tests {
             a.next(Event::Reset { verified: true })
                 .contains(&Effect::Gate)
         );
-        let e = a.next(Event::GateAnswered {
-            infeasible: true,
-            turns: 4,
-        });
-        let v = publish(&e);
+        a
+    }
+
+    #[test]
+    fn gate_infeasible_declares_then_evaluates_instead_of_running_the_agent() {
+        let mut a = at_gate();
+        let e = a.next(Event::GateAnswered(gate_record(GateVerdict::Infeasible, 4)));
+        assert_eq!(e, vec![Effect::DeclareInfeasible]);
+        assert_eq!(a.phase(), Phase::Gate);
+        let e = a.next(Event::Declared);
+        assert_eq!(
+            e,
+            vec![Effect::EnterPhase(Phase::Evaluate), Effect::Evaluate]
+        );
+        // The official evaluator scores the declared infeasible action: it can pass.
+        let v = publish(&a.next(Event::Evaluated {
+            score: 1.0,
+            passed: true,
+            checks: Vec::new(),
+        }))
+        .clone();
         assert_eq!(v.infeasible_source, Some(InfeasibleSource::Gate));
         assert_eq!(
-            (v.status, v.score, v.gate_turns),
-            (Status::Completed, Some(0.0), 4)
+            (v.status, v.score, v.passed),
+            (Status::Completed, Some(1.0), Some(true))
         );
-        assert!(!e.contains(&Effect::StartAgent));
+        assert_eq!(v.gate, Some(gate_record(GateVerdict::Infeasible, 4)));
+        assert!(v.agent.is_none());
+    }
+
+    #[test]
+    fn a_failed_declare_is_a_harness_error_that_keeps_the_gate() {
+        let mut a = at_gate();
+        a.next(Event::GateAnswered(gate_record(GateVerdict::Infeasible, 3)));
+        let v = publish(&a.next(Event::DeclareFailed {
+            reason: "method not found".into(),
+        }))
+        .clone();
+        assert_eq!(
+            (v.status, v.failure_kind),
+            (Status::InfraError, Some(FailureKind::HarnessError))
+        );
+        assert!(v.error.unwrap().contains("method not found"));
+        assert_eq!(v.gate.unwrap().turns, 3);
+    }
+
+    #[test]
+    fn a_lost_lease_or_cancel_while_declaring_stops_before_evaluate() {
+        let mut a = at_gate();
+        a.next(Event::GateAnswered(gate_record(GateVerdict::Infeasible, 1)));
+        assert_eq!(
+            a.next(Event::LeaseLost),
+            vec![Effect::RestartDriver, Effect::Abandon]
+        );
+        let mut b = at_gate();
+        b.next(Event::GateAnswered(gate_record(GateVerdict::Infeasible, 1)));
+        assert_eq!(
+            b.next(Event::CancelRequested),
+            vec![
+                Effect::RestartDriver,
+                Effect::Release(ReleaseKind::Cancelled)
+            ]
+        );
     }
 
     #[test]
     fn gate_feasible_or_error_proceeds_after_a_fresh_reset() {
         let mut a = at_agent(true);
-        assert_eq!(a.gate_turns, 2);
+        assert_eq!(a.gate_turns(), 2);
         a.next(Event::AgentFinished(agent(AgentStatus::Completed)));
-        assert_eq!(publish(&evaluated(&mut a)).gate_turns, 2);
+        let v = publish(&evaluated(&mut a)).clone();
+        assert_eq!(v.gate, Some(gate_record(GateVerdict::Proceed, 2)));
+        assert_eq!(v.infeasible_source, None);
 
-        let mut b = Attempt::new(true);
-        b.next(Event::Admitted);
-        b.next(Event::Booted);
-        b.next(Event::Reset { verified: true });
+        let mut b = at_gate();
         assert!(
             b.next(Event::GateFailed { reason: "x".into() })
                 .contains(&Effect::Reset)
+        );
+        assert_eq!(
+            b.gate_record.as_ref().map(|g| g.verdict),
+            Some(GateVerdict::Error)
         );
         assert!(
             b.next(Event::Reset { verified: true })
                 .contains(&Effect::StartAgent)
         );
+        // The gate's record survives an infra ending too.
+        let v = publish(&b.next(Event::DriverCrashed {
+            reason: "gone".into(),
+        }))
+        .clone();
+        assert_eq!(v.gate.map(|g| g.verdict), Some(GateVerdict::Error));
     }
 
     #[test]

@@ -387,6 +387,8 @@ struct Server {
     /// What each attempt (by tag) drew, so `evaluate` agrees with `run_agent`.
     plans: HashMap<String, Plan>,
     torn_down: HashSet<String>,
+    /// Attempts (by tag) whose infeasible action was submitted: evaluate scores that action.
+    declared: HashSet<String>,
     agents: Vec<Agent>,
     /// Set when serving ends; only a hung agent waits for it.
     stopping: Arc<AtomicBool>,
@@ -403,6 +405,7 @@ impl Server {
             cfg: None,
             plans: HashMap::new(),
             torn_down: HashSet::new(),
+            declared: HashSet::new(),
             agents: Vec::new(),
             stopping: Arc::new(AtomicBool::new(false)),
             rate_windows: HashMap::new(),
@@ -488,6 +491,7 @@ impl Server {
             method::BOOT,
             method::RESET,
             method::GATE,
+            method::DECLARE_INFEASIBLE,
             method::RUN_AGENT,
             method::EVALUATE,
             method::HEALTH,
@@ -513,11 +517,8 @@ impl Server {
         match name {
             method::BOOT => to_reply(self.boot(&cfg, p)),
             method::RESET => to_reply(self.reset(&cfg, p)),
-            method::GATE => to_reply(Ok(GateResult {
-                infeasible: false,
-                turns: 0,
-                reason: None,
-            })),
+            method::GATE => to_reply(self.gate(&cfg, p)),
+            method::DECLARE_INFEASIBLE => to_reply(self.declare_infeasible(p)),
             method::RUN_AGENT => match self.run_agent(&cfg, id, p) {
                 Ok(()) => Reply::Deferred,
                 Err(e) => Reply::Error(e),
@@ -587,6 +588,7 @@ impl Server {
         // is drawn afresh from its params.
         self.torn_down.remove(&env.attempt.tag);
         self.plans.remove(&env.attempt.tag);
+        self.declared.remove(&env.attempt.tag);
         let plan = self.plan(cfg, &env.attempt, &env.arm, env.seed);
         sleep_s(cfg.boot_s);
         if plan.fault == Some(SimFault::Kind(FailureKind::BootFailed)) {
@@ -607,6 +609,29 @@ impl Server {
             verified: plan.fault != Some(SimFault::Kind(FailureKind::ResetUnverified)),
             health_url: None,
         })
+    }
+
+    /// Read-only: infeasible exactly for the configured infeasible tasks.
+    fn gate(&mut self, cfg: &SimConfig, p: &Params<'_>) -> Result<GateResult, RpcError> {
+        let env = p.env()?;
+        self.check_live(&env.attempt)?;
+        let infeasible = cfg.infeasible_tasks.contains(&env.task);
+        Ok(GateResult {
+            infeasible,
+            turns: cfg.gate_turns,
+            reason: infeasible.then(|| format!("sim: task {} is listed infeasible", env.task)),
+            cost_usd: (cfg.gate_cost_usd > 0.0).then_some(cfg.gate_cost_usd),
+        })
+    }
+
+    fn declare_infeasible(&mut self, p: &Params<'_>) -> Result<Value, RpcError> {
+        let env = p.env()?;
+        self.check_live(&env.attempt)?;
+        if self.declared.len() >= MEMORY_LIMIT {
+            self.declared.clear();
+        }
+        self.declared.insert(env.attempt.tag);
+        Ok(json!({}))
     }
 
     fn run_agent(&mut self, cfg: &SimConfig, id: &Value, p: &Params<'_>) -> Result<(), RpcError> {
@@ -669,13 +694,21 @@ impl Server {
                 "sim injected evaluator_error",
             ));
         }
-        let score = if plan.passed { 1.0 } else { 0.0 };
+        // A declared infeasible is scored like the benchmark's infeasible action: it passes
+        // exactly when the task is infeasible.
+        let (name, passed) = if self.declared.contains(&attempt.tag) {
+            let task: String = p.field("task")?;
+            ("sim_infeasible", cfg.infeasible_tasks.contains(&task))
+        } else {
+            ("sim", plan.passed)
+        };
+        let score = if passed { 1.0 } else { 0.0 };
         Ok(EvaluateResult {
             score,
-            passed: plan.passed,
+            passed,
             checks: vec![Check {
-                name: "sim".to_owned(),
-                passed: plan.passed,
+                name: name.to_owned(),
+                passed,
                 score: Some(score),
                 detail: String::new(),
             }],
@@ -688,6 +721,7 @@ impl Server {
             Some(tag) => {
                 self.cancel(|t| t == tag);
                 self.plans.remove(&tag);
+                self.declared.remove(&tag);
                 if self.torn_down.len() >= MEMORY_LIMIT {
                     self.torn_down.clear();
                 }
@@ -698,6 +732,7 @@ impl Server {
             None => {
                 self.cancel(|_| true);
                 self.plans.clear();
+                self.declared.clear();
             }
         }
         Ok(json!({}))
@@ -1119,6 +1154,44 @@ mod tests {
         s.result(8);
         assert_eq!(s.result(9), json!({}));
         assert!(s.reply(10).is_none(), "nothing is read after shutdown");
+    }
+
+    #[test]
+    fn the_gate_declares_listed_tasks_infeasible_and_evaluate_scores_the_declaration() {
+        let listed = json!({"infeasible_tasks": ["task-1"], "gate_turns": 2,
+                            "gate_cost_usd": 0.05, "default_pass_rate": 0.0});
+        let s = session(&[
+            init(1, listed.clone()),
+            req(2, "boot", env(1, "a", 1)),
+            req(3, "gate", env(1, "a", 1)),
+            req(4, "declare_infeasible", env(1, "a", 1)),
+            req(5, "evaluate", env(1, "a", 1)),
+        ]);
+        let gate = s.result(3);
+        assert_eq!(
+            (&gate["infeasible"], &gate["turns"], &gate["cost_usd"]),
+            (&json!(true), &json!(2), &json!(0.05))
+        );
+        assert!(gate["reason"].as_str().unwrap().contains("task-1"));
+        assert_eq!(s.result(4), json!({}));
+        // A pass rate of 0 would fail any agent; the declaration on an infeasible task passes.
+        let e = s.result(5);
+        assert_eq!((&e["score"], &e["passed"]), (&json!(1.0), &json!(true)));
+        assert_eq!(e["checks"][0]["name"], "sim_infeasible");
+
+        // A feasible task: the gate proceeds, and a wrong declaration scores 0.
+        let s = session(&[
+            init(
+                1,
+                json!({"infeasible_tasks": ["other"], "default_pass_rate": 1.0}),
+            ),
+            req(2, "boot", env(1, "a", 1)),
+            req(3, "gate", env(1, "a", 1)),
+            req(4, "declare_infeasible", env(1, "a", 1)),
+            req(5, "evaluate", env(1, "a", 1)),
+        ]);
+        assert_eq!(s.result(3), json!({"infeasible": false, "turns": 0}));
+        assert_eq!(s.result(5)["score"], json!(0.0));
     }
 
     #[test]

@@ -504,6 +504,9 @@ fn validate_sim(sim: &SimConfig) -> Result<(), String> {
     duration("reset_s", sim.reset_s)?;
     duration("evaluate_s", sim.evaluate_s)?;
     duration("rate_limit_reset_s", sim.rate_limit_reset_s)?;
+    if !(sim.gate_cost_usd.is_finite() && sim.gate_cost_usd >= 0.0) {
+        return Err("gate_cost_usd must be a non-negative number".into());
+    }
     for (name, [lo, hi]) in [("agent_s", sim.agent_s), ("cost_usd", sim.cost_usd)] {
         duration(name, lo)?;
         duration(name, hi)?;

@@ -9,7 +9,7 @@ mod error;
 mod load;
 mod tasks;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -275,6 +275,12 @@ pub struct SimConfig {
     pub turns: [u32; 2],
     /// For an injected `rate_limit`: seconds from now until the provider's window resets.
     pub rate_limit_reset_s: f64,
+    /// Tasks that cannot be done. The sim's gate declares exactly these infeasible, and its
+    /// evaluator passes a declared infeasible exactly on these.
+    pub infeasible_tasks: BTreeSet<String>,
+    /// Turns and cost the sim's gate reports for each call.
+    pub gate_turns: u32,
+    pub gate_cost_usd: f64,
 }
 
 impl Default for SimConfig {
@@ -290,6 +296,9 @@ impl Default for SimConfig {
             cost_usd: [0.0, 0.0],
             turns: [1, 10],
             rate_limit_reset_s: 30.0,
+            infeasible_tasks: BTreeSet::new(),
+            gate_turns: 0,
+            gate_cost_usd: 0.0,
         }
     }
 }

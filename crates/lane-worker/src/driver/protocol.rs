@@ -22,6 +22,8 @@ pub mod method {
     pub const BOOT: &str = "boot";
     pub const RESET: &str = "reset";
     pub const GATE: &str = "gate";
+    /// After an infeasible gate: submit the benchmark's official infeasible action.
+    pub const DECLARE_INFEASIBLE: &str = "declare_infeasible";
     pub const RUN_AGENT: &str = "run_agent";
     pub const EVALUATE: &str = "evaluate";
     pub const HEALTH: &str = "health";
@@ -89,6 +91,9 @@ pub struct GateResult {
     pub turns: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// What the gate's model calls cost; counted in the row and the budget.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
 }
 
 /// `run_agent` params.

@@ -12,7 +12,9 @@ use serde_json::{Value, json};
 
 use lanes_common::ids::{CampaignId, Token};
 use lanes_common::proto as pb;
-use lanes_common::row::{DriverIdentity, FailureKind, Outcome, Phase, PhaseWalls, Status};
+use lanes_common::row::{
+    DriverIdentity, FailureKind, GateRecord, GateVerdict, Outcome, Phase, PhaseWalls, Status,
+};
 use lanes_common::utc::format_rfc3339;
 
 use super::WorkerConfig;
@@ -20,8 +22,8 @@ use super::supervisor::SupMsg;
 use crate::artifacts;
 use crate::driver::process::{DriverCommand, DriverError, DriverProcess};
 use crate::driver::protocol::{
-    self as proto, AgentParams, AgentResult, AttemptRef, EnvParams, EnvResult, EvaluateResult,
-    GateResult, InitializeParams, TeardownParams, method,
+    self as proto, AgentParams, AgentResult, AgentStatus, AttemptRef, EnvParams, EnvResult,
+    EvaluateResult, GateResult, InitializeParams, TeardownParams, method,
 };
 use crate::lifecycle::{Attempt, Effect, Event, ReleaseKind, Verdict};
 use crate::outbox::Entry;
@@ -163,6 +165,26 @@ fn now_utc() -> String {
             .map(|d| d.as_millis() as i64)
             .unwrap_or(0),
     )
+}
+
+/// Records the gate and adds its turns and cost to the attempt's totals, on every path.
+fn add_gate(o: &mut Outcome, gate: Option<GateRecord>) {
+    let Some(g) = gate else { return };
+    if g.turns > 0 {
+        o.turns = Some(o.turns.unwrap_or(0) + g.turns);
+    }
+    if let Some(c) = g.cost_usd {
+        o.cost_usd = Some(o.cost_usd.unwrap_or(0.0) + c);
+    }
+    o.gate = Some(g);
+}
+
+/// Has the driver submit the benchmark's official infeasible action; its answer carries nothing.
+async fn declare_infeasible(driver: &DriverProcess, params: &EnvParams) -> Result<(), DriverError> {
+    driver
+        .call::<_, Value>(method::DECLARE_INFEASIBLE, params, ENV_DEADLINE)
+        .await
+        .map(|_| ())
 }
 
 fn parse_json(s: &str) -> Value {
@@ -407,14 +429,37 @@ impl LaneActor {
                         .call::<_, GateResult>(method::GATE, &params, ENV_DEADLINE)
                         .await
                     {
-                        Ok(r) => Event::GateAnswered {
-                            infeasible: r.infeasible,
+                        Ok(r) => Event::GateAnswered(GateRecord {
+                            verdict: if r.infeasible {
+                                GateVerdict::Infeasible
+                            } else {
+                                GateVerdict::Proceed
+                            },
+                            reason: r.reason,
                             turns: r.turns,
-                        },
+                            cost_usd: r.cost_usd,
+                        }),
                         Err(e) if e.is_crash() => Event::DriverCrashed {
                             reason: e.to_string(),
                         },
                         Err(e) => Event::GateFailed {
+                            reason: e.to_string(),
+                        },
+                    }
+                });
+            }
+            Effect::DeclareInfeasible => {
+                let Some(driver) = state.slot.driver.clone() else {
+                    return;
+                };
+                let params = self.env_params(unit, cur);
+                self.spawn_call(myself, cur.phase_span.clone(), tag, async move {
+                    match declare_infeasible(&driver, &params).await {
+                        Ok(()) => Event::Declared,
+                        Err(e) if e.is_crash() => Event::DriverCrashed {
+                            reason: e.to_string(),
+                        },
+                        Err(e) => Event::DeclareFailed {
                             reason: e.to_string(),
                         },
                     }
@@ -435,7 +480,7 @@ impl LaneActor {
                     payload: parse_json(&t.payload_json),
                     seed: t.seed,
                     timeout_s: t.timeout_s,
-                    max_turns: t.max_turns.saturating_sub(cur.machine.gate_turns),
+                    max_turns: t.max_turns.saturating_sub(cur.machine.gate_turns()),
                     max_cost_usd: t.max_cost_usd,
                 };
                 let http_agent = params
@@ -447,10 +492,35 @@ impl LaneActor {
                     // The arm's agent runs behind a task API; the lane drives it itself.
                     let (cancel_tx, cancel_rx) = tokio::sync::watch::channel(false);
                     let poll = self.config.guest_poll;
+                    let env = self.env_params(unit, cur);
                     self.spawn_call(myself, cur.phase_span.clone(), tag.clone(), async move {
-                        Event::AgentFinished(
-                            crate::http_agent::run(&base, &params, cancel_rx, poll).await,
-                        )
+                        let mut result =
+                            crate::http_agent::run(&base, &params, cancel_rx, poll).await;
+                        // The driver never saw this agent: when it declared the task
+                        // infeasible, the lane has the driver submit the official action,
+                        // so the evaluator can score the declaration.
+                        let evaluated = !matches!(
+                            result.status,
+                            AgentStatus::InfraError | AgentStatus::Cancelled
+                        );
+                        if result.infeasible && evaluated {
+                            match declare_infeasible(&driver, &env).await {
+                                Ok(()) => {}
+                                Err(e) if e.is_crash() => {
+                                    return Event::DriverCrashed {
+                                        reason: e.to_string(),
+                                    };
+                                }
+                                Err(e) => {
+                                    result.status = AgentStatus::InfraError;
+                                    result.failure_kind = Some("harness_error".to_owned());
+                                    result.error = Some(format!(
+                                        "declare_infeasible failed after the agent declared the task infeasible: {e}"
+                                    ));
+                                }
+                            }
+                        }
+                        Event::AgentFinished(result)
                     });
                     if let Some(cur) = state.current.as_mut() {
                         cur.http_cancel = Some(cancel_tx);
@@ -607,6 +677,7 @@ impl LaneActor {
                 o.driver = state.slot.identity.clone();
                 o.failure_kind = failure_kind;
                 o.error = cur.machine.preflight_reason.clone();
+                add_gate(&mut o, cur.machine.gate_record.clone());
                 if failure_kind == Some(FailureKind::IdentityMismatch) {
                     // This lane is unusable for this campaign: it stops asking for its work.
                     tracing::warn!(lane = %self.name, campaign = %campaign, reason = ?o.error, "identity mismatch: this lane leaves the campaign");
@@ -701,11 +772,12 @@ impl LaneActor {
             o.reset_epoch = a.reset_epoch;
             o.runtime_outcome = a.runtime_outcome;
             o.final_text = a.final_text;
-            o.turns = a.turns.map(|t| t + v.gate_turns);
+            o.turns = a.turns;
             o.tokens = a.tokens;
             o.cost_usd = a.cost_usd;
             o.quota = a.quota;
         }
+        add_gate(&mut o, v.gate);
         if o.status != Status::InfraError {
             o.failure_kind = None;
         }
