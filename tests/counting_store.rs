@@ -54,6 +54,15 @@ impl Store for CountingStore {
     ) -> Result<Vec<(Token, RenewState)>, StoreError> {
         self.inner.renew(campaign, tokens, now_ms).await
     }
+    async fn forfeit(
+        &self,
+        campaign: &CampaignId,
+        worker: &str,
+        tokens: Vec<Token>,
+        now_ms: EpochMs,
+    ) -> Result<Vec<Token>, StoreError> {
+        self.inner.forfeit(campaign, worker, tokens, now_ms).await
+    }
     async fn complete(
         &self,
         campaign: &CampaignId,

@@ -61,6 +61,13 @@ pub(crate) enum ClientCmd {
         #[arg(long)]
         partial: bool,
     },
+    /// The workers connected to this coordinator replica, and their health.
+    Workers {
+        #[command(flatten)]
+        target: Target,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
@@ -77,7 +84,8 @@ impl ClientCmd {
             | ClientCmd::Watch { target, .. }
             | ClientCmd::Stop { target, .. }
             | ClientCmd::Results { target, .. }
-            | ClientCmd::Report { target, .. } => target,
+            | ClientCmd::Report { target, .. }
+            | ClientCmd::Workers { target, .. } => target,
         }
     }
 }
@@ -178,6 +186,22 @@ pub(crate) fn run(cmd: ClientCmd) -> anyhow::Result<Code> {
                     print_rows(c, &id, matches!(format, ResultsFormat::Csv), follow).await?;
                     Ok(Code::Ok)
                 }
+                ClientCmd::Workers { json, .. } => {
+                    let workers = c.workers(pb::WorkersRequest {}).await?.into_inner().workers;
+                    if json {
+                        for w in &workers {
+                            println!("{}", serde_json::json!({
+                                "worker_id": w.worker_id, "host": w.host, "lanes": w.lanes,
+                                "version": w.version, "connected_utc": w.connected_utc,
+                                "outbox_broken": w.outbox_broken, "unpersisted": w.unpersisted,
+                                "detail": w.detail,
+                            }));
+                        }
+                    } else {
+                        print!("{}", workers_text(&workers));
+                    }
+                    Ok(Code::Ok)
+                }
                 ClientCmd::Report { id, json, partial, .. } => {
                     let r = c.report(pb::ReportRequest { id }).await?.into_inner();
                     let report: lanes_common::report::Report = serde_json::from_str(&r.json)
@@ -208,4 +232,27 @@ fn tok(t: &Option<pb::Token>) -> String {
     t.as_ref()
         .map(|t| format!("{}#a{}", t.trial_id, t.attempt))
         .unwrap_or_default()
+}
+
+/// One line per worker: who, how many lanes, since when, and whether it takes work.
+fn workers_text(workers: &[pb::WorkerInfo]) -> String {
+    if workers.is_empty() {
+        return "no workers connected to this replica\n".to_owned();
+    }
+    let mut out = format!(
+        "{:<24} {:<24} {:>5}  {:<20}  HEALTH\n",
+        "WORKER", "HOST", "LANES", "CONNECTED"
+    );
+    for w in workers {
+        let health = if w.outbox_broken {
+            format!("OUTBOX BROKEN: {}", w.detail)
+        } else {
+            "ok".to_owned()
+        };
+        out.push_str(&format!(
+            "{:<24} {:<24} {:>5}  {:<20}  {health}\n",
+            w.worker_id, w.host, w.lanes, w.connected_utc
+        ));
+    }
+    out
 }

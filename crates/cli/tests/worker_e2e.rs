@@ -468,6 +468,44 @@ async fn a_full_outbox_disk_keeps_the_outcome_and_stops_taking_work() {
         "{:?}",
         first.publication_errors
     );
+    // The attempt record keeps its pending name while no outbox holds its outcome.
+    let record = f
+        .dir
+        .path()
+        .join("w/fullbox")
+        .join(first.trial_id.as_str())
+        .join("a1/outcome.json");
+    let pending = record.with_file_name("outcome.json.pending");
+    // The outbox never took it, but the coordinator acknowledged it from memory: the store
+    // has it, so its record is final.
+    assert!(record.exists() && !pending.exists());
+    // The coordinator shows why the worker takes no work.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let ws = c
+            .workers(pb::WorkersRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .workers;
+        if ws.iter().any(|w| w.worker_id == "h1" && w.outbox_broken) {
+            assert!(ws[0].unpersisted >= 1 && ws[0].detail.contains("taking no work"));
+            // And `lanes workers` says so.
+            let out = Command::new(env!("CARGO_BIN_EXE_lanes"))
+                .args(["workers", "--coordinator", &f.coord.url()])
+                .env("LANES_CLIENT_TOKEN", CLIENT_TOKEN)
+                .output()
+                .unwrap();
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success() && text.contains("h1") && text.contains("OUTBOX BROKEN"),
+                "{text}"
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "no broken-outbox status: {ws:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     // While the disk stays full, nothing else starts: watch for a few heartbeats.
     let watch_until = Instant::now() + Duration::from_secs(3);
     while Instant::now() < watch_until {
@@ -491,6 +529,13 @@ async fn a_full_outbox_disk_keeps_the_outcome_and_stops_taking_work() {
     let rows = rows(&f.store, "fullbox").await;
     assert_eq!(rows.len(), 4);
     assert!(rows[1..].iter().all(|r| r.publication_errors.is_empty()));
+    let ws = c
+        .workers(pb::WorkersRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .workers;
+    assert!(!ws[0].outbox_broken, "{ws:?}");
 }
 
 /// Idle lanes honour the coordinator's retry-after hint: after a NoWork saying "in 5 s", a
@@ -620,7 +665,7 @@ async fn kill9_after_evaluate_before_the_ack_lands_once_after_the_restart() {
     f.coord.shutdown().await;
     let outbox = artifacts.join(".outbox");
     let deadline = Instant::now() + Duration::from_secs(60);
-    while std::fs::read_dir(&outbox).map(|d| d.count()).unwrap_or(0) == 0 {
+    while outbox_entries(&outbox) == 0 {
         assert!(
             Instant::now() < deadline,
             "the outcome never reached the outbox"
@@ -648,10 +693,27 @@ async fn kill9_after_evaluate_before_the_ack_lands_once_after_the_restart() {
         mine.iter().all(|r| r.attempt == 1),
         "the trial was not run again: {mine:#?}"
     );
-    assert!(
-        std::fs::read_dir(&outbox).unwrap().count() == 0,
+    assert_eq!(
+        outbox_entries(&outbox),
+        0,
         "the outbox is empty once acknowledged"
     );
+    assert_eq!(
+        std::fs::read_dir(outbox.join("leases")).unwrap().count(),
+        0,
+        "and so is the lease journal"
+    );
+}
+
+/// Outcomes waiting in an outbox directory (its `leases/` journal aside).
+fn outbox_entries(outbox: &std::path::Path) -> usize {
+    std::fs::read_dir(outbox)
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
+                .count()
+        })
+        .unwrap_or(0)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -1086,6 +1148,101 @@ fn driver_campaign(id: &str, driver: &std::path::Path, head: &str, items: &str) 
         "id = \"{id}\"\nphase1_runs = 1\nschedule_seed = 9\npairing = \"none\"\nlease_ttl_s = 5\n{head}\n[defaults]\ntimeout_s = 20\n[[arms]]\nid = \"a\"\n[driver]\ncommand = [\"python3\", {:?}]\n[retry]\ninfra_backoff_s = 0\n[tasks]\nitems = [\n{items}]\n",
         driver.display().to_string()
     )
+}
+
+/// A worker killed mid-agent and restarted (same worker id and outbox) forfeits the leases
+/// its previous process held: the coordinator takes them back at once and the retries run,
+/// instead of waiting out a 120 s lease. Before the fix the campaign waited for the TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_restarted_worker_forfeits_the_leases_it_cannot_publish() {
+    let f = fleet().await;
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/drivers");
+    let driver = f.dir.path().join("slow_first.py");
+    std::fs::write(
+        &driver,
+        format!(
+            r#"import sys, time
+sys.path.insert(0, {repo:?})
+from lanes_driver import Driver
+
+class SlowFirst(Driver):
+    def run_agent(self, p):
+        tag = p["attempt"]["tag"]
+        end = time.time() + (300 if p["attempt"]["attempt"] == 1 else 0.05)
+        while time.time() < end:
+            if self.cancelled(tag):
+                return {{"status": "cancelled"}}
+            time.sleep(0.02)
+        return {{"status": "completed", "turns": 1}}
+
+    def evaluate(self, p):
+        return {{"score": 1.0, "passed": True, "checks": []}}
+
+if __name__ == "__main__":
+    SlowFirst.main()
+"#,
+            repo = repo.display().to_string()
+        ),
+    )
+    .unwrap();
+    let mut c = client(&f.coord.url(), Some(CLIENT_TOKEN)).await;
+    let text = driver_campaign(
+        "restart",
+        &driver,
+        "",
+        "  { id = \"R1\" },\n  { id = \"R2\" },\n",
+    )
+    .replace("lease_ttl_s = 5", "lease_ttl_s = 120");
+    c.submit(submit_request(&text)).await.unwrap();
+    let art = f.dir.path().join("art");
+    let mut first = Worker::start(&f.coord.url(), &art, 2, "h");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let st = c
+            .get(pb::GetRequest {
+                id: "restart".into(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let agents = st
+            .in_flight
+            .iter()
+            .filter(|f| f.phase == pb::Phase::Agent as i32)
+            .count();
+        if agents == 2 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the agents never started: {st:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    first.kill9();
+    let _second = Worker::start(&f.coord.url(), &art, 2, "h");
+    // Infra retries prefer another host for one TTL: a second host takes them.
+    let _other = Worker::start(&f.coord.url(), &f.dir.path().join("art2"), 2, "h2");
+    // Far below the 120 s lease: only a forfeit lets the retries run this soon.
+    let st = wait_ended(&f.coord.url(), "restart", Duration::from_secs(40)).await;
+    assert_eq!(st.state, pb::CampaignState::Done as i32);
+    let rows = rows(&f.store, "restart").await;
+    assert_eq!(rows.len(), 4, "{rows:#?}");
+    for task in ["R1", "R2"] {
+        let mine: Vec<&Row> = rows.iter().filter(|r| r.task.as_str() == task).collect();
+        assert_eq!(mine[0].failure_kind, Some(FailureKind::LeaseExpired));
+        assert!(
+            mine[0].error.as_deref().unwrap().contains("restarted"),
+            "{:?}",
+            mine[0]
+        );
+        assert!(mine[1].counted && mine[1].attempt == 2, "{:?}", mine[1]);
+    }
+    // The journal is empty once everything is acknowledged.
+    let left = std::fs::read_dir(art.join(".outbox/leases"))
+        .unwrap()
+        .count();
+    assert_eq!(left, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

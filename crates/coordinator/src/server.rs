@@ -86,6 +86,7 @@ pub async fn run(
         clock: clock.clone(),
         poll: config.poll,
         shutdown: stop_rx.clone(),
+        workers: Default::default(),
     };
     let reaper = tokio::spawn(crate::reaper::run(
         store,

@@ -481,6 +481,76 @@ async fn redis_idle_claims_and_empty_reaps_write_nothing(h: &mut Harness) {
 
 /// Reaps as the reaper does, pass after pass while a pass was full (a few passes at most
 /// here); returns (expired, deferred).
+/// A restarted worker forfeits the leases its outbox cannot publish: they are taken back at
+/// once instead of after `publish_grace_s` (a 10k-trial run waited 10 minutes for them).
+/// Another worker's lease, a stale attempt and a repeated forfeit are left alone.
+async fn forfeited_leases_are_taken_back_without_the_publish_grace(h: &mut Harness) {
+    let c = cid("forfeit");
+    h.submit(campaign(
+        "forfeit",
+        &[("a", "pa")],
+        4,
+        "pairing = \"none\"\nlease_ttl_s = 10\npublish_grace_s = 900",
+        "",
+    ))
+    .await;
+    let publishing = |a: &[lanes_coordinator::store::Assignment]| -> Vec<(Token, Phase)> {
+        a.iter()
+            .map(|a| (a.trials[0].token.clone(), Phase::Publish))
+            .collect()
+    };
+    let mine = publishing(&h.claim_some(&c, "l", "h", 2).await);
+    let theirs = publishing(&h.claim_some(&c, "l2", "h2", 1).await);
+    let unstarted = h.claim_some(&c, "l3", "h", 1).await[0].trials[0]
+        .token
+        .clone();
+    h.store.renew(&c, mine.clone(), h.now()).await.unwrap();
+    h.store.renew(&c, theirs.clone(), h.now()).await.unwrap();
+    // Past the deadline, the reaper would defer these for the 900 s grace.
+    h.advance_s(15);
+    let mut stale = mine[0].0.clone();
+    stale.attempt += 1;
+    let asked = vec![
+        mine[0].0.clone(),
+        mine[1].0.clone(),
+        theirs[0].0.clone(),
+        stale,
+        unstarted.clone(),
+    ];
+    let taken = h
+        .store
+        .forfeit(&c, "worker-h", asked.clone(), h.now())
+        .await
+        .unwrap();
+    assert_eq!(taken, vec![mine[0].0.clone(), mine[1].0.clone(), unstarted]);
+    assert!(
+        h.store
+            .forfeit(&c, "worker-h", asked, h.now())
+            .await
+            .unwrap()
+            .is_empty(),
+        "a second forfeit takes nothing"
+    );
+    let rows = h.rows(&c).await;
+    assert_eq!(rows.len(), 3, "{rows:#?}");
+    for r in &rows[..2] {
+        assert_eq!(
+            r.failure_kind,
+            Some(lanes_common::row::FailureKind::LeaseExpired)
+        );
+        assert!(r.error.as_deref().unwrap().contains("restarted"), "{r:?}");
+    }
+    // The lease that never reached a lane costs nothing.
+    assert_eq!(rows[2].status, Status::Cancelled);
+    // The forfeited trials are retried; the other worker's lease is still deferred as usual.
+    let r = h.store.reap(&c, h.now()).await.unwrap();
+    assert_eq!((r.expired, r.deferred), (0, 1));
+    let st = h.store.status(&c, h.now()).await.unwrap();
+    assert_eq!(st.in_flight.len(), 1);
+    let again = h.store.renew(&c, mine.clone(), h.now()).await.unwrap();
+    assert!(again.iter().all(|(_, s)| *s == RenewState::Lost));
+}
+
 async fn reap_all(h: &Harness, c: &CampaignId) -> (u32, u32) {
     let (mut expired, mut deferred) = (0, 0);
     for _ in 0..5 {
@@ -607,6 +677,7 @@ async fn redis_transient_server_states_are_retryable(h: &mut Harness) {
 }
 
 per_backend!(embedded => Harness::embedded();
+    forfeited_leases_are_taken_back_without_the_publish_grace,
     amendment_racing_renewals_is_amended_with_the_new_hash,
     concurrent_submits_of_one_id_store_only_the_winner,
     amendment_after_a_phase2_refusal_refuses_the_new_runs_once,
@@ -618,6 +689,7 @@ per_backend!(embedded => Harness::embedded();
 );
 
 per_backend!(redis => Harness::redis().await;
+    forfeited_leases_are_taken_back_without_the_publish_grace,
     amendment_racing_renewals_is_amended_with_the_new_hash,
     concurrent_submits_of_one_id_store_only_the_winner,
     amendment_after_a_phase2_refusal_refuses_the_new_runs_once,

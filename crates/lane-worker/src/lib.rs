@@ -14,6 +14,7 @@ pub mod driver {
 }
 pub mod artifacts;
 pub mod http_agent;
+pub mod lease_journal;
 pub mod lifecycle;
 pub mod outbox;
 pub mod sim;

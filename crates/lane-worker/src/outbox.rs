@@ -16,6 +16,34 @@ use lanes_common::row::Outcome;
 pub struct Entry {
     pub campaign: CampaignId,
     pub outcome: Outcome,
+    /// The attempt's `outcome.json`. The lane writes it as `<record>.pending`; it gets its
+    /// final name only once this entry is durable, so a crash never leaves a score on disk
+    /// that no outbox replays.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub record: Option<PathBuf>,
+}
+
+/// The name an attempt record has until its outbox entry is durable.
+pub fn pending_record(record: &Path) -> PathBuf {
+    let mut name = record.as_os_str().to_owned();
+    name.push(".pending");
+    PathBuf::from(name)
+}
+
+impl Entry {
+    /// Gives the attempt record its final name; call once the entry is durable. Idempotent:
+    /// a replay after a crash between the outbox write and the rename finishes the rename.
+    pub fn seal_record(&self) {
+        let Some(record) = &self.record else { return };
+        let pending = pending_record(record);
+        match fs::rename(&pending, record) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => {
+                tracing::warn!(path = %pending.display(), error = %e, "cannot seal the attempt record")
+            }
+        }
+    }
 }
 
 /// A directory of entries, one file each.
@@ -153,6 +181,7 @@ mod tests {
         Entry {
             campaign: CampaignId::new("c").unwrap(),
             outcome: o,
+            record: None,
         }
     }
 
@@ -186,6 +215,27 @@ mod tests {
                 .unwrap()
                 .is_empty()
         );
+    }
+
+    #[test]
+    fn a_record_keeps_its_pending_name_until_sealed() {
+        let dir = tempfile::tempdir().unwrap();
+        let record = dir.path().join("outcome.json");
+        let mut e = entry(1);
+        e.record = Some(record.clone());
+        std::fs::write(pending_record(&record), b"{}").unwrap();
+        // A crash before the outbox write leaves only the pending name.
+        assert!(!record.exists());
+        let ob = Outbox::open(&dir.path().join("outbox")).unwrap();
+        ob.put(&e).unwrap();
+        // A crash between the write and the rename: the replay seals it.
+        let replayed = ob.pending().unwrap();
+        assert_eq!(replayed, vec![e.clone()]);
+        replayed[0].seal_record();
+        assert!(record.exists() && !pending_record(&record).exists());
+        // Sealing twice is harmless.
+        e.seal_record();
+        assert!(record.exists());
     }
 
     #[test]

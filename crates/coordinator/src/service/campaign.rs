@@ -1,4 +1,4 @@
-//! CampaignService: submit, get, list, watch, stop, rows, report.
+//! CampaignService: submit, get, list, watch, stop, rows, report, workers.
 
 use std::pin::Pin;
 
@@ -165,6 +165,15 @@ impl CampaignService for CampaignSvc {
             None,
         );
         Ok(Response::new(Box::pin(stream)))
+    }
+
+    async fn workers(
+        &self,
+        _request: Request<pb::WorkersRequest>,
+    ) -> Result<Response<pb::WorkersResponse>, Status> {
+        Ok(Response::new(pb::WorkersResponse {
+            workers: self.shared.workers.list(),
+        }))
     }
 
     async fn report(

@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::pin::Pin;
+use std::sync::Arc;
 
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -20,6 +21,7 @@ use lanes_common::proto::worker_message::Msg as In;
 use lanes_common::row::{FailureKind, Outcome, Phase};
 
 use super::Shared;
+use super::workers::Member;
 use crate::grpc_status::{bad_field, from_convert};
 use crate::store::{ClaimOutcome, ClaimRequest, CompleteAck, Release, ReleaseReason, StoreError};
 use crate::wire;
@@ -41,6 +43,8 @@ struct Worker {
     id: String,
     host: String,
     arms: Option<Vec<ArmId>>,
+    /// Its listing in this replica's registry, for as long as the session lasts.
+    member: Arc<Member>,
 }
 
 fn msg(m: Out) -> Result<pb::CoordinatorMessage, Status> {
@@ -236,6 +240,41 @@ impl LaneSvc {
         }
     }
 
+    /// Takes back a restarted worker's leases that it can never publish, grouped by campaign.
+    /// Tokens of a campaign the store could not reach are not acknowledged: the worker sends
+    /// them again on its next session.
+    async fn forfeit(&self, w: &Worker, f: pb::Forfeit) -> Result<pb::ForfeitAck, Status> {
+        let mut by_campaign: BTreeMap<String, Vec<(Token, pb::CampaignToken)>> = BTreeMap::new();
+        for (i, ct) in f.tokens.into_iter().enumerate() {
+            let t = token(&format!("forfeit.tokens[{i}].token"), ct.token.clone())
+                .map_err(from_convert)?;
+            campaign_of(&format!("forfeit.tokens[{i}].campaign"), &ct.campaign)?;
+            by_campaign
+                .entry(ct.campaign.clone())
+                .or_default()
+                .push((t, ct));
+        }
+        let s = &self.shared;
+        let mut done = Vec::new();
+        for (c, items) in by_campaign {
+            let c = CampaignId::new(c).expect("validated above");
+            let tokens = items.iter().map(|(t, _)| t.clone()).collect();
+            match s.store.forfeit(&c, &w.id, tokens, s.now()).await {
+                Ok(taken) => {
+                    if !taken.is_empty() {
+                        tracing::info!(campaign = %c, worker = %w.id, taken = taken.len(), "leases forfeited by a restarted worker taken back");
+                    }
+                    done.extend(items.into_iter().map(|(_, ct)| ct));
+                }
+                Err(StoreError::UnknownCampaign(_)) => {
+                    done.extend(items.into_iter().map(|(_, ct)| ct));
+                }
+                Err(e) => tracing::warn!(campaign = %c, error = %e, "forfeit failed"),
+            }
+        }
+        Ok(pb::ForfeitAck { tokens: done })
+    }
+
     async fn release(&self, w: &Worker, r: pb::Release) -> Result<pb::CoordinatorMessage, Status> {
         let campaign = campaign_of("release.campaign", &r.campaign)?;
         let t = token("release.token", r.token).map_err(from_convert)?;
@@ -295,10 +334,19 @@ impl LaneSvc {
                 )
             };
             tracing::info!(worker = %r.worker_id, host = %r.host, lanes = r.lanes, "worker registered");
+            let member = self.shared.workers.join(pb::WorkerInfo {
+                worker_id: r.worker_id.clone(),
+                host: r.host.clone(),
+                lanes: r.lanes,
+                version: r.version.chars().take(64).collect(),
+                connected_utc: lanes_common::utc::format_rfc3339(self.shared.now()),
+                ..Default::default()
+            });
             *worker = Some(Worker {
                 id: r.worker_id.clone(),
                 host: r.host,
                 arms,
+                member,
             });
             let _ = out
                 .send(msg(Out::Registered(pb::Registered {
@@ -351,6 +399,16 @@ impl LaneSvc {
                 msg(Out::HeartbeatAck(pb::HeartbeatAck { tokens: renewals }))?
             }
             In::Outcome(o) => self.outcome(o).await?,
+            In::Status(st) => {
+                if st.outbox_broken {
+                    tracing::warn!(worker = %w.id, unpersisted = st.unpersisted, detail = %st.detail, "worker outbox not writable: it takes no work");
+                } else {
+                    tracing::info!(worker = %w.id, "worker healthy");
+                }
+                w.member.update(&st);
+                return Ok(());
+            }
+            In::Forfeit(f) => msg(Out::ForfeitAck(self.forfeit(&w, f).await?))?,
             In::Release(r) => self.release(&w, r).await?,
             In::Reconnect(r) => {
                 let renewals = self.renew(r.in_flight).await?;

@@ -3,6 +3,7 @@
 
 pub(crate) mod campaign;
 pub(crate) mod lane;
+pub(crate) mod workers;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,6 +20,8 @@ pub(crate) struct Shared {
     pub(crate) poll: Duration,
     /// Fired when the coordinator shuts down: streams end, lanes are told to reconnect.
     pub(crate) shutdown: tokio::sync::watch::Receiver<bool>,
+    /// The workers with a session on this replica.
+    pub(crate) workers: Arc<workers::Registry>,
 }
 
 impl Shared {

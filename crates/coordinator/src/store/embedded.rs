@@ -475,6 +475,21 @@ impl Store for EmbeddedStore {
         .await
     }
 
+    async fn forfeit(
+        &self,
+        campaign: &CampaignId,
+        worker: &str,
+        tokens: Vec<Token>,
+        now_ms: EpochMs,
+    ) -> Result<Vec<Token>, StoreError> {
+        let c = campaign.clone();
+        let worker = worker.to_owned();
+        self.write(campaign, move |tx| {
+            ready(engine::forfeit(tx, &c, &worker, &tokens, now_ms))
+        })
+        .await
+    }
+
     async fn complete(
         &self,
         campaign: &CampaignId,

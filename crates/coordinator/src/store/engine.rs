@@ -952,6 +952,89 @@ pub(crate) async fn renew(
     Ok(out)
 }
 
+/// A restarted worker's leases it cannot publish (its outbox does not hold their outcome):
+/// each still held by `worker` at that attempt is taken back at once, as the reaper would take
+/// it after its deadline and publish grace. Answers the tokens taken back; a token no longer
+/// leased to `worker` is left alone.
+pub(crate) async fn forfeit(
+    tx: &mut impl Tx,
+    c: &CampaignId,
+    worker: &str,
+    tokens: &[Token],
+    now: EpochMs,
+) -> R<Vec<Token>> {
+    let mut meta = meta_of(tx, c).await?;
+    let mut out = Vec::new();
+    for token in tokens {
+        let tid = token.trial_id.as_str();
+        let Some(lease) = tx.lease(tid).await? else {
+            continue;
+        };
+        if lease.attempt != token.attempt || lease.worker != worker {
+            continue;
+        }
+        let take = unstarted(&lease, &meta)
+            .unwrap_or(TakeBack::Expire("its worker restarted without the outcome"));
+        take_back(tx, &mut meta, tid, &lease, take, now).await?;
+        out.push(token.clone());
+    }
+    tx.put_meta(&meta).await?;
+    Ok(out)
+}
+
+/// How a lease is taken back.
+#[derive(Debug, Clone, Copy)]
+enum TakeBack {
+    /// `cancelled`: nothing ran (or the campaign is stopping); no budget spent.
+    Cancel(&'static str),
+    /// `infra_error` / `lease_expired`.
+    Expire(&'static str),
+}
+
+/// The leases taken back as `cancelled` whatever their deadline says.
+fn unstarted(lease: &Lease, meta: &Meta) -> Option<TakeBack> {
+    if !lease.heartbeat_seen {
+        Some(TakeBack::Cancel("assignment never reached a lane"))
+    } else if lease.phase == Phase::Assigned {
+        // A later trial of a run group that its lane renewed but never started: nothing
+        // ran, so it costs no budget.
+        Some(TakeBack::Cancel("assigned but never started"))
+    } else if meta.state != CampaignState::Running || lease.revoked {
+        Some(TakeBack::Cancel("reaped while the campaign is stopping"))
+    } else {
+        None
+    }
+}
+
+/// Writes the row of a lease taken back (its deadline entry is already gone).
+async fn take_back(
+    tx: &mut impl Tx,
+    meta: &mut Meta,
+    tid: &str,
+    lease: &Lease,
+    take: TakeBack,
+    now: EpochMs,
+) -> R<()> {
+    let token = Token {
+        trial_id: TrialId::new(tid.to_owned()).map_err(|e| StoreError::Corrupt(e.to_string()))?,
+        attempt: lease.attempt,
+    };
+    let (status, kind, why) = match take {
+        TakeBack::Cancel(why) => (Status::Cancelled, None, why),
+        TakeBack::Expire(why) => (Status::InfraError, Some(FailureKind::LeaseExpired), why),
+    };
+    let trial = resolve(tx, meta, tid)
+        .await?
+        .ok_or_else(|| StoreError::Corrupt(format!("leased trial {tid} not in schedule")))?;
+    let mut outcome = Outcome::new(token, &lease.lane, &lease.host, status);
+    outcome.failure_kind = kind;
+    outcome.worker = lease.worker.clone();
+    outcome.error = Some(why.to_owned());
+    outcome.lease_lost = true;
+    record(tx, meta, &trial, outcome, false, now).await?;
+    Ok(())
+}
+
 // ---------------------------------------------------------------------------------------------
 // complete, release, reap: all end in `record`
 
@@ -1381,54 +1464,27 @@ pub(crate) async fn reap(tx: &mut impl Tx, c: &CampaignId, now: EpochMs) -> R<Re
             tx.del_deadline(at, &tid).await?;
             continue;
         }
-        let token = Token {
-            trial_id: TrialId::new(tid.clone()).map_err(|e| StoreError::Corrupt(e.to_string()))?,
-            attempt: lease.attempt,
+        let take = match unstarted(&lease, &meta) {
+            Some(take) => take,
+            None if lease.phase.is_after_evaluate() && now < lease.deadline_ms + grace => {
+                // Its outcome is probably in an outbox: look again when the grace ends, and
+                // out of the way of leases that are due now. Indexed so that it is due
+                // exactly when the grace ends (a pass takes entries REAP_GRACE_MS past their
+                // time).
+                let until = lease.deadline_ms + grace - super::REAP_GRACE_MS;
+                tx.del_deadline(at, &tid).await?;
+                tx.add_deadline(until, &tid).await?;
+                lease.grace_until_ms = Some(until);
+                tx.put_lease(&tid, &lease).await?;
+                report.deferred += 1;
+                continue;
+            }
+            None => TakeBack::Expire("lease expired"),
         };
-        let (status, kind, why) = if !lease.heartbeat_seen {
-            (Status::Cancelled, None, "assignment never reached a lane")
-        } else if lease.phase == Phase::Assigned {
-            // A later trial of a run group that its lane renewed but never started: nothing
-            // ran, so it costs no budget.
-            (Status::Cancelled, None, "assigned but never started")
-        } else if meta.state != CampaignState::Running || lease.revoked {
-            (
-                Status::Cancelled,
-                None,
-                "reaped while the campaign is stopping",
-            )
-        } else if lease.phase.is_after_evaluate() && now < lease.deadline_ms + grace {
-            // Its outcome is probably in an outbox: look again when the grace ends, and out
-            // of the way of leases that are due now.
-            // Indexed so that it is due exactly when the grace ends (a pass takes entries
-            // REAP_GRACE_MS past their time).
-            let until = lease.deadline_ms + grace - super::REAP_GRACE_MS;
-            tx.del_deadline(at, &tid).await?;
-            tx.add_deadline(until, &tid).await?;
-            lease.grace_until_ms = Some(until);
-            tx.put_lease(&tid, &lease).await?;
-            report.deferred += 1;
-            continue;
-        } else {
-            (
-                Status::InfraError,
-                Some(FailureKind::LeaseExpired),
-                "lease expired",
-            )
-        };
-        let trial = resolve(tx, &meta, &tid)
-            .await?
-            .ok_or_else(|| StoreError::Corrupt(format!("leased trial {tid} not in schedule")))?;
-        let mut outcome = Outcome::new(token, &lease.lane, &lease.host, status);
-        outcome.failure_kind = kind;
-        outcome.worker = lease.worker.clone();
-        outcome.error = Some(why.to_owned());
-        outcome.lease_lost = true;
-        record(tx, &mut meta, &trial, outcome, false, now).await?;
-        if status == Status::Cancelled {
-            report.cancelled += 1;
-        } else {
-            report.expired += 1;
+        take_back(tx, &mut meta, &tid, &lease, take, now).await?;
+        match take {
+            TakeBack::Cancel(_) => report.cancelled += 1,
+            TakeBack::Expire(_) => report.expired += 1,
         }
     }
     put_meta_if_changed(tx, &meta, &before).await?;

@@ -47,6 +47,16 @@ pub trait Store: Send + Sync + 'static {
         now_ms: EpochMs,
     ) -> Result<Vec<(Token, RenewState)>, StoreError>;
 
+    /// A restarted worker gives up leases it cannot publish: each still held by `worker` is
+    /// reaped by the next pass, without the publish grace. Answers the tokens forfeited.
+    async fn forfeit(
+        &self,
+        campaign: &CampaignId,
+        worker: &str,
+        tokens: Vec<Token>,
+        now_ms: EpochMs,
+    ) -> Result<Vec<Token>, StoreError>;
+
     /// Records an attempt's outcome; idempotent per token.
     async fn complete(
         &self,

@@ -638,27 +638,43 @@ impl LaneActor {
             Effect::Publish(verdict) => {
                 let mut outcome = self.outcome(state, verdict);
                 // Every destination is attempted on its own: the attempt record first (its
-                // failure is disclosed in the row), then the outbox and the coordinator.
+                // failure is disclosed in the row), then the outbox and the coordinator. The
+                // record is written under a pending name; the supervisor gives it its final
+                // name once the outbox entry is durable, so no crash leaves a score on disk
+                // that nothing replays.
                 let record =
                     artifacts::attempt_dir(&self.config.artifacts, &campaign, &outcome.token)
                         .and_then(|dir| {
                             let json =
                                 serde_json::to_value(&outcome).map_err(std::io::Error::other)?;
-                            artifacts::write_file(&dir, "outcome.json", &json)?;
-                            Ok(dir.join("outcome.json"))
+                            let path = dir.join("outcome.json");
+                            let pending = crate::outbox::pending_record(&path);
+                            let name = pending.file_name().expect("a file name");
+                            artifacts::write_file(&dir, &name.to_string_lossy(), &json)?;
+                            Ok(path)
                         });
-                match record {
-                    Ok(path) => outcome.artifacts.push(path.display().to_string()),
-                    Err(e) => outcome
-                        .publication_errors
-                        .push(format!("attempt record: {e}")),
-                }
+                let record = match record {
+                    Ok(path) => {
+                        outcome.artifacts.push(path.display().to_string());
+                        Some(path)
+                    }
+                    Err(e) => {
+                        outcome
+                            .publication_errors
+                            .push(format!("attempt record: {e}"));
+                        None
+                    }
+                };
                 if let Some(cur) = state.current.as_ref() {
                     cur.phase_span.in_scope(|| {
                         tracing::info!(status = %outcome.status, failure_kind = ?outcome.failure_kind, score = ?outcome.score, "attempt finished");
                     });
                 }
-                let entry = Box::new(Entry { campaign, outcome });
+                let entry = Box::new(Entry {
+                    campaign,
+                    outcome,
+                    record,
+                });
                 let published = ractor::call!(self.supervisor, SupMsg::Publish, entry);
                 if let Err(e) = published {
                     tracing::error!(error = %e, "could not hand the outcome to the supervisor");
@@ -691,6 +707,7 @@ impl LaneActor {
                 let entry = Box::new(Entry {
                     campaign,
                     outcome: o,
+                    record: None,
                 });
                 if let Err(e) = ractor::call!(self.supervisor, SupMsg::Publish, entry) {
                     tracing::error!(error = %e, "could not hand the release to the supervisor");

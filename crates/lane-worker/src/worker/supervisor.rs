@@ -6,6 +6,9 @@
 //!   loses its leases instead of holding them forever.
 //! - Every outcome goes to the outbox (fsynced) before it is sent, and leaves it only on
 //!   OutcomeAck. The outbox is replayed on every (re)connect.
+//! - Held leases are journaled beside the outbox. A restarted worker replays the outbox and
+//!   forfeits the journaled leases it cannot publish, so they are retried at once.
+//! - The worker tells the coordinator when its outbox breaks and mends (a `WorkerStatus`).
 //! - A lane that crashes is restarted; its in-flight tokens are left to expire, and the store
 //!   retries them.
 
@@ -24,6 +27,7 @@ use lanes_common::row::Phase;
 
 use super::WorkerConfig;
 use super::lane::{LaneActor, LaneMsg};
+use crate::lease_journal::LeaseJournal;
 use crate::outbox::{Entry, Outbox};
 
 /// How often in-flight tokens are renewed (the lease TTL is at least 3 s).
@@ -99,6 +103,13 @@ pub(crate) struct SupState {
     outbox_broken: bool,
     /// Per lane, when the coordinator's last NoWork said to ask again (its retry-after hint).
     ask_after: BTreeMap<String, tokio::time::Instant>,
+    /// The leases this worker holds, on disk for the next process.
+    journal: LeaseJournal,
+    /// Leases a previous process held whose outcome is not in the outbox: forfeited on
+    /// register until the coordinator acknowledges them.
+    orphans: BTreeMap<Token, CampaignId>,
+    /// The health last told to the coordinator: (outbox broken, outcomes held in memory).
+    told: Option<(bool, usize)>,
 }
 
 impl Supervisor {
@@ -106,6 +117,54 @@ impl Supervisor {
         match &state.tx {
             Some(tx) => tx.send(pb::WorkerMessage { msg: Some(m) }).await.is_ok(),
             None => false,
+        }
+    }
+
+    /// Starts tracking a held lease (renewed by heartbeats, journaled for a restart).
+    fn track(state: &mut SupState, token: Token, f: InFlight) {
+        if let Err(e) = state.journal.add(&f.campaign, &token) {
+            tracing::warn!(error = %e, trial = %token, "cannot journal a held lease");
+        }
+        state.in_flight.insert(token, f);
+    }
+
+    /// Stops tracking a lease that left this worker.
+    fn untrack(state: &mut SupState, token: &Token) {
+        if let Some(f) = state.in_flight.remove(token)
+            && let Err(e) = state.journal.remove(&f.campaign, token)
+        {
+            tracing::warn!(error = %e, trial = %token, "cannot remove a lease journal entry");
+        }
+    }
+
+    /// Tells the coordinator about the worker's health when it changed (or `force`).
+    async fn tell_status(state: &mut SupState, force: bool) {
+        let now = (state.outbox_broken, state.unpersisted.len());
+        if !force && state.told == Some(now) {
+            return;
+        }
+        if !state.registered && !force {
+            return;
+        }
+        let detail = if now.0 {
+            format!(
+                "outbox not writable; {} outcome(s) held in memory; taking no work",
+                now.1
+            )
+        } else {
+            String::new()
+        };
+        let sent = Self::send(
+            state,
+            In::Status(pb::WorkerStatus {
+                outbox_broken: now.0,
+                unpersisted: now.1 as u32,
+                detail,
+            }),
+        )
+        .await;
+        if sent {
+            state.told = Some(now);
         }
     }
 
@@ -177,14 +236,21 @@ impl Supervisor {
                 lanes_common::row::Status::Cancelled,
             );
             // Renewed, in phase publish, until the coordinator acknowledges the release.
-            state.in_flight.entry(token).or_insert(InFlight {
-                campaign: campaign.clone(),
-                lane: a.lane.clone(),
-                phase: Phase::Publish,
-            });
+            if !state.in_flight.contains_key(&token) {
+                Self::track(
+                    state,
+                    token,
+                    InFlight {
+                        campaign: campaign.clone(),
+                        lane: a.lane.clone(),
+                        phase: Phase::Publish,
+                    },
+                );
+            }
             let entry = Box::new(Entry {
                 campaign: campaign.clone(),
                 outcome: o,
+                record: None,
             });
             self.publish(state, entry, None).await;
         }
@@ -198,7 +264,7 @@ impl Supervisor {
         mut entry: Box<Entry>,
         reply: Option<RpcReplyPort<()>>,
     ) {
-        if let Err(e) = state.outbox.put(&entry) {
+        if let Err(e) = state.outbox.put(&entry).map(|_| entry.seal_record()) {
             tracing::error!(
                 error = %e,
                 trial = %entry.outcome.token,
@@ -234,7 +300,10 @@ impl Supervisor {
         let mut failed = None;
         for (t, e) in &state.unpersisted {
             match state.outbox.put(e) {
-                Ok(_) => written.push(t.clone()),
+                Ok(_) => {
+                    e.seal_record();
+                    written.push(t.clone());
+                }
                 Err(err) => {
                     failed = Some(err);
                     break;
@@ -350,7 +419,23 @@ impl Supervisor {
                     Self::send(state, In::Reconnect(pb::Reconnect { in_flight })).await;
                 }
                 self.replay(state).await;
+                if !state.orphans.is_empty() {
+                    tracing::info!(
+                        leases = state.orphans.len(),
+                        "forfeiting the leases a previous process of this worker held and cannot publish"
+                    );
+                    let tokens = state
+                        .orphans
+                        .iter()
+                        .map(|(t, c)| pb::CampaignToken {
+                            token: Some(pb::Token::from(t)),
+                            campaign: c.to_string(),
+                        })
+                        .collect();
+                    Self::send(state, In::Forfeit(pb::Forfeit { tokens })).await;
+                }
                 state.registered = true;
+                Self::tell_status(state, true).await;
                 // A new session answers afresh.
                 state.ask_after.clear();
                 for lane in state.idle.clone() {
@@ -369,7 +454,8 @@ impl Supervisor {
                 state.idle.remove(&a.lane);
                 for t in &a.trials {
                     if let Some(tok) = t.token.clone().and_then(|t| Token::try_from(t).ok()) {
-                        state.in_flight.insert(
+                        Self::track(
+                            state,
                             tok,
                             InFlight {
                                 campaign: campaign.clone(),
@@ -412,12 +498,17 @@ impl Supervisor {
                     CampaignId::new(a.campaign.clone()),
                     a.token.map(Token::try_from),
                 ) {
-                    state.unpersisted.remove(&t);
+                    // Acknowledged from memory: the store has it, so its record is final.
+                    if let Some(e) = state.unpersisted.remove(&t) {
+                        e.seal_record();
+                    }
                     if let Err(e) = state.outbox.remove(&c, &t) {
                         tracing::error!(error = %e, "cannot remove an acknowledged outcome");
                     }
                     // Published attempts stay in flight (renewed) until their ack.
-                    state.in_flight.remove(&t);
+                    Self::untrack(state, &t);
+                    // A replay of a previous process's outcome: its journal entry goes too.
+                    let _ = state.journal.remove(&c, &t);
                 }
             }
             Out::OutcomeError(e) => {
@@ -431,7 +522,8 @@ impl Supervisor {
                         if let Err(err) = state.outbox.set_aside(&c, &t, &e.reason) {
                             tracing::error!(error = %err, "cannot set a refused outcome aside");
                         }
-                        state.in_flight.remove(&t);
+                        Self::untrack(state, &t);
+                        let _ = state.journal.remove(&c, &t);
                     }
                     return;
                 }
@@ -439,6 +531,18 @@ impl Supervisor {
                 let at = tokio::time::Instant::now()
                     + Duration::from_millis(e.retry_after_ms.clamp(100, 30_000));
                 state.replay_at = Some(state.replay_at.map_or(at, |r| r.min(at)));
+            }
+            Out::ForfeitAck(a) => {
+                for ct in a.tokens {
+                    if let (Ok(c), Some(Ok(t))) =
+                        (CampaignId::new(ct.campaign), ct.token.map(Token::try_from))
+                    {
+                        state.orphans.remove(&t);
+                        if let Err(e) = state.journal.remove(&c, &t) {
+                            tracing::warn!(error = %e, "cannot remove a lease journal entry");
+                        }
+                    }
+                }
             }
             Out::GoAway(g) => {
                 tracing::info!(reason = %g.reason, "coordinator asked to reconnect");
@@ -474,6 +578,21 @@ impl Actor for Supervisor {
         _args: (),
     ) -> Result<SupState, ActorProcessingErr> {
         let outbox = Outbox::open(&self.config.outbox)?;
+        let journal = LeaseJournal::open(&self.config.outbox)?;
+        // What a previous process of this worker held: the leases whose outcome the outbox
+        // has are replayed; the others can never be published.
+        let pending = outbox.pending()?;
+        // A crash between an outbox write and its record's rename: finish the rename.
+        for e in &pending {
+            e.seal_record();
+        }
+        let replayable: BTreeSet<Token> = pending.into_iter().map(|e| e.outcome.token).collect();
+        let orphans: BTreeMap<Token, CampaignId> = journal
+            .held()?
+            .into_iter()
+            .filter(|h| !replayable.contains(&h.token))
+            .map(|h| (h.token, h.campaign))
+            .collect();
         let mut lanes = BTreeMap::new();
         let mut idle = BTreeSet::new();
         for i in 0..self.config.lanes {
@@ -515,6 +634,9 @@ impl Actor for Supervisor {
             unpersisted: BTreeMap::new(),
             outbox_broken: false,
             ask_after: BTreeMap::new(),
+            journal,
+            orphans,
+            told: None,
         })
     }
 
@@ -562,15 +684,19 @@ impl Actor for Supervisor {
                     f.campaign = campaign;
                 }
             }
-            SupMsg::Publish(entry, reply) => self.publish(state, entry, Some(reply)).await,
+            SupMsg::Publish(entry, reply) => {
+                self.publish(state, entry, Some(reply)).await;
+                Self::tell_status(state, false).await;
+            }
             SupMsg::GiveBack(a) => self.give_back(state, a).await,
             SupMsg::Finished { token, published } => {
                 if !published {
-                    state.in_flight.remove(&token);
+                    Self::untrack(state, &token);
                 }
             }
             SupMsg::Tick => {
                 Self::persist_again(state);
+                Self::tell_status(state, false).await;
                 self.heartbeat(state).await;
                 if state
                     .replay_at
@@ -626,7 +752,15 @@ impl Actor for Supervisor {
             };
             tracing::error!(lane = %name, error = %err, "lane crashed; restarting it");
             // Its attempts are abandoned: their leases expire and the store retries them.
-            state.in_flight.retain(|_, f| f.lane != name);
+            let abandoned: Vec<Token> = state
+                .in_flight
+                .iter()
+                .filter(|(_, f)| f.lane == name)
+                .map(|(t, _)| t.clone())
+                .collect();
+            for t in abandoned {
+                Self::untrack(state, &t);
+            }
             let (lane, _) = Actor::spawn_linked(
                 None,
                 LaneActor {

@@ -440,6 +440,19 @@ impl Store for RedisStore {
         .await)
     }
 
+    async fn forfeit(
+        &self,
+        campaign: &CampaignId,
+        worker: &str,
+        tokens: Vec<Token>,
+        now_ms: EpochMs,
+    ) -> Result<Vec<Token>, StoreError> {
+        op!(self, campaign.as_str(), |tx| engine::forfeit(
+            &mut tx, campaign, worker, &tokens, now_ms
+        )
+        .await)
+    }
+
     async fn complete(
         &self,
         campaign: &CampaignId,

@@ -1,0 +1,127 @@
+//! The worker's journal of the leases it holds: one small file per token, in `leases/` under
+//! the outbox directory, written when an assignment arrives and removed when the trial leaves
+//! the worker (acknowledged, given back or abandoned).
+//!
+//! A restarted worker (same outbox) reads it to learn which leases its previous process held.
+//! Those whose outcome is in the outbox are replayed; the rest can never be published, so the
+//! worker forfeits them and the coordinator takes them back at once instead of waiting out
+//! their deadline and publish grace.
+//!
+//! Entries are not fsynced: the journal only speeds recovery up. An entry lost with the page
+//! cache (a machine crash) means that lease waits out its deadline, as it would without one.
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use lanes_common::ids::{CampaignId, Token};
+
+/// One held lease.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Held {
+    pub campaign: CampaignId,
+    pub token: Token,
+}
+
+#[derive(Debug, Clone)]
+pub struct LeaseJournal {
+    dir: PathBuf,
+}
+
+impl LeaseJournal {
+    /// The journal that belongs to an outbox directory.
+    pub fn open(outbox: &Path) -> io::Result<Self> {
+        let dir = outbox.join("leases");
+        fs::create_dir_all(&dir)?;
+        Ok(Self { dir })
+    }
+
+    /// Ids are validated, so they are safe as file-name parts.
+    fn path(&self, campaign: &CampaignId, token: &Token) -> PathBuf {
+        self.dir.join(format!(
+            "{campaign}__{}__a{}.lease",
+            token.trial_id, token.attempt
+        ))
+    }
+
+    pub fn add(&self, campaign: &CampaignId, token: &Token) -> io::Result<()> {
+        let held = Held {
+            campaign: campaign.clone(),
+            token: token.clone(),
+        };
+        fs::write(
+            self.path(campaign, token),
+            serde_json::to_vec(&held).map_err(io::Error::other)?,
+        )
+    }
+
+    /// A missing entry is fine (removed twice).
+    pub fn remove(&self, campaign: &CampaignId, token: &Token) -> io::Result<()> {
+        match fs::remove_file(self.path(campaign, token)) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    /// Every entry, in file-name order. An unreadable one (a torn write) is removed: its
+    /// lease then simply waits out its deadline.
+    pub fn held(&self) -> io::Result<Vec<Held>> {
+        let mut paths: Vec<PathBuf> = fs::read_dir(&self.dir)?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "lease"))
+            .collect();
+        paths.sort();
+        let mut out = Vec::new();
+        for p in paths {
+            match fs::read(&p)
+                .ok()
+                .and_then(|b| serde_json::from_slice::<Held>(&b).ok())
+            {
+                Some(h) => out.push(h),
+                None => {
+                    tracing::warn!(path = %p.display(), "unreadable lease journal entry dropped");
+                    let _ = fs::remove_file(&p);
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lanes_common::ids::TrialId;
+
+    fn token(attempt: u32) -> Token {
+        Token {
+            trial_id: TrialId::new("T1.r0.a").unwrap(),
+            attempt,
+        }
+    }
+
+    #[test]
+    fn held_leases_survive_a_restart_until_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = CampaignId::new("c").unwrap();
+        {
+            let j = LeaseJournal::open(dir.path()).unwrap();
+            j.add(&c, &token(1)).unwrap();
+            j.add(&c, &token(2)).unwrap();
+            j.remove(&c, &token(1)).unwrap();
+            j.remove(&c, &token(1)).unwrap();
+        }
+        std::fs::write(dir.path().join("leases/torn.lease"), b"{\"camp").unwrap();
+        let j = LeaseJournal::open(dir.path()).unwrap();
+        assert_eq!(
+            j.held().unwrap(),
+            vec![Held {
+                campaign: c,
+                token: token(2)
+            }]
+        );
+        assert!(!dir.path().join("leases/torn.lease").exists());
+    }
+}
