@@ -54,6 +54,9 @@ impl Store for CountingStore {
     ) -> Result<Vec<(Token, RenewState)>, StoreError> {
         self.inner.renew(campaign, tokens, now_ms).await
     }
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.inner.ping().await
+    }
     async fn forfeit(
         &self,
         campaign: &CampaignId,

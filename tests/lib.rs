@@ -8,4 +8,5 @@ pub mod redis_server;
 
 pub mod coordinator;
 pub mod counting_store;
+pub mod history;
 pub mod lane_client;

@@ -41,6 +41,10 @@ pub(crate) struct Args {
     client_token_file: Option<PathBuf>,
     #[arg(long, env = "LANES_LANE_TOKEN_FILE")]
     lane_token_file: Option<PathBuf>,
+    /// Seconds the reaper waits after start and after a store outage before it takes leases
+    /// back, so lanes can renew first. Keep it at least the longest lease TTL in use.
+    #[arg(long, env = "LANES_REAPER_DELAY_S")]
+    reaper_delay_s: Option<u64>,
     /// A TOML file with any of these settings (flags and env win).
     #[arg(long, env = "LANES_CONFIG")]
     config: Option<PathBuf>,
@@ -58,7 +62,12 @@ struct FileConfig {
     redis_wait: Option<u32>,
     client_token_file: Option<PathBuf>,
     lane_token_file: Option<PathBuf>,
+    reaper_delay_s: Option<u64>,
 }
+
+/// Test-only: shifts this replica's clock by this many milliseconds, so the fault suite can
+/// run two replicas whose clocks disagree. Never set it in production.
+const CLOCK_OFFSET_ENV: &str = "LANES_TEST_CLOCK_OFFSET_MS";
 
 fn token(value: Option<String>, file: Option<&Path>, role: &str) -> anyhow::Result<Option<Secret>> {
     let text = match (value, file) {
@@ -109,7 +118,25 @@ pub(crate) fn run(args: Args) -> anyhow::Result<Code> {
                 .or(file.lane_token_file.as_deref()),
             "lane",
         )?,
+        reaper_start_delay: args
+            .reaper_delay_s
+            .or(file.reaper_delay_s)
+            .map(std::time::Duration::from_secs)
+            .unwrap_or(CoordinatorConfig::default().reaper_start_delay),
         ..CoordinatorConfig::default()
+    };
+    let clock: Arc<dyn lanes_coordinator::store::Clock> = match std::env::var(CLOCK_OFFSET_ENV) {
+        Ok(v) => {
+            let offset_ms: i64 = v
+                .parse()
+                .with_context(|| format!("{CLOCK_OFFSET_ENV} must be an integer"))?;
+            tracing::warn!(
+                offset_ms,
+                "test clock offset in use: this replica's clock is shifted"
+            );
+            Arc::new(lanes_coordinator::store::OffsetClock { offset_ms })
+        }
+        Err(_) => Arc::new(SystemClock),
     };
     let opts = RedisOptions {
         allow_lossy: args.allow_lossy_store || file.allow_lossy_store,
@@ -133,9 +160,21 @@ pub(crate) fn run(args: Args) -> anyhow::Result<Code> {
             .with_context(|| format!("cannot listen on {listen}"))?;
         tracing::info!(addr = %listener.local_addr()?, "coordinator listening");
         let shutdown = async {
-            let _ = tokio::signal::ctrl_c().await;
+            // SIGTERM (Kubernetes, systemd) and Ctrl-C both drain: GoAway, then stop.
+            use tokio::signal::unix::{SignalKind, signal};
+            match signal(SignalKind::terminate()) {
+                Ok(mut term) => {
+                    tokio::select! {
+                        _ = term.recv() => {}
+                        _ = tokio::signal::ctrl_c() => {}
+                    }
+                }
+                Err(_) => {
+                    let _ = tokio::signal::ctrl_c().await;
+                }
+            }
         };
-        lanes_coordinator::run(config, store, Arc::new(SystemClock), listener, shutdown).await?;
+        lanes_coordinator::run(config, store, clock, listener, shutdown).await?;
         Ok::<_, anyhow::Error>(Code::Ok)
     })
 }

@@ -128,7 +128,7 @@ async fn run_async(args: Args, campaign: spec::Campaign) -> anyhow::Result<Code>
         .map(|s| s.trim().to_owned())
         .unwrap_or_else(|_| "localhost".into());
     let worker = WorkerConfig {
-        coordinator: format!("http://{addr}"),
+        coordinators: vec![format!("http://{addr}")],
         token: None,
         worker_id: "local".into(),
         host,

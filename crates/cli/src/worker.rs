@@ -11,13 +11,15 @@ use crate::exit::Code;
 
 #[derive(clap::Args, Debug)]
 pub(crate) struct Args {
-    /// The coordinator's address.
+    /// The coordinator's address. Repeat it, or give a comma list, for several replicas: the
+    /// worker uses one at a time and moves to the next when its session fails or stalls.
     #[arg(
         long,
         env = "LANES_COORDINATOR",
-        default_value = "http://127.0.0.1:7700"
+        default_value = "http://127.0.0.1:7700",
+        value_delimiter = ','
     )]
-    coordinator: String,
+    coordinator: Vec<String>,
     /// Lanes (VM slots) on this host.
     #[arg(long, default_value_t = 1)]
     lanes: u32,
@@ -72,9 +74,18 @@ pub(crate) fn run(args: Args) -> anyhow::Result<Code> {
     crate::logging::init();
     let host = args.host.unwrap_or_else(hostname);
     let worker_id = args.worker_id.unwrap_or_else(|| host.clone());
+    anyhow::ensure!(
+        args.coordinator.iter().any(|a| !a.trim().is_empty()),
+        "--coordinator: give at least one coordinator address"
+    );
     let exe = std::env::current_exe().context("cannot find the lanes binary for the sim driver")?;
     let config = WorkerConfig {
-        coordinator: args.coordinator,
+        coordinators: args
+            .coordinator
+            .into_iter()
+            .map(|a| a.trim().to_owned())
+            .filter(|a| !a.is_empty())
+            .collect(),
         token: args.token,
         worker_id,
         host,

@@ -37,6 +37,8 @@ pub struct CoordinatorConfig {
     pub reap_every: Duration,
     /// The reaper waits this long after start and after a store outage (one lease TTL).
     pub reaper_start_delay: Duration,
+    /// How the replica watches its store (lane sessions get GoAway while it is down).
+    pub store_watch: crate::store_health::StoreWatch,
 }
 
 impl Default for CoordinatorConfig {
@@ -52,6 +54,7 @@ impl Default for CoordinatorConfig {
             poll: Duration::from_millis(200),
             reap_every: Duration::from_secs(1),
             reaper_start_delay: Duration::from_secs(30),
+            store_watch: Default::default(),
         }
     }
 }
@@ -81,12 +84,20 @@ pub async fn run(
         tracing::warn!("no lane token configured: LaneService is open to anyone who can reach it");
     }
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let (up_tx, up_rx) = tokio::sync::watch::channel(true);
+    let watcher = tokio::spawn(crate::store_health::run(
+        store.clone(),
+        config.store_watch,
+        up_tx,
+        stop_rx.clone(),
+    ));
     let shared = Shared {
         store: store.clone(),
         clock: clock.clone(),
         poll: config.poll,
         shutdown: stop_rx.clone(),
         workers: Default::default(),
+        store_up: up_rx,
     };
     let reaper = tokio::spawn(crate::reaper::run(
         store,
@@ -132,5 +143,6 @@ pub async fn run(
         .serve_with_incoming_shutdown(TcpListenerStream::new(listener), signal)
         .await;
     reaper.abort();
+    watcher.abort();
     served.map_err(Into::into)
 }

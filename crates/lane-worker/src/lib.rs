@@ -12,6 +12,7 @@ pub mod driver {
     pub mod process;
     pub mod protocol;
 }
+pub mod ack_log;
 pub mod artifacts;
 pub mod http_agent;
 pub mod lease_journal;

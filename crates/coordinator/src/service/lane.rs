@@ -375,6 +375,11 @@ impl LaneSvc {
                 };
                 let out = out.clone();
                 tokio::spawn(async move {
+                    // A session that has already gone (its worker left a paused replica, which
+                    // is only now reading what was sent) gets no lease it could never run.
+                    if out.is_closed() {
+                        return;
+                    }
                     let reply = svc
                         .work(&w, r.lane, r.exclude_campaigns.into_iter().collect())
                         .await;
@@ -436,12 +441,33 @@ impl LaneService for LaneSvc {
         tokio::spawn(async move {
             let mut worker = None;
             let mut shutdown = svc.shared.shutdown.clone();
+            let mut store_up = svc.shared.store_up.clone();
+            let go_away = |reason: &str| {
+                msg(Out::GoAway(pb::GoAway {
+                    reason: reason.to_owned(),
+                }))
+            };
             loop {
+                // A replica that cannot reach its store could renew nothing: send the worker
+                // to one that can (also at the start of a session).
+                if !*store_up.borrow_and_update() {
+                    let _ = tx
+                        .send(go_away("this replica cannot reach its store"))
+                        .await;
+                    return;
+                }
                 let next = tokio::select! {
                     m = inbound.next() => m,
                     _ = shutdown.changed() => {
-                        let _ = tx.send(msg(Out::GoAway(pb::GoAway { reason: "coordinator shutting down".into() }))).await;
+                        let _ = tx.send(go_away("coordinator shutting down")).await;
                         return;
+                    }
+                    changed = store_up.changed() => {
+                        if changed.is_err() {
+                            // The watch is gone: the server is stopping.
+                            return;
+                        }
+                        continue;
                     }
                 };
                 match next {

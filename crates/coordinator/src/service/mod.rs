@@ -22,6 +22,8 @@ pub(crate) struct Shared {
     pub(crate) shutdown: tokio::sync::watch::Receiver<bool>,
     /// The workers with a session on this replica.
     pub(crate) workers: Arc<workers::Registry>,
+    /// `true` while this replica reaches its store; lane sessions leave when it turns false.
+    pub(crate) store_up: tokio::sync::watch::Receiver<bool>,
 }
 
 impl Shared {

@@ -47,3 +47,16 @@ impl Clock for ManualClock {
         self.0.load(Ordering::SeqCst)
     }
 }
+
+/// The system clock shifted by a fixed offset: a replica whose clock is wrong by that much.
+/// Test-only (the fault suite runs two replicas whose clocks differ by seconds).
+#[derive(Debug, Clone, Copy)]
+pub struct OffsetClock {
+    pub offset_ms: i64,
+}
+
+impl Clock for OffsetClock {
+    fn now_ms(&self) -> EpochMs {
+        SystemClock.now_ms() + self.offset_ms
+    }
+}

@@ -22,7 +22,7 @@ use lanes_common::utc::EpochMs;
 
 pub use self::redis::{Durability, RedisOptions, RedisStore};
 pub use api::*;
-pub use clock::{Clock, ManualClock, SystemClock};
+pub use clock::{Clock, ManualClock, OffsetClock, SystemClock};
 pub use embedded::EmbeddedStore;
 
 /// The store every coordinator replica shares. `now_ms` always comes from the caller's clock.
@@ -113,6 +113,11 @@ pub trait Store: Send + Sync + 'static {
 
     /// The campaign as recorded, with its tasks (for reports).
     async fn campaign(&self, campaign: &CampaignId) -> Result<Campaign, StoreError>;
+
+    /// Whether the store answers at all (the replica's health watch).
+    async fn ping(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
 }
 
 /// A lease is reaped only once its deadline has passed by more than this.

@@ -63,6 +63,8 @@ impl RedisServer {
                 self.fsync,
             ])
             .args(["--protected-mode", "no", "--daemonize", "no"])
+            // DEBUG (for POPULATE in the fault suite), from loopback only.
+            .args(["--enable-debug-command", "local"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -75,6 +77,27 @@ impl RedisServer {
             });
         self.child = Some(child);
         wait_until_ready(self.port, &self.dir);
+    }
+
+    /// Sends several commands on one connection (so `SELECT` applies to the next ones) and
+    /// answers each reply's first line.
+    pub fn commands(&self, cmds: &[&[&str]]) -> Vec<String> {
+        use std::io::{BufRead, BufReader, Write};
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", self.port))
+            .unwrap_or_else(|e| panic!("connect to redis-server on {}: {e}", self.port));
+        let mut reader = BufReader::new(s.try_clone().expect("clone"));
+        let mut out = Vec::new();
+        for args in cmds {
+            let mut req = format!("*{}\r\n", args.len());
+            for a in *args {
+                req.push_str(&format!("${}\r\n{a}\r\n", a.len()));
+            }
+            s.write_all(req.as_bytes()).expect("send");
+            let mut line = String::new();
+            reader.read_line(&mut line).expect("reply");
+            out.push(line.trim_end().to_owned());
+        }
+        out
     }
 
     /// SIGTERM, then wait for a clean exit (AOF flushed).
@@ -110,8 +133,8 @@ impl RedisServer {
         &self.dir
     }
 
-    /// Sends one command on a fresh connection and returns the first line of the reply
-    /// (`+OK`, `-ERR ...`, `:1`, ...): enough to reconfigure the server from a test.
+    /// Sends one command on a fresh connection and returns the reply: the first line of a
+    /// simple reply (`+OK`, `-ERR ...`, `:1`, ...) or the whole value of a bulk one.
     pub fn command(&self, args: &[&str]) -> String {
         use std::io::{BufRead, BufReader, Write};
         let mut s = std::net::TcpStream::connect(("127.0.0.1", self.port))
@@ -126,10 +149,12 @@ impl RedisServer {
         let mut line = String::new();
         reader.read_line(&mut line).expect("read a reply");
         let line = line.trim_end().to_owned();
-        if line.starts_with('$') && line != "$-1" {
-            let mut value = String::new();
-            reader.read_line(&mut value).expect("read a bulk reply");
-            return value.trim_end().to_owned();
+        if let Some(len) = line.strip_prefix('$').and_then(|n| n.parse::<usize>().ok()) {
+            // The whole bulk value (INFO replies span many lines), then its CRLF.
+            let mut value = vec![0u8; len + 2];
+            std::io::Read::read_exact(&mut reader, &mut value).expect("read a bulk reply");
+            value.truncate(len);
+            return String::from_utf8_lossy(&value).trim_end().to_owned();
         }
         line
     }

@@ -11,8 +11,9 @@ use std::time::Duration;
 /// How a worker runs.
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
-    /// The coordinator, e.g. `http://127.0.0.1:7700`.
-    pub coordinator: String,
+    /// The coordinator replicas, e.g. `http://127.0.0.1:7700`. The worker uses one at a time
+    /// and moves to the next when its session fails, stops answering or says GoAway.
+    pub coordinators: Vec<String>,
     /// The lane role's bearer token. Never logged.
     pub token: Option<String>,
     pub worker_id: String,

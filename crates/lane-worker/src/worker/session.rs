@@ -1,5 +1,12 @@
 //! The coordinator session: connects, registers, forwards every message to the supervisor, and
 //! reconnects with jittered backoff when the stream ends (coordinator restart, GoAway, network).
+//!
+//! A paused or partitioned replica keeps its TCP connection open, so an ended stream is not
+//! enough to notice it: HTTP/2 keepalive pings with a timeout end the connection when the
+//! replica stops answering them, and the supervisor ends the session when heartbeat
+//! acknowledgements stop coming. With several replicas configured, each new session goes to
+//! the next one in turn; the supervisor then re-announces what is in flight and replays the
+//! outbox there.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,7 +27,13 @@ use super::supervisor::SupMsg;
 
 /// Bounds of the reconnect backoff.
 const BACKOFF_MIN: Duration = Duration::from_millis(200);
-const BACKOFF_MAX: Duration = Duration::from_secs(10);
+const BACKOFF_MAX: Duration = Duration::from_secs(5);
+/// A session that lasted this long resets the backoff.
+const STABLE_SESSION: Duration = Duration::from_secs(10);
+/// HTTP/2 keepalive: a ping this often, and the connection is dead when one goes unanswered
+/// this long. Together well under the shortest lease TTL (3 s × the renewals in it).
+const KEEPALIVE_EVERY: Duration = Duration::from_secs(2);
+const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(3);
 
 fn jitter(d: Duration) -> Duration {
     let nanos = std::time::SystemTime::now()
@@ -31,41 +44,67 @@ fn jitter(d: Duration) -> Duration {
     d + d.mul_f64(f64::from(nanos % 1000) / 2000.0)
 }
 
-/// Runs sessions until `stop` fires.
+/// Runs sessions until `stop` fires, moving to the next coordinator after each one ends.
 pub(crate) async fn run(
     config: Arc<WorkerConfig>,
     supervisor: ActorRef<SupMsg>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let mut backoff = BACKOFF_MIN;
+    let mut next = 0usize;
     loop {
         if *stop.borrow() {
             return;
         }
-        match session(&config, &supervisor, &mut stop).await {
-            Ok(()) => backoff = BACKOFF_MIN,
-            Err(e) => tracing::warn!(error = %e, "coordinator session failed"),
+        let Some(addr) = config
+            .coordinators
+            .get(next % config.coordinators.len().max(1))
+        else {
+            tracing::error!("no coordinator address configured");
+            return;
+        };
+        next = next.wrapping_add(1);
+        let started = tokio::time::Instant::now();
+        if let Err(e) = session(&config, addr, &supervisor, &mut stop).await {
+            tracing::warn!(coordinator = %addr, error = %e, "coordinator session failed");
         }
         let _ = supervisor.cast(SupMsg::Disconnected);
+        // Only a session that lasted resets the backoff: replicas that answer GoAway at once
+        // (their store is down) must not be hammered.
+        if started.elapsed() >= STABLE_SESSION {
+            backoff = BACKOFF_MIN;
+        }
+        let wait =
+            if config.coordinators.len() > 1 && !next.is_multiple_of(config.coordinators.len()) {
+                // Another replica is there to try in this round: go straight to it.
+                BACKOFF_MIN
+            } else {
+                let w = backoff;
+                backoff = (backoff * 2).min(BACKOFF_MAX);
+                w
+            };
         tokio::select! {
-            _ = tokio::time::sleep(jitter(backoff)) => {}
+            _ = tokio::time::sleep(jitter(wait)) => {}
             _ = stop.changed() => return,
         }
-        backoff = (backoff * 2).min(BACKOFF_MAX);
     }
 }
 
 async fn session(
     config: &WorkerConfig,
+    addr: &str,
     supervisor: &ActorRef<SupMsg>,
     stop: &mut tokio::sync::watch::Receiver<bool>,
 ) -> Result<(), String> {
-    let channel = Channel::from_shared(config.coordinator.clone())
+    let channel = Channel::from_shared(addr.to_owned())
         .map_err(|e| format!("bad coordinator url: {e}"))?
         .connect_timeout(Duration::from_secs(5))
+        .http2_keep_alive_interval(KEEPALIVE_EVERY)
+        .keep_alive_timeout(KEEPALIVE_TIMEOUT)
+        .keep_alive_while_idle(true)
         .connect()
         .await
-        .map_err(|e| format!("cannot connect to {}: {e}", config.coordinator))?;
+        .map_err(|e| format!("cannot connect to {addr}: {e}"))?;
     let token: Option<MetadataValue<_>> = match &config.token {
         Some(t) => Some(
             format!("Bearer {t}")
@@ -99,12 +138,15 @@ async fn session(
         .await
         .map_err(|s| format!("session refused: {} ({:?})", s.message(), s.code()))?
         .into_inner();
+    // The supervisor ends the session through this when acknowledgements stop coming.
+    let (end_tx, mut end_rx) = mpsc::channel::<String>(1);
     supervisor
-        .cast(SupMsg::Connected(tx))
+        .cast(SupMsg::Connected(tx, end_tx))
         .map_err(|_| "supervisor gone")?;
-    tracing::info!(coordinator = %config.coordinator, "connected");
+    tracing::info!(coordinator = %addr, "connected");
     loop {
         tokio::select! {
+            Some(why) = end_rx.recv() => return Err(why),
             m = inbound.next() => match m {
                 Some(Ok(m)) => {
                     let go_away = matches!(m.msg, Some(pb::coordinator_message::Msg::GoAway(_)));

@@ -27,6 +27,7 @@ use lanes_common::row::Phase;
 
 use super::WorkerConfig;
 use super::lane::{LaneActor, LaneMsg};
+use crate::ack_log::{AckLine, AckLog};
 use crate::lease_journal::LeaseJournal;
 use crate::outbox::{Entry, Outbox};
 
@@ -36,7 +37,8 @@ const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
 const PING_TIMEOUT: Duration = Duration::from_millis(500);
 
 pub(crate) enum SupMsg {
-    Connected(mpsc::Sender<pb::WorkerMessage>),
+    /// A session is up: where to send, and how to end it.
+    Connected(mpsc::Sender<pb::WorkerMessage>, mpsc::Sender<String>),
     Disconnected,
     Inbound(pb::CoordinatorMessage),
     WantWork(String),
@@ -76,7 +78,13 @@ struct InFlight {
     campaign: CampaignId,
     lane: String,
     phase: Phase,
+    /// The lease's TTL: heartbeat acknowledgements must come well within it.
+    ttl: Duration,
 }
+
+/// Bounds of how long a heartbeat may go unacknowledged before the session is given up.
+const ACK_DEADLINE_MIN: Duration = Duration::from_secs(1);
+const ACK_DEADLINE_MAX: Duration = Duration::from_secs(10);
 
 pub(crate) struct SupState {
     tx: Option<mpsc::Sender<pb::WorkerMessage>>,
@@ -110,6 +118,12 @@ pub(crate) struct SupState {
     orphans: BTreeMap<Token, CampaignId>,
     /// The health last told to the coordinator: (outbox broken, outcomes held in memory).
     told: Option<(bool, usize)>,
+    /// The optional audit trail of acknowledged outcomes.
+    acks: AckLog,
+    /// Ends the current session (the session task reconnects, to the next replica).
+    end_session: Option<mpsc::Sender<String>>,
+    /// When the oldest unacknowledged heartbeat (or reconnect) of this session was sent.
+    unacked_since: Option<tokio::time::Instant>,
 }
 
 impl Supervisor {
@@ -244,6 +258,7 @@ impl Supervisor {
                         campaign: campaign.clone(),
                         lane: a.lane.clone(),
                         phase: Phase::Publish,
+                        ttl: Duration::from_millis(a.lease_ttl_ms),
                     },
                 );
             }
@@ -378,9 +393,48 @@ impl Supervisor {
                 campaign: f.campaign.to_string(),
             })
             .collect();
-        if !tokens.is_empty() {
-            Self::send(state, In::Heartbeat(pb::Heartbeat { tokens })).await;
+        if !tokens.is_empty() && Self::send(state, In::Heartbeat(pb::Heartbeat { tokens })).await {
+            state
+                .unacked_since
+                .get_or_insert_with(tokio::time::Instant::now);
         }
+    }
+
+    /// A third of the shortest lease TTL in flight (within bounds): acknowledgements slower
+    /// than that mean a paused, partitioned or sick replica, and the leases would expire
+    /// before it recovers.
+    fn ack_deadline(state: &SupState) -> Duration {
+        state
+            .in_flight
+            .values()
+            .map(|f| f.ttl / 3)
+            .min()
+            .unwrap_or(ACK_DEADLINE_MAX)
+            .clamp(ACK_DEADLINE_MIN, ACK_DEADLINE_MAX)
+    }
+
+    /// Gives up a session whose coordinator stopped acknowledging heartbeats.
+    fn check_acks(state: &mut SupState) {
+        let Some(since) = state.unacked_since else {
+            return;
+        };
+        let deadline = Self::ack_deadline(state);
+        if since.elapsed() <= deadline {
+            return;
+        }
+        let why = format!(
+            "no heartbeat acknowledgement for {:.1} s (deadline {:.1} s): leaving this coordinator",
+            since.elapsed().as_secs_f64(),
+            deadline.as_secs_f64()
+        );
+        tracing::warn!("{why}");
+        if let Some(end) = state.end_session.take() {
+            let _ = end.try_send(why);
+        }
+        state.tx = None;
+        state.outstanding.clear();
+        state.registered = false;
+        state.unacked_since = None;
     }
 
     fn route_renewals(state: &SupState, renewals: Vec<pb::TokenRenewal>) {
@@ -415,8 +469,12 @@ impl Supervisor {
                         campaign: f.campaign.to_string(),
                     })
                     .collect();
-                if !in_flight.is_empty() {
-                    Self::send(state, In::Reconnect(pb::Reconnect { in_flight })).await;
+                if !in_flight.is_empty()
+                    && Self::send(state, In::Reconnect(pb::Reconnect { in_flight })).await
+                {
+                    state
+                        .unacked_since
+                        .get_or_insert_with(tokio::time::Instant::now);
                 }
                 self.replay(state).await;
                 if !state.orphans.is_empty() {
@@ -461,6 +519,7 @@ impl Supervisor {
                                 campaign: campaign.clone(),
                                 lane: a.lane.clone(),
                                 phase: Phase::Assigned,
+                                ttl: Duration::from_millis(a.lease_ttl_ms),
                             },
                         );
                     }
@@ -483,8 +542,14 @@ impl Supervisor {
                     let _ = me.cast(SupMsg::Retry(w.lane));
                 });
             }
-            Out::HeartbeatAck(a) => Self::route_renewals(state, a.tokens),
-            Out::ReconnectAck(a) => Self::route_renewals(state, a.tokens),
+            Out::HeartbeatAck(a) => {
+                state.unacked_since = None;
+                Self::route_renewals(state, a.tokens)
+            }
+            Out::ReconnectAck(a) => {
+                state.unacked_since = None;
+                Self::route_renewals(state, a.tokens)
+            }
             Out::Cancel(c) => Self::route_renewals(
                 state,
                 vec![pb::TokenRenewal {
@@ -498,6 +563,13 @@ impl Supervisor {
                     CampaignId::new(a.campaign.clone()),
                     a.token.map(Token::try_from),
                 ) {
+                    state.acks.record(&AckLine {
+                        campaign: c.to_string(),
+                        trial_id: t.trial_id.to_string(),
+                        attempt: t.attempt,
+                        seq: a.seq,
+                        counted: a.counted,
+                    });
                     // Acknowledged from memory: the store has it, so its record is final.
                     if let Some(e) = state.unpersisted.remove(&t) {
                         e.seal_record();
@@ -547,6 +619,8 @@ impl Supervisor {
             Out::GoAway(g) => {
                 tracing::info!(reason = %g.reason, "coordinator asked to reconnect");
                 state.tx = None;
+                state.end_session = None;
+                state.unacked_since = None;
                 state.outstanding.clear();
                 state.registered = false;
             }
@@ -637,6 +711,9 @@ impl Actor for Supervisor {
             journal,
             orphans,
             told: None,
+            end_session: None,
+            unacked_since: None,
+            acks: AckLog::from_env(),
         })
     }
 
@@ -647,15 +724,19 @@ impl Actor for Supervisor {
         state: &mut SupState,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            SupMsg::Connected(tx) => {
+            SupMsg::Connected(tx, end) => {
                 state.tx = Some(tx);
+                state.end_session = Some(end);
                 state.outstanding.clear();
                 state.registered = false;
+                state.unacked_since = None;
             }
             SupMsg::Disconnected => {
                 state.tx = None;
+                state.end_session = None;
                 state.outstanding.clear();
                 state.registered = false;
+                state.unacked_since = None;
             }
             SupMsg::Inbound(m) => {
                 if let Some(m) = m.msg {
@@ -695,6 +776,7 @@ impl Actor for Supervisor {
                 }
             }
             SupMsg::Tick => {
+                Self::check_acks(state);
                 Self::persist_again(state);
                 Self::tell_status(state, false).await;
                 self.heartbeat(state).await;

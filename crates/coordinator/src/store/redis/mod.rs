@@ -544,6 +544,15 @@ impl Store for RedisStore {
         .await)
     }
 
+    async fn ping(&self) -> Result<(), StoreError> {
+        let mut conn = self.conn.clone();
+        redis::cmd("PING")
+            .query_async::<String>(&mut conn)
+            .await
+            .map(|_| ())
+            .map_err(redis_err)
+    }
+
     async fn list(&self) -> Result<Vec<CampaignId>, StoreError> {
         let mut conn = self.conn.clone();
         let mut ids: Vec<String> = redis::cmd("SMEMBERS")
