@@ -10,3 +10,4 @@ pub mod coordinator;
 pub mod counting_store;
 pub mod history;
 pub mod lane_client;
+pub mod synthetic_ledger;

@@ -417,7 +417,6 @@ async fn redis_outcome_refused_by_store_health_is_retryable() {
 /// the hot path's business, not this test's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn redis_report_folds_a_ledger_past_100k_rows() {
-    use lanes_common::row::{Row, Status, StoreFields};
     let e = env("redis").await;
     let mut c = client(&e.coord.url(), Some(CLIENT_TOKEN)).await;
     let text = small_campaign("big", 500, "pairing = \"none\"");
@@ -431,34 +430,10 @@ async fn redis_report_folds_a_ledger_past_100k_rows() {
     let trials: Vec<_> = lanes_common::schedule::trials(&campaign).collect();
     assert_eq!(trials.len(), 1000);
 
-    let redis = ::redis::Client::open(e.redis.as_ref().unwrap().url()).unwrap();
-    let mut conn = redis.get_multiplexed_async_connection().await.unwrap();
-    let mut seq = 0u64;
-    for attempt in 1..=101u32 {
-        let mut pipe = ::redis::pipe();
-        for t in &trials {
-            let row = Row::bare(
-                &campaign.spec.id,
-                t,
-                attempt,
-                Status::Cancelled,
-                None,
-                StoreFields {
-                    seq,
-                    spec_hash: sub.spec_hash.clone(),
-                    ..StoreFields::default()
-                },
-            );
-            pipe.cmd("XADD")
-                .arg("lanes:{c:big}:results")
-                .arg(format!("0-{}", seq + 1))
-                .arg("j")
-                .arg(serde_json::to_vec(&row).unwrap())
-                .ignore();
-            seq += 1;
-        }
-        pipe.query_async::<()>(&mut conn).await.unwrap();
-    }
+    let url = e.redis.as_ref().unwrap().url();
+    let written =
+        lanes_tests::synthetic_ledger::append(&url, &campaign, &sub.spec_hash, 101, false).await;
+    assert_eq!(written, 101_000);
 
     let id = lanes_common::ids::CampaignId::new("big").unwrap();
     let rows = e.store.rows(&id, 0, usize::MAX).await.unwrap();

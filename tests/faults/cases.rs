@@ -364,7 +364,6 @@ async fn an_amendment_after_a_phase2_refusal() {
 /// checker reads it all, and the report folds every row instead of stopping at a page.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_report_over_100k_rows() {
-    use lanes_common::row::{Row, Status, StoreFields};
     let cl = Cluster::start(Layout {
         coordinators: 1,
         ..Layout::default()
@@ -375,45 +374,10 @@ async fn a_report_over_100k_rows() {
     let parsed = crate::harness::parse(&text);
     let trials: Vec<_> = lanes_common::schedule::trials(&parsed).collect();
     assert_eq!(trials.len(), 1000);
-    let redis = ::redis::Client::open(cl.redis.url()).unwrap();
-    let mut conn = redis.get_multiplexed_async_connection().await.unwrap();
-    let mut seq = 0u64;
-    for attempt in 1..=101u32 {
-        let mut pipe = ::redis::pipe();
-        for t in &trials {
-            let last = attempt == 101;
-            let mut row = Row::bare(
-                &parsed.spec.id,
-                t,
-                attempt,
-                if last {
-                    Status::Completed
-                } else {
-                    Status::Cancelled
-                },
-                None,
-                StoreFields {
-                    seq,
-                    spec_hash: sub.spec_hash.clone(),
-                    is_final: last,
-                    counted: last,
-                    ..StoreFields::default()
-                },
-            );
-            if last {
-                row.score = Some(1.0);
-                row.passed = Some(true);
-            }
-            pipe.cmd("XADD")
-                .arg("lanes:{c:big}:results")
-                .arg(format!("0-{}", seq + 1))
-                .arg("j")
-                .arg(serde_json::to_vec(&row).unwrap())
-                .ignore();
-            seq += 1;
-        }
-        pipe.query_async::<()>(&mut conn).await.unwrap();
-    }
+    let written =
+        lanes_tests::synthetic_ledger::append(&cl.redis.url(), &parsed, &sub.spec_hash, 101, true)
+            .await;
+    assert_eq!(written, 101_000);
     let rows = cl.check("big", &[&text]).await;
     assert_eq!(rows.len(), 101_000);
     let id = lanes_common::ids::CampaignId::new("big").unwrap();

@@ -1064,55 +1064,56 @@ async fn the_http_agent_adapter_maps_task_api_outcomes() {
 /// A test driver on the Python helper: boot may hand out a guest health URL, the gate answers
 /// as the payload says, the agent runs `agent_s` seconds (stopping on cancel), evaluate passes.
 fn python_driver(dir: &std::path::Path) -> std::path::PathBuf {
-    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/drivers");
-    let path = dir.join("test_driver.py");
-    std::fs::write(
-        &path,
-        format!(
-            r#"import sys, time
-sys.path.insert(0, {repo:?})
-from lanes_driver import Driver, DriverError
-
-class TestDriver(Driver):
-    name, version = "test-driver", "1.0"
+    driver_file(
+        dir,
+        "test_driver.py",
+        r#"    name, version = "test-driver", "1.0"
 
     def boot(self, p):
         url = p["payload"].get("health_url")
-        return {{"health_url": url}} if url else {{}}
+        return {"health_url": url} if url else {}
 
     declared = set()
 
     def gate(self, p):
         g = p["payload"].get("gate", "proceed")
         if g == "infeasible":
-            return {{"infeasible": True, "turns": 2, "reason": "premise false", "cost_usd": 0.02}}
+            return {"infeasible": True, "turns": 2, "reason": "premise false", "cost_usd": 0.02}
         if g == "error":
             raise DriverError("the gate broke")
-        return {{"infeasible": False, "turns": 1, "cost_usd": 0.01}}
+        return {"infeasible": False, "turns": 1, "cost_usd": 0.01}
 
     def declare_infeasible(self, p):
         # The official infeasible action; only the INF task is really infeasible.
         self.declared.add(p["attempt"]["tag"])
-        return {{}}
+        return {}
 
     def run_agent(self, p):
         tag = p["attempt"]["tag"]
         end = time.time() + float(p["payload"].get("agent_s", 0.05))
         while time.time() < end:
             if self.cancelled(tag):
-                return {{"status": "cancelled", "turns": 1}}
+                return {"status": "cancelled", "turns": 1}
             time.sleep(0.02)
-        return {{"status": "completed", "turns": 3, "cost_usd": 0.1}}
+        return {"status": "completed", "turns": 3, "cost_usd": 0.1}
 
     def evaluate(self, p):
         if p["attempt"]["tag"] in self.declared:
             ok = p["payload"].get("gate") == "infeasible"
-            return {{"score": float(ok), "passed": ok, "checks": [{{"name": "fail_action", "passed": ok}}]}}
-        return {{"score": 1.0, "passed": True, "checks": []}}
-
-if __name__ == "__main__":
-    TestDriver.main()
+            return {"score": float(ok), "passed": ok, "checks": [{"name": "fail_action", "passed": ok}]}
+        return {"score": 1.0, "passed": True, "checks": []}
 "#,
+    )
+}
+
+/// Writes a driver on the Python helper: `class_body` is the body of a `Driver` subclass.
+fn driver_file(dir: &std::path::Path, name: &str, class_body: &str) -> std::path::PathBuf {
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/drivers");
+    let path = dir.join(name);
+    std::fs::write(
+        &path,
+        format!(
+            "import sys, time\nsys.path.insert(0, {repo:?})\nfrom lanes_driver import Driver, DriverError\n\nclass TestDriver(Driver):\n{class_body}\nif __name__ == \"__main__\":\n    TestDriver.main()\n",
             repo = repo.display().to_string()
         ),
     )
@@ -1156,35 +1157,22 @@ fn driver_campaign(id: &str, driver: &std::path::Path, head: &str, items: &str) 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_restarted_worker_forfeits_the_leases_it_cannot_publish() {
     let f = fleet().await;
-    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/drivers");
-    let driver = f.dir.path().join("slow_first.py");
-    std::fs::write(
-        &driver,
-        format!(
-            r#"import sys, time
-sys.path.insert(0, {repo:?})
-from lanes_driver import Driver
-
-class SlowFirst(Driver):
-    def run_agent(self, p):
+    let driver = driver_file(
+        f.dir.path(),
+        "slow_first.py",
+        r#"    def run_agent(self, p):
         tag = p["attempt"]["tag"]
         end = time.time() + (300 if p["attempt"]["attempt"] == 1 else 0.05)
         while time.time() < end:
             if self.cancelled(tag):
-                return {{"status": "cancelled"}}
+                return {"status": "cancelled"}
             time.sleep(0.02)
-        return {{"status": "completed", "turns": 1}}
+        return {"status": "completed", "turns": 1}
 
     def evaluate(self, p):
-        return {{"score": 1.0, "passed": True, "checks": []}}
-
-if __name__ == "__main__":
-    SlowFirst.main()
+        return {"score": 1.0, "passed": True, "checks": []}
 "#,
-            repo = repo.display().to_string()
-        ),
-    )
-    .unwrap();
+    );
     let mut c = client(&f.coord.url(), Some(CLIENT_TOKEN)).await;
     let text = driver_campaign(
         "restart",
