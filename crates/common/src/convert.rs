@@ -9,7 +9,7 @@ use crate::row::{
     OutcomeError, Phase, PhaseWalls, QuotaReading, Row, Status, TokenUsage,
 };
 use crate::spec::{Campaign, CampaignSpec, MAX_TASKS, Payload, Task};
-use crate::state::{CampaignState, StopMode, StopReason};
+use crate::state::{CampaignState, RenewState, StopMode, StopReason};
 
 /// A wire message that does not convert to the domain.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -74,6 +74,9 @@ enum_map!(Phase, pb::Phase, "phase",
     Agent <=> Agent, Evaluate <=> Evaluate, Publish <=> Publish);
 
 enum_map!(StopMode, pb::StopMode, "mode", Drain <=> Drain, Cancel <=> Cancel);
+
+enum_map!(RenewState, pb::RenewState, "renewal.state",
+    Renewed <=> Renewed, Lost <=> Lost, Cancel <=> Cancel);
 
 enum_map!(StopReason, pb::StopReason, "stop_reason",
     User <=> User, Time <=> Time, Budget <=> Budget, Auth <=> Auth, Quota <=> Quota);

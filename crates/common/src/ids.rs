@@ -181,9 +181,42 @@ impl fmt::Display for Token {
     }
 }
 
+/// Names one attempt of one campaign, shown as `campaign/trial#aN`. The lane stamps it on every
+/// driver call and every message about the attempt, so news about an attempt that already
+/// ended is recognised and dropped.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct AttemptTag {
+    pub campaign: CampaignId,
+    pub token: Token,
+}
+
+impl AttemptTag {
+    pub fn new(campaign: CampaignId, token: Token) -> Self {
+        Self { campaign, token }
+    }
+}
+
+impl fmt::Display for AttemptTag {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.campaign, self.token)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_attempt_tag_names_campaign_trial_and_attempt() {
+        let tag = AttemptTag::new(
+            CampaignId::new("c1").unwrap(),
+            Token {
+                trial_id: TrialId::new("t.r0.a").unwrap(),
+                attempt: 2,
+            },
+        );
+        assert_eq!(tag.to_string(), "c1/t.r0.a#a2");
+    }
 
     #[test]
     fn campaign_ids() {

@@ -75,3 +75,14 @@ pub enum StopMode {
     /// In-flight attempts are cancelled through their lanes and recorded as `cancelled`.
     Cancel,
 }
+
+/// What a heartbeat's renewal says about one leased token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RenewState {
+    Renewed,
+    /// Reaped, superseded or revoked: stop work that has not been evaluated.
+    Lost,
+    /// A cancel stop asks the lane to cancel the attempt and release it.
+    Cancel,
+}

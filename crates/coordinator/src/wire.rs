@@ -193,11 +193,7 @@ pub(crate) fn assignment(a: Assignment, lane: &str, spec: &CampaignSpec) -> pb::
 pub(crate) fn renewal(campaign: &CampaignId, t: &Token, state: RenewState) -> pb::TokenRenewal {
     pb::TokenRenewal {
         token: token(t),
-        state: match state {
-            RenewState::Renewed => pb::RenewState::Renewed,
-            RenewState::Lost => pb::RenewState::Lost,
-            RenewState::Cancel => pb::RenewState::Cancel,
-        } as i32,
+        state: pb::RenewState::from(state) as i32,
         campaign: campaign.to_string(),
     }
 }

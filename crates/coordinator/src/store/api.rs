@@ -73,16 +73,7 @@ pub enum ClaimOutcome {
     },
 }
 
-/// A renewal's answer for one token.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RenewState {
-    Renewed,
-    /// Reaped, superseded or revoked: stop work that has not been evaluated.
-    Lost,
-    /// A cancel stop asks the lane to cancel the attempt and release it.
-    Cancel,
-}
+pub use lanes_common::state::RenewState;
 
 /// The answer to a completion, stored with its token so a replay gets the same answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -24,9 +24,10 @@ use lanes_common::proto as pb;
 use lanes_common::proto::coordinator_message::Msg as Out;
 use lanes_common::proto::worker_message::Msg as In;
 use lanes_common::row::Phase;
+use lanes_common::state::RenewState;
 
 use super::WorkerConfig;
-use super::lane::{LaneActor, LaneMsg};
+use super::lane::{LaneActor, LaneMsg, LeaseNews};
 use crate::ack_log::{AckLine, AckLog};
 use crate::lease_journal::LeaseJournal;
 use crate::outbox::{Entry, Outbox};
@@ -442,16 +443,22 @@ impl Supervisor {
             let Some(t) = r.token.and_then(|t| Token::try_from(t).ok()) else {
                 continue;
             };
-            if r.state == pb::RenewState::Renewed as i32 {
-                continue;
-            }
+            let news = match pb::RenewState::try_from(r.state)
+                .map_err(|_| ())
+                .and_then(|s| RenewState::try_from(s).map_err(|_| ()))
+            {
+                Ok(RenewState::Renewed) => continue,
+                Ok(RenewState::Lost) => LeaseNews::Lost,
+                Ok(RenewState::Cancel) => LeaseNews::Cancel,
+                Err(()) => {
+                    tracing::warn!(token = %t, state = r.state, "renewal with an unknown state ignored");
+                    continue;
+                }
+            };
             if let Some(f) = state.in_flight.get(&t)
                 && let Some(lane) = state.lanes.get(&f.lane)
             {
-                let _ = lane.cast(LaneMsg::Renewal {
-                    token: t,
-                    state: r.state,
-                });
+                let _ = lane.cast(LaneMsg::Renewal { token: t, news });
             }
         }
     }
@@ -554,7 +561,7 @@ impl Supervisor {
                 state,
                 vec![pb::TokenRenewal {
                     token: c.token,
-                    state: pb::RenewState::Cancel as i32,
+                    state: pb::RenewState::from(RenewState::Cancel) as i32,
                     campaign: c.campaign,
                 }],
             ),

@@ -1,0 +1,575 @@
+//! What each effect of the lifecycle does. Driver calls, the attempt record and the outbox
+//! hand-off run in spawned tasks and answer with an event for the attempt's tag; timers do
+//! the same. Nothing here decides how the attempt goes on: the machine does.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ractor::ActorRef;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use tracing::Instrument;
+
+use lanes_common::ids::AttemptTag;
+use lanes_common::row::{FailureKind, GateRecord, GateVerdict, Phase};
+
+use super::admit::{self, AdmitCtx};
+use super::outcome::{self, OutcomeCtx};
+use super::{Current, LaneActor, LaneMsg, LaneState, Unit, now_utc, parse_json, phase_span};
+use crate::artifacts;
+use crate::driver::process::{DriverError, DriverProcess};
+use crate::driver::protocol::{
+    self as proto, AgentParams, AgentResult, AgentStatus, AttemptRef, EnvParams, EnvResult,
+    EvaluateResult, GateResult, method,
+};
+use crate::lifecycle::{Effect, Event, ReleaseKind};
+use crate::outbox::Entry;
+use crate::worker::supervisor::SupMsg;
+
+/// Deadlines of driver calls besides the agent's own timeout.
+const ENV_DEADLINE: Duration = Duration::from_secs(600);
+const EVAL_DEADLINE: Duration = Duration::from_secs(300);
+
+/// Calls the driver and turns the answer into an event: a crash (exit, hang, broken protocol)
+/// is always `DriverCrashed`; an error answer is what `failed` makes of it.
+async fn call<P, R>(
+    driver: &DriverProcess,
+    method: &str,
+    params: &P,
+    deadline: Duration,
+    ok: impl FnOnce(R) -> Event,
+    failed: impl FnOnce(DriverError) -> Event,
+) -> Event
+where
+    P: Serialize + ?Sized,
+    R: DeserializeOwned,
+{
+    match driver.call::<_, R>(method, params, deadline).await {
+        Ok(r) => ok(r),
+        Err(e) if e.is_crash() => Event::DriverCrashed {
+            reason: e.to_string(),
+        },
+        Err(e) => failed(e),
+    }
+}
+
+/// The infra result of an agent whose driver answered `run_agent` with an error: the driver is
+/// fine, the agent failed on infra, of the kind the driver named (default harness_error).
+fn agent_error(e: DriverError) -> Event {
+    Event::AgentFinished(AgentResult {
+        status: AgentStatus::InfraError,
+        failure_kind: Some(e.failure_kind().unwrap_or("harness_error").to_owned()),
+        reset_epoch: None,
+        runtime_outcome: None,
+        infeasible: false,
+        final_text: None,
+        turns: None,
+        tokens: None,
+        cost_usd: None,
+        quota: None,
+        error: Some(e.to_string()),
+    })
+}
+
+/// Has the driver submit the benchmark's official infeasible action; its answer carries nothing.
+async fn declare_infeasible(driver: &DriverProcess, params: &EnvParams) -> Result<(), DriverError> {
+    driver
+        .call::<_, Value>(method::DECLARE_INFEASIBLE, params, ENV_DEADLINE)
+        .await
+        .map(|_| ())
+}
+
+impl LaneActor {
+    pub(super) async fn run_effects(
+        &self,
+        myself: &ActorRef<LaneMsg>,
+        state: &mut LaneState,
+        effects: Vec<Effect>,
+    ) {
+        for effect in effects {
+            self.run_effect(myself, state, effect).await;
+        }
+    }
+
+    /// Spawns work whose result comes back as an event for `tag`.
+    fn spawn_event<F>(
+        &self,
+        myself: &ActorRef<LaneMsg>,
+        span: tracing::Span,
+        tag: AttemptTag,
+        fut: F,
+    ) where
+        F: std::future::Future<Output = Event> + Send + 'static,
+    {
+        let me = myself.clone();
+        tokio::spawn(
+            async move {
+                let event = fut.await;
+                let _ = me.cast(LaneMsg::Event { tag, event });
+            }
+            .instrument(span),
+        );
+    }
+
+    /// Sends `event` for `tag` after `after`, unless the handle is aborted first.
+    fn timer(
+        myself: &ActorRef<LaneMsg>,
+        tag: AttemptTag,
+        after: Duration,
+        event: Event,
+    ) -> tokio::task::JoinHandle<()> {
+        let me = myself.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(after).await;
+            let _ = me.cast(LaneMsg::Event { tag, event });
+        })
+    }
+
+    async fn run_effect(&self, myself: &ActorRef<LaneMsg>, state: &mut LaneState, effect: Effect) {
+        let (Some(unit), Some(cur)) = (state.unit.as_ref(), state.current.as_ref()) else {
+            return;
+        };
+        let tag = cur.tag.clone();
+        let span = cur.phase_span.clone();
+        let driver = state.slot.driver.clone();
+        match effect {
+            Effect::EnterPhase(p) => {
+                let cur = state.current.as_mut().expect("checked above");
+                cur.record_wall();
+                cur.phase = p;
+                if p != Phase::Admit {
+                    cur.phase_span = phase_span(&cur.span, p);
+                }
+                let _ = self.supervisor.cast(SupMsg::Phase {
+                    campaign: tag.campaign,
+                    token: tag.token,
+                    phase: p,
+                });
+            }
+            Effect::WriteAttemptRecord => {
+                let ctx = self.admit_ctx(unit, cur);
+                let mut slot = std::mem::take(&mut state.slot);
+                let me = myself.clone();
+                tokio::spawn(
+                    async move {
+                        let event = admit::admit(ctx, &mut slot).await;
+                        let _ = me.cast(LaneMsg::Admitted {
+                            tag,
+                            slot: Box::new(slot),
+                            event,
+                        });
+                    }
+                    .instrument(span),
+                );
+            }
+            Effect::Boot | Effect::Reset => {
+                let Some(driver) = driver else { return };
+                let params = self.env_params(unit, cur);
+                let is_boot = effect == Effect::Boot;
+                let (me, url_tag) = (myself.clone(), tag.clone());
+                self.spawn_event(myself, span, tag, async move {
+                    let m = if is_boot { method::BOOT } else { method::RESET };
+                    let ok = move |r: EnvResult| {
+                        if let Some(url) = r.health_url {
+                            // Sent before the event, so the watchdog knows it when the agent
+                            // starts.
+                            let _ = me.cast(LaneMsg::HealthUrl { tag: url_tag, url });
+                        }
+                        if is_boot {
+                            Event::Booted
+                        } else {
+                            Event::Reset {
+                                verified: r.verified,
+                            }
+                        }
+                    };
+                    let failed = move |e: DriverError| {
+                        let reason = e.to_string();
+                        if is_boot {
+                            Event::BootFailed { reason }
+                        } else {
+                            Event::ResetFailed { reason }
+                        }
+                    };
+                    call(&driver, m, &params, ENV_DEADLINE, ok, failed).await
+                });
+            }
+            Effect::Gate => {
+                let Some(driver) = driver else { return };
+                let params = self.env_params(unit, cur);
+                self.spawn_event(myself, span, tag, async move {
+                    let ok = |r: GateResult| {
+                        Event::GateAnswered(GateRecord {
+                            verdict: if r.infeasible {
+                                GateVerdict::Infeasible
+                            } else {
+                                GateVerdict::Proceed
+                            },
+                            reason: r.reason,
+                            turns: r.turns,
+                            cost_usd: r.cost_usd,
+                        })
+                    };
+                    let failed = |e: DriverError| Event::GateFailed {
+                        reason: e.to_string(),
+                    };
+                    call(&driver, method::GATE, &params, ENV_DEADLINE, ok, failed).await
+                });
+            }
+            Effect::DeclareInfeasible => {
+                let Some(driver) = driver else { return };
+                let params = self.env_params(unit, cur);
+                self.spawn_event(myself, span, tag, async move {
+                    let ok = |_: Value| Event::Declared;
+                    let failed = |e: DriverError| Event::DeclareFailed {
+                        reason: e.to_string(),
+                    };
+                    call(
+                        &driver,
+                        method::DECLARE_INFEASIBLE,
+                        &params,
+                        ENV_DEADLINE,
+                        ok,
+                        failed,
+                    )
+                    .await
+                });
+            }
+            Effect::StartAgent { max_turns } => {
+                let Some(driver) = driver else { return };
+                self.start_agent(myself, state, driver, max_turns);
+            }
+            Effect::CancelAgent => {
+                if let Some(c) = &cur.http_cancel {
+                    let _ = c.send(true);
+                } else if let Some(driver) = &driver {
+                    driver.notify(
+                        method::CANCEL,
+                        &proto::CancelParams {
+                            tag: tag.to_string(),
+                        },
+                    );
+                }
+                // The machine decides what an agent that ignores its cancel costs.
+                Self::timer(myself, tag, self.config.cancel_grace, Event::CancelOverdue);
+            }
+            // The guest-health watchdog runs only when boot or reset gave a health URL.
+            Effect::StartWatchdog => {
+                let Some(url) = cur.health_url.clone() else {
+                    return;
+                };
+                match crate::watchdog::HealthUrl::parse(&url) {
+                    Ok(url) => {
+                        let me = myself.clone();
+                        let (every, grace) = (self.config.guest_poll, self.config.guest_grace);
+                        let watch = tokio::spawn(async move {
+                            crate::watchdog::watch(url, every, grace).await;
+                            let _ = me.cast(LaneMsg::Event {
+                                tag,
+                                event: Event::GuestLost,
+                            });
+                        });
+                        if let Some(cur) = state.current.as_mut() {
+                            cur.watchdog = Some(watch);
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(lane = %self.name, error = %e, "guest health url ignored")
+                    }
+                }
+            }
+            Effect::StopWatchdog => {
+                if let Some(w) = state.current.as_mut().and_then(|c| c.watchdog.take()) {
+                    w.abort();
+                }
+            }
+            Effect::Evaluate => {
+                let Some(driver) = driver else { return };
+                let params = self.env_params(unit, cur);
+                self.spawn_event(myself, span, tag, async move {
+                    let ok = |r: EvaluateResult| Event::Evaluated {
+                        score: r.score,
+                        passed: r.passed,
+                        checks: r.checks,
+                    };
+                    let failed = |e: DriverError| Event::EvaluateFailed {
+                        reason: e.to_string(),
+                    };
+                    call(
+                        &driver,
+                        method::EVALUATE,
+                        &params,
+                        EVAL_DEADLINE,
+                        ok,
+                        failed,
+                    )
+                    .await
+                });
+            }
+            Effect::Publish(verdict) => {
+                let secrets = self.secrets(unit, cur);
+                let ctx = self.outcome_ctx(state);
+                let o = outcome::published(&ctx, verdict, &secrets);
+                span.in_scope(|| {
+                    tracing::info!(status = %o.status, failure_kind = ?o.failure_kind, score = ?o.score, "attempt finished");
+                });
+                self.hand_off(myself, span, tag, o, true);
+            }
+            Effect::Release { kind, reason, gate } => {
+                if kind == ReleaseKind::Blocked(FailureKind::IdentityMismatch) {
+                    // This lane is unusable for this campaign: it stops asking for its work.
+                    tracing::warn!(lane = %self.name, campaign = %tag.campaign, reason = ?reason, "identity mismatch: this lane leaves the campaign");
+                    let _ = self.supervisor.cast(SupMsg::Exclude {
+                        lane: self.name.clone(),
+                        campaign: tag.campaign.clone(),
+                    });
+                }
+                let secrets = self.secrets(unit, cur);
+                let mut ctx = self.outcome_ctx(state);
+                // A release carries no phase walls: nothing it did is measured.
+                ctx.walls = Default::default();
+                let o = outcome::released(&ctx, kind, reason, gate, &secrets);
+                self.hand_off(myself, span, tag, o, false);
+            }
+            Effect::RestartDriver => state.slot.restart().await,
+            Effect::Finish { published } => self.finish(myself, state, published),
+        }
+    }
+
+    /// Starts the agent (through the driver, or the arm's task API) and its timeout.
+    fn start_agent(
+        &self,
+        myself: &ActorRef<LaneMsg>,
+        state: &mut LaneState,
+        driver: Arc<DriverProcess>,
+        max_turns: u32,
+    ) {
+        let (Some(unit), Some(cur)) = (state.unit.as_ref(), state.current.as_ref()) else {
+            return;
+        };
+        let tag = cur.tag.clone();
+        let span = cur.phase_span.clone();
+        let t = &cur.trial;
+        let timeout = Duration::from_secs(u64::from(t.timeout_s));
+        let params = AgentParams {
+            attempt: self.attempt_ref(cur),
+            task: t.task.clone(),
+            arm: t.arm.clone(),
+            arm_config: parse_json(&t.arm_config_json),
+            payload: parse_json(&t.payload_json),
+            seed: t.seed,
+            timeout_s: t.timeout_s,
+            max_turns,
+            max_cost_usd: t.max_cost_usd,
+        };
+        let mut http_cancel = None;
+        if let Some(base) = super::task_api(&params.arm_config) {
+            // The arm's agent runs behind a task API; the lane drives it itself.
+            let (cancel_tx, cancel_rx) = tokio::sync::watch::channel(false);
+            http_cancel = Some(cancel_tx);
+            let poll = self.config.guest_poll;
+            let env = self.env_params(unit, cur);
+            self.spawn_event(myself, span, tag.clone(), async move {
+                let mut result = crate::http_agent::run(&base, &params, cancel_rx, poll).await;
+                // The driver never saw this agent: when it declared the task infeasible, the
+                // lane has the driver submit the official action, so the evaluator can score
+                // the declaration.
+                let evaluated = !matches!(
+                    result.status,
+                    AgentStatus::InfraError | AgentStatus::Cancelled
+                );
+                if result.infeasible && evaluated {
+                    match declare_infeasible(&driver, &env).await {
+                        Ok(()) => {}
+                        Err(e) if e.is_crash() => {
+                            return Event::DriverCrashed {
+                                reason: e.to_string(),
+                            };
+                        }
+                        Err(e) => {
+                            result.status = AgentStatus::InfraError;
+                            result.failure_kind = Some("harness_error".to_owned());
+                            result.error = Some(format!(
+                                "declare_infeasible failed after the agent declared the task infeasible: {e}"
+                            ));
+                        }
+                    }
+                }
+                Event::AgentFinished(result)
+            });
+        } else {
+            let deadline = timeout + self.config.cancel_grace;
+            self.spawn_event(myself, span, tag.clone(), async move {
+                call(
+                    &driver,
+                    method::RUN_AGENT,
+                    &params,
+                    deadline,
+                    Event::AgentFinished,
+                    agent_error,
+                )
+                .await
+            });
+        }
+        let timer = Self::timer(myself, tag, timeout, Event::TaskTimeout);
+        if let Some(cur) = state.current.as_mut() {
+            cur.agent_timer = Some(timer);
+            cur.http_cancel = http_cancel;
+        }
+    }
+
+    /// Hands an outcome to the supervisor (outbox, then coordinator) from a task: the attempt
+    /// record is written first under a pending name, and the supervisor gives it its final
+    /// name once the outbox entry is durable, so no crash leaves a score on disk that nothing
+    /// replays. The attempt hears `Published` when the outbox has it.
+    fn hand_off(
+        &self,
+        myself: &ActorRef<LaneMsg>,
+        span: tracing::Span,
+        tag: AttemptTag,
+        mut o: lanes_common::row::Outcome,
+        with_record: bool,
+    ) {
+        let artifacts_root = self.config.artifacts.clone();
+        let supervisor = self.supervisor.clone();
+        let campaign = tag.campaign.clone();
+        self.spawn_event(myself, span, tag, async move {
+            let mut record = None;
+            if with_record {
+                let written = tokio::task::spawn_blocking({
+                    let json = serde_json::to_value(&o).map_err(std::io::Error::other);
+                    let dir = artifacts::attempt_dir(&artifacts_root, &campaign, &o.token);
+                    move || write_pending_record(dir, json)
+                })
+                .await
+                .unwrap_or_else(|e| Err(std::io::Error::other(e)));
+                // Every destination is attempted on its own: a failed record is disclosed in
+                // the row, and the outbox and the coordinator still get the outcome.
+                match written {
+                    Ok(path) => {
+                        o.artifacts.push(path.display().to_string());
+                        record = Some(path);
+                    }
+                    Err(e) => o.publication_errors.push(format!("attempt record: {e}")),
+                }
+            }
+            let entry = Box::new(Entry {
+                campaign,
+                outcome: o,
+                record,
+            });
+            if let Err(e) = ractor::call!(supervisor, SupMsg::Publish, entry) {
+                tracing::error!(error = %e, "could not hand the outcome to the supervisor");
+            }
+            Event::Published
+        });
+    }
+
+    /// Ends the current attempt. A published one stays in flight (renewed, in phase publish)
+    /// until the coordinator acknowledges it, so the store waits out `publish_grace_s` for it.
+    fn finish(&self, myself: &ActorRef<LaneMsg>, state: &mut LaneState, published: bool) {
+        if let Some(cur) = state.current.take() {
+            if !published {
+                tracing::warn!(lane = %self.name, trial = %cur.tag.token, "lease lost before evaluate: attempt abandoned");
+            }
+            if let Some(t) = cur.agent_timer {
+                t.abort();
+            }
+            if let Some(w) = cur.watchdog {
+                w.abort();
+            }
+            let _ = self.supervisor.cast(SupMsg::Finished {
+                token: cur.tag.token,
+                published,
+            });
+        }
+        // A message, not a call: the next trial starts from a fresh handler.
+        let _ = myself.cast(LaneMsg::Next);
+    }
+
+    fn attempt_ref(&self, cur: &Current) -> AttemptRef {
+        AttemptRef {
+            campaign: cur.tag.campaign.to_string(),
+            trial_id: cur.tag.token.trial_id.to_string(),
+            attempt: cur.tag.token.attempt,
+            tag: cur.tag.to_string(),
+        }
+    }
+
+    fn env_params(&self, _unit: &Unit, cur: &Current) -> EnvParams {
+        EnvParams {
+            attempt: self.attempt_ref(cur),
+            task: cur.trial.task.clone(),
+            arm: cur.trial.arm.clone(),
+            seed: cur.trial.seed,
+            payload: parse_json(&cur.trial.payload_json),
+        }
+    }
+
+    fn secrets(&self, unit: &Unit, cur: &Current) -> Vec<String> {
+        outcome::secrets_of(&unit.driver, &parse_json(&cur.trial.payload_json))
+    }
+
+    /// Where and when the current attempt ran, with its walls up to now.
+    fn outcome_ctx(&self, state: &mut LaneState) -> OutcomeCtx {
+        let cur = state.current.as_mut().expect("an attempt is running");
+        cur.record_wall();
+        OutcomeCtx {
+            token: cur.tag.token.clone(),
+            lane: self.name.clone(),
+            host: self.config.host.clone(),
+            worker: self.config.worker_id.clone(),
+            driver: state.slot.identity.clone(),
+            walls: cur.walls,
+            started_utc: cur.started_utc.clone(),
+            ended_utc: now_utc(),
+        }
+    }
+
+    /// The owned context of admission: the record to write, where, and the driver to use.
+    fn admit_ctx(&self, unit: &Unit, cur: &Current) -> AdmitCtx {
+        let spec = unit.driver.clone();
+        let record = json!({
+            "campaign": unit.campaign,
+            "trial_id": cur.tag.token.trial_id,
+            "attempt": cur.tag.token.attempt,
+            "lane": self.name,
+            "host": self.config.host,
+            "worker": self.config.worker_id,
+            "started_utc": cur.started_utc,
+            "task": cur.trial.task,
+            "arm": cur.trial.arm,
+            "seed": cur.trial.seed,
+            "traceparent": cur.trial.traceparent,
+            "payload": artifacts::redact(&parse_json(&cur.trial.payload_json), &spec.secret_payload_keys),
+        });
+        let command = admit::command(
+            &spec,
+            self.config.driver_override.as_ref(),
+            &self.config.sim_command,
+        );
+        AdmitCtx {
+            dir: artifacts::attempt_dir(&self.config.artifacts, &unit.campaign, &cur.tag.token),
+            record,
+            key: admit::driver_key(command.clone(), &spec),
+            command,
+            lane: self.name.clone(),
+            host: self.config.host.clone(),
+            spec,
+        }
+    }
+}
+
+/// Writes `outcome.json` under its pending name and returns the final path.
+fn write_pending_record(
+    dir: std::io::Result<std::path::PathBuf>,
+    json: std::io::Result<Value>,
+) -> std::io::Result<std::path::PathBuf> {
+    let (dir, json) = (dir?, json?);
+    let path = dir.join("outcome.json");
+    let pending = crate::outbox::pending_record(&path);
+    let name = pending.file_name().expect("a file name");
+    artifacts::write_file(&dir, &name.to_string_lossy(), &json)?;
+    Ok(path)
+}

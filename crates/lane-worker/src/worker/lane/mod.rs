@@ -1,0 +1,406 @@
+//! The Lane actor: one per VM slot. It runs one trial, or one run group back to back in slot
+//! order, by feeding the lifecycle machine and executing its effects. Driver calls, the
+//! attempt record and the outbox hand-off run in spawned tasks whose results come back as
+//! messages, so the lane always answers cancel, ping and renewal news.
+//!
+//! - [`admit`]: the attempt record, the driver process and its identity pins;
+//! - [`effects`]: what each effect of the machine does;
+//! - [`outcome`]: the verdict turned into the outcome that is published (pure).
+
+mod admit;
+mod effects;
+mod outcome;
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Instant;
+
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use serde_json::{Value, json};
+
+use lanes_common::ids::{AttemptTag, CampaignId, Token};
+use lanes_common::proto as pb;
+use lanes_common::row::{Phase, PhaseWalls};
+use lanes_common::utc::format_rfc3339;
+
+use super::WorkerConfig;
+use super::supervisor::SupMsg;
+use crate::lifecycle::{Attempt, AttemptSpec, Effect, Event};
+pub(crate) use admit::DriverSlot;
+
+pub(crate) enum LaneMsg {
+    Assign(pb::Assignment),
+    /// News about the attempt with this tag: a driver call's result, a timer, the hand-off.
+    Event {
+        tag: AttemptTag,
+        event: Event,
+    },
+    /// What a heartbeat said about one of this lane's leases.
+    Renewal {
+        token: Token,
+        news: LeaseNews,
+    },
+    Ping(RpcReplyPort<()>),
+    /// Cancel whatever runs (worker shutdown past its grace).
+    CancelAll,
+    /// Start the next trial of the unit (or ask for work).
+    Next,
+    /// Boot or reset gave this attempt a guest health URL.
+    HealthUrl {
+        tag: AttemptTag,
+        url: String,
+    },
+    /// Admission finished: the driver slot comes back with its result.
+    Admitted {
+        tag: AttemptTag,
+        slot: Box<DriverSlot>,
+        event: Event,
+    },
+}
+
+/// What the coordinator said about a lease, besides "renewed".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LeaseNews {
+    /// Reaped, superseded or revoked: stop work that has not been evaluated.
+    Lost,
+    /// A cancel stop: cancel the attempt and release it.
+    Cancel,
+}
+
+pub(crate) struct LaneActor {
+    pub(crate) name: String,
+    pub(crate) config: Arc<WorkerConfig>,
+    pub(crate) supervisor: ActorRef<SupMsg>,
+}
+
+/// The unit being run.
+struct Unit {
+    campaign: CampaignId,
+    driver: pb::DriverSpec,
+    gate: bool,
+    remaining: VecDeque<pb::AssignedTrial>,
+    /// Later trials of the group whose lease the store took back or asked to cancel before
+    /// they started: the lane never boots them.
+    dropped: HashMap<Token, LeaseNews>,
+}
+
+/// The attempt being run.
+struct Current {
+    trial: pb::AssignedTrial,
+    tag: AttemptTag,
+    /// `None` only while an event is being applied.
+    machine: Option<Attempt>,
+    started_utc: String,
+    phase_started: Instant,
+    phase: Phase,
+    walls: PhaseWalls,
+    agent_timer: Option<tokio::task::JoinHandle<()>>,
+    /// The guest's health URL from boot or reset, and the task watching it.
+    health_url: Option<String>,
+    watchdog: Option<tokio::task::JoinHandle<()>>,
+    /// Set when the agent runs behind a task API: flipping it cancels the API task.
+    http_cancel: Option<tokio::sync::watch::Sender<bool>>,
+    /// The `attempt` root span, and the span of the current phase (its child).
+    span: tracing::Span,
+    phase_span: tracing::Span,
+}
+
+impl Current {
+    fn token(&self) -> &Token {
+        &self.tag.token
+    }
+
+    /// Feeds one event to the machine and returns what it decided.
+    fn apply(&mut self, event: Event) -> Vec<Effect> {
+        let machine = self
+            .machine
+            .take()
+            .expect("the machine is never left taken");
+        let (machine, effects) = machine.next(event);
+        self.machine = Some(machine);
+        effects
+    }
+
+    /// Adds the time spent in the current phase to its wall.
+    fn record_wall(&mut self) {
+        let s = self.phase_started.elapsed().as_secs_f64();
+        let w = &mut self.walls;
+        match self.phase {
+            Phase::Assigned | Phase::Admit => w.admit_s += s,
+            Phase::Boot => w.boot_s += s,
+            Phase::Reset => w.reset_s += s,
+            Phase::Gate => w.gate_s += s,
+            Phase::Agent => w.agent_s += s,
+            Phase::Evaluate => w.evaluate_s += s,
+            Phase::Publish => w.publish_s += s,
+        }
+        self.phase_started = Instant::now();
+    }
+}
+
+/// The span of one lifecycle phase, a child of the attempt's root.
+fn phase_span(parent: &tracing::Span, p: Phase) -> tracing::Span {
+    match p {
+        Phase::Assigned | Phase::Admit => tracing::info_span!(parent: parent, "admit"),
+        Phase::Boot => tracing::info_span!(parent: parent, "boot"),
+        Phase::Reset => tracing::info_span!(parent: parent, "reset"),
+        Phase::Gate => tracing::info_span!(parent: parent, "gate"),
+        Phase::Agent => tracing::info_span!(parent: parent, "agent"),
+        Phase::Evaluate => tracing::info_span!(parent: parent, "evaluate"),
+        Phase::Publish => tracing::info_span!(parent: parent, "publish"),
+    }
+}
+
+pub(crate) struct LaneState {
+    slot: DriverSlot,
+    unit: Option<Unit>,
+    current: Option<Current>,
+}
+
+fn now_utc() -> String {
+    format_rfc3339(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0),
+    )
+}
+
+fn parse_json(s: &str) -> Value {
+    if s.is_empty() {
+        json!({})
+    } else {
+        serde_json::from_str(s).unwrap_or(json!({}))
+    }
+}
+
+/// The task API an arm's agent runs behind, if its config names one.
+fn task_api(arm_config: &Value) -> Option<String> {
+    arm_config
+        .get("http_agent")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+}
+
+impl LaneActor {
+    /// Starts the next trial of the unit, or reports the lane idle.
+    async fn next_trial(&self, myself: &ActorRef<LaneMsg>, state: &mut LaneState) {
+        let Some(unit) = state.unit.as_mut() else {
+            let _ = self.supervisor.cast(SupMsg::WantWork(self.name.clone()));
+            return;
+        };
+        let Some(trial) = unit.remaining.pop_front() else {
+            state.unit = None;
+            let _ = self.supervisor.cast(SupMsg::WantWork(self.name.clone()));
+            return;
+        };
+        let Some(token) = trial.token.clone().and_then(|t| Token::try_from(t).ok()) else {
+            tracing::error!("assignment without a valid token");
+            let _ = myself.cast(LaneMsg::Next);
+            return;
+        };
+        match unit.dropped.remove(&token) {
+            Some(LeaseNews::Lost) => {
+                tracing::info!(trial = %token.trial_id, "lease lost before the trial started: not running it");
+                let _ = self.supervisor.cast(SupMsg::Finished {
+                    token,
+                    published: false,
+                });
+                let _ = myself.cast(LaneMsg::Next);
+                return;
+            }
+            Some(LeaseNews::Cancel) => {
+                tracing::info!(trial = %token.trial_id, "cancelled before the trial started: released unstarted");
+                let _ = self.supervisor.cast(SupMsg::GiveBack(pb::Assignment {
+                    campaign: unit.campaign.to_string(),
+                    lane: self.name.clone(),
+                    trials: vec![trial],
+                    ..Default::default()
+                }));
+                let _ = myself.cast(LaneMsg::Next);
+                return;
+            }
+            None => {}
+        }
+        let span = tracing::info_span!(
+            "attempt",
+            campaign = %unit.campaign,
+            trial = %token.trial_id,
+            arm = %trial.arm,
+            attempt = token.attempt,
+            lane = %self.name,
+            host = %self.config.host,
+            traceparent = %trial.traceparent,
+        );
+        let first_phase = phase_span(&span, Phase::Admit);
+        let (machine, effects) = Attempt::start(AttemptSpec {
+            gate: unit.gate,
+            max_turns: trial.max_turns,
+            task_api: task_api(&parse_json(&trial.arm_config_json)).is_some(),
+        });
+        state.current = Some(Current {
+            trial,
+            tag: AttemptTag::new(unit.campaign.clone(), token),
+            machine: Some(machine),
+            started_utc: now_utc(),
+            phase_started: Instant::now(),
+            phase: Phase::Admit,
+            walls: PhaseWalls::default(),
+            agent_timer: None,
+            health_url: None,
+            watchdog: None,
+            http_cancel: None,
+            span,
+            phase_span: first_phase,
+        });
+        self.run_effects(myself, state, effects).await;
+    }
+
+    /// Feeds an event to the current attempt, if it is the one the event is about.
+    async fn feed(
+        &self,
+        myself: &ActorRef<LaneMsg>,
+        state: &mut LaneState,
+        tag: Option<&AttemptTag>,
+        event: Event,
+    ) {
+        let Some(cur) = state.current.as_mut() else {
+            return;
+        };
+        if tag.is_some_and(|t| *t != cur.tag) {
+            // News about an attempt that already ended.
+            return;
+        }
+        let overdue = event == Event::CancelOverdue;
+        let effects = cur.apply(event);
+        if overdue {
+            if effects.contains(&Effect::RestartDriver) {
+                tracing::warn!(lane = %self.name, "the agent ignored its cancel: killing the driver");
+            } else if cur.phase == Phase::Agent && cur.http_cancel.is_some() {
+                tracing::warn!(lane = %self.name, "the task api did not confirm the cancel in time");
+            }
+        }
+        self.run_effects(myself, state, effects).await;
+    }
+
+    /// A renewal about a lease of this lane: the running attempt's, or a later trial's.
+    async fn renewal(
+        &self,
+        myself: &ActorRef<LaneMsg>,
+        state: &mut LaneState,
+        token: Token,
+        news: LeaseNews,
+    ) {
+        let Some(cur) = state.current.as_ref() else {
+            return;
+        };
+        if *cur.token() != token {
+            // A later trial of the group, not started yet: remember not to boot it.
+            if let Some(unit) = state.unit.as_mut() {
+                let waiting = unit.remaining.iter().any(|t| {
+                    t.token
+                        .clone()
+                        .and_then(|t| Token::try_from(t).ok())
+                        .as_ref()
+                        == Some(&token)
+                });
+                if waiting {
+                    unit.dropped.insert(token, news);
+                }
+            }
+            return;
+        }
+        let event = match news {
+            LeaseNews::Lost => Event::LeaseLost,
+            LeaseNews::Cancel => Event::CancelRequested,
+        };
+        self.feed(myself, state, None, event).await;
+    }
+}
+
+impl Actor for LaneActor {
+    type Msg = LaneMsg;
+    type State = LaneState;
+    type Arguments = ();
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<LaneMsg>,
+        _args: (),
+    ) -> Result<LaneState, ActorProcessingErr> {
+        Ok(LaneState {
+            slot: DriverSlot::default(),
+            unit: None,
+            current: None,
+        })
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<LaneMsg>,
+        state: &mut LaneState,
+    ) -> Result<(), ActorProcessingErr> {
+        state.slot.restart().await;
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<LaneMsg>,
+        msg: LaneMsg,
+        state: &mut LaneState,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            LaneMsg::Ping(reply) => {
+                let _ = reply.send(());
+            }
+            LaneMsg::Assign(a) => {
+                if state.unit.is_some() {
+                    tracing::error!(lane = %self.name, "assignment while busy: giving it back");
+                    let _ = self.supervisor.cast(SupMsg::GiveBack(a));
+                    return Ok(());
+                }
+                let Ok(campaign) = CampaignId::new(a.campaign.clone()) else {
+                    return Ok(());
+                };
+                state.unit = Some(Unit {
+                    campaign,
+                    driver: a.driver.unwrap_or_default(),
+                    gate: a.gate,
+                    remaining: a.trials.into(),
+                    dropped: HashMap::new(),
+                });
+                self.next_trial(&myself, state).await;
+            }
+            LaneMsg::Event { tag, event } => self.feed(&myself, state, Some(&tag), event).await,
+            LaneMsg::Renewal { token, news } => self.renewal(&myself, state, token, news).await,
+            LaneMsg::Next => self.next_trial(&myself, state).await,
+            LaneMsg::HealthUrl { tag, url } => {
+                if let Some(cur) = state.current.as_mut().filter(|c| c.tag == tag) {
+                    cur.health_url = Some(url);
+                }
+            }
+            LaneMsg::Admitted { tag, slot, event } => {
+                state.slot = *slot;
+                self.feed(&myself, state, Some(&tag), event).await;
+            }
+            LaneMsg::CancelAll => {
+                if let Some(u) = state.unit.as_mut() {
+                    // Trials of the group that never started are given back as cancelled.
+                    let rest: Vec<pb::AssignedTrial> = u.remaining.drain(..).collect();
+                    if !rest.is_empty() {
+                        let _ = self.supervisor.cast(SupMsg::GiveBack(pb::Assignment {
+                            campaign: u.campaign.to_string(),
+                            lane: self.name.clone(),
+                            trials: rest,
+                            ..Default::default()
+                        }));
+                    }
+                }
+                self.feed(&myself, state, None, Event::CancelRequested)
+                    .await;
+            }
+        }
+        Ok(())
+    }
+}
