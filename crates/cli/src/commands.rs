@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use tokio_stream::StreamExt;
 
 use lanes_common::proto as pb;
+use lanes_common::report::{Report, Sections};
 
 use crate::client::{Target, print_rows, report_status, status_json, status_text};
 use crate::exit::Code;
@@ -204,20 +205,19 @@ pub(crate) fn run(cmd: ClientCmd) -> anyhow::Result<Code> {
                 }
                 ClientCmd::Report { id, json, partial, .. } => {
                     let r = c.report(pb::ReportRequest { id }).await?.into_inner();
-                    let report: lanes_common::report::Report = serde_json::from_str(&r.json)
+                    let report: Report = serde_json::from_str(&r.json)
                         .map_err(|e| tonic::Status::internal(format!("unreadable report: {e}")))?;
                     let pending = report.completeness.total.pending;
                     if json {
                         println!("{}", r.json);
                     } else {
-                        let text = report.to_text();
                         if pending > 0 && !partial {
                             // The audit, always; rates only once every trial is final.
-                            print!("{}", text.split("PER ARM").next().unwrap_or(&text));
+                            print!("{}", report.render(Sections::Summary));
                             eprintln!("lanes: {pending} trials are not final yet: rates withheld (pass --partial to print them)");
                             return Ok(Code::Incomplete);
                         }
-                        print!("{text}");
+                        print!("{}", report.render(Sections::Full));
                     }
                     Ok(Code::Ok)
                 }

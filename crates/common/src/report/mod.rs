@@ -27,9 +27,11 @@
 //!
 //! A counted row passes when `passed == Some(true)`; when `passed` is `None`, when its score is
 //! at least 1.0.
+//!
+//! This module holds the model and builds it from the rows; the numbers come from
+//! [`crate::stats`] and the text from [`Report::render`].
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
@@ -37,11 +39,18 @@ use crate::ids::{ArmId, TrialId};
 use crate::row::{Row, Status};
 use crate::schedule;
 use crate::spec::Campaign;
+use crate::stats::{
+    self, Interval, Mean, Z95, mcnemar_exact_p, newcombe_paired_diff, ratio, wilson_interval,
+};
+
+mod render;
+#[cfg(test)]
+mod tests;
+
+pub use render::Sections;
 
 /// The schema tag of the report's JSON.
 pub const REPORT_SCHEMA: &str = "lanes-report/1";
-/// The normal quantile of every 95% interval in the report.
-pub const Z95: f64 = 1.959964;
 /// The method of [`PairedComparison::pass_rate_diff_ci95`].
 pub const PAIRED_CI_METHOD: &str = "newcombe_paired_score";
 /// The reason recorded for a final, uncounted row that carries no `excluded_reason`.
@@ -152,13 +161,6 @@ pub struct CountedByStatus {
     pub other: u64,
 }
 
-/// A closed interval.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct Interval {
-    pub lo: f64,
-    pub hi: f64,
-}
-
 /// The results of one arm. Rates are `None` when their denominator is 0.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ArmStats {
@@ -230,104 +232,6 @@ pub struct PairedComparison {
     /// The exact two-sided McNemar p-value on `a_only` vs `b_only`; 1.0 without discordant
     /// pairs.
     pub mcnemar_exact_p: f64,
-}
-
-/// The Wilson score interval of `successes / n` with normal quantile `z`; `None` when `n` is 0
-/// (or `successes > n`).
-pub fn wilson_interval(successes: u64, n: u64, z: f64) -> Option<Interval> {
-    if n == 0 || successes > n {
-        return None;
-    }
-    let nf = n as f64;
-    let p = successes as f64 / nf;
-    let z2 = z * z;
-    let denom = 1.0 + z2 / nf;
-    let center = (p + z2 / (2.0 * nf)) / denom;
-    let half = z / denom * (p * (1.0 - p) / nf + z2 / (4.0 * nf * nf)).sqrt();
-    let lo = if successes == 0 {
-        0.0
-    } else {
-        (center - half).max(0.0)
-    };
-    let hi = if successes == n {
-        1.0
-    } else {
-        (center + half).min(1.0)
-    };
-    Some(Interval { lo, hi })
-}
-
-/// The exact two-sided McNemar p-value for `b` and `c` discordant pairs:
-/// `min(1, 2 * P(X <= min(b, c)))` with `X ~ Bin(b + c, 1/2)`; 1.0 when `b + c = 0`.
-pub fn mcnemar_exact_p(b: u64, c: u64) -> f64 {
-    let n = b + c;
-    if n == 0 {
-        return 1.0;
-    }
-    let k = b.min(c);
-    // ln P(X = k) = ln C(n, k) - n ln 2, then the lower tail relative to it, walking down: the
-    // terms shrink from k to 0 (k <= n/2), so nothing overflows for a large n.
-    let ln_choose: f64 = (1..=k).map(|i| ((n - k + i) as f64 / i as f64).ln()).sum();
-    let ln_top = ln_choose - n as f64 * std::f64::consts::LN_2;
-    let mut term = 1.0f64;
-    let mut tail = 1.0f64;
-    for i in (1..=k).rev() {
-        // P(X = i - 1) / P(X = i) = i / (n - i + 1).
-        term *= i as f64 / (n - i + 1) as f64;
-        tail += term;
-        if term < tail * 1e-17 {
-            break;
-        }
-    }
-    (2.0 * (ln_top.exp() * tail)).min(1.0)
-}
-
-/// Newcombe's (1998, method 10) score interval (normal quantile `z`) for the difference of paired
-/// proportions `p_a - p_b`, from the 2x2 table of pairs (`both`, `a_only`, `b_only`,
-/// `neither`): Wilson intervals of both margins, combined with the continuity-corrected
-/// estimate of their correlation. `None` without pairs.
-pub fn newcombe_paired_diff(
-    both: u64,
-    a_only: u64,
-    b_only: u64,
-    neither: u64,
-    z: f64,
-) -> Option<Interval> {
-    let n = both + a_only + b_only + neither;
-    let w1 = wilson_interval(both + a_only, n, z)?;
-    let w2 = wilson_interval(both + b_only, n, z)?;
-    let (a, b, c, d) = (both as f64, a_only as f64, b_only as f64, neither as f64);
-    let nf = n as f64;
-    let p1 = (a + b) / nf;
-    let p2 = (a + c) / nf;
-    let margins = (a + b) * (c + d) * (a + c) * (b + d);
-    let phi = if margins == 0.0 {
-        0.0
-    } else {
-        let cross = a * d - b * c;
-        if cross > nf / 2.0 {
-            (cross - nf / 2.0) / margins.sqrt()
-        } else if cross >= 0.0 {
-            0.0
-        } else {
-            cross / margins.sqrt()
-        }
-    };
-    let (dl1, du1) = (p1 - w1.lo, w1.hi - p1);
-    let (dl2, du2) = (p2 - w2.lo, w2.hi - p2);
-    let diff = p1 - p2;
-    let lo = diff
-        - (dl1 * dl1 - 2.0 * phi * dl1 * du2 + du2 * du2)
-            .max(0.0)
-            .sqrt();
-    let hi = diff
-        + (dl2 * dl2 - 2.0 * phi * dl2 * du1 + du1 * du1)
-            .max(0.0)
-            .sqrt();
-    Some(Interval {
-        lo: lo.max(-1.0),
-        hi: hi.min(1.0),
-    })
 }
 
 /// Whether a counted row passed: `passed`, or when it is absent, `score >= 1.0`.
@@ -490,19 +394,14 @@ impl StateCounts {
 struct ArmAcc {
     states: StateCounts,
     passed: u64,
-    score_sum: f64,
-    score_n: u64,
+    score: Mean,
     cost_counted: f64,
     cost_all: f64,
-    wall_sum: f64,
+    wall: Mean,
     walls: Vec<f64>,
     infra_retries: u64,
     /// (task_pos, run_index) of each counted trial → passed. The run identifies the seed.
     runs: HashMap<(u32, u32), bool>,
-}
-
-fn ratio(num: u64, den: u64) -> Option<f64> {
-    (den > 0).then(|| num as f64 / den as f64)
 }
 
 /// Builds the report of `campaign` from its ledger `rows` (in any order; `seq` orders them).
@@ -611,11 +510,10 @@ impl ReportBuilder {
                 }
                 acc.passed += u64::from(row.passed);
                 if let Some(score) = row.score {
-                    acc.score_sum += score;
-                    acc.score_n += 1;
+                    acc.score.add(score);
                 }
                 acc.cost_counted += row.cost_usd;
-                acc.wall_sum += row.wall_s;
+                acc.wall.add(row.wall_s);
                 acc.walls.push(row.wall_s);
                 acc.runs
                     .insert((trial.task_pos, trial.run_index), row.passed);
@@ -707,11 +605,11 @@ fn arm_stats(arm: &str, acc: &ArmAcc) -> ArmStats {
         pass_rate_itt_lower: ratio(acc.passed, s.denominator),
         pass_rate_itt_lower_ci95: wilson_interval(acc.passed, s.denominator, Z95),
         pass_rate_itt_upper: ratio(acc.passed + missing, s.denominator),
-        mean_score: (acc.score_n > 0).then(|| acc.score_sum / acc.score_n as f64),
+        mean_score: acc.score.get(),
         cost_usd_counted: acc.cost_counted,
         cost_usd_all_rows: acc.cost_all,
-        mean_wall_s: (s.counted > 0).then(|| acc.wall_sum / s.counted as f64),
-        median_wall_s: crate::stats::median(&acc.walls),
+        mean_wall_s: acc.wall.get(),
+        median_wall_s: stats::median(&acc.walls),
         cost_per_pass_usd: (acc.passed > 0).then(|| acc.cost_all / acc.passed as f64),
         infra_retries: acc.infra_retries,
     }
@@ -754,381 +652,5 @@ fn compare(
         pass_rate_diff_ci95: newcombe_paired_diff(both_pass, a_only, b_only, neither, Z95),
         ci_method: PAIRED_CI_METHOD.to_owned(),
         mcnemar_exact_p: mcnemar_exact_p(a_only, b_only),
-    }
-}
-
-// ---- Text rendering. ----
-
-fn fmt_rate(v: Option<f64>) -> String {
-    v.map_or_else(|| "-".to_owned(), |x| format!("{x:.3}"))
-}
-
-fn fmt_signed(v: Option<f64>) -> String {
-    v.map_or_else(|| "-".to_owned(), |x| format!("{x:+.3}"))
-}
-
-fn fmt_interval(v: Option<Interval>, signed: bool) -> String {
-    match v {
-        None => "-".to_owned(),
-        Some(i) if signed => format!("[{:+.3}, {:+.3}]", i.lo, i.hi),
-        Some(i) => format!("[{:.3}, {:.3}]", i.lo, i.hi),
-    }
-}
-
-fn fmt_p(p: f64) -> String {
-    if p < 1e-4 {
-        format!("{p:.1e}")
-    } else {
-        format!("{p:.4}")
-    }
-}
-
-/// Keeps the text plain ASCII whatever a name holds.
-fn ascii(s: &str) -> String {
-    s.chars()
-        .map(|c| {
-            if c.is_ascii() && !c.is_ascii_control() {
-                c
-            } else {
-                '?'
-            }
-        })
-        .collect()
-}
-
-/// Renders an aligned table: the first column left-aligned, the others right-aligned, two
-/// spaces between columns.
-fn table(out: &mut String, headers: &[String], rows: &[Vec<String>]) {
-    let mut widths: Vec<usize> = headers.iter().map(String::len).collect();
-    for row in rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.len());
-        }
-    }
-    let line = |out: &mut String, cells: &[String]| {
-        let mut text = String::new();
-        for (i, (cell, w)) in cells.iter().zip(&widths).enumerate() {
-            if i == 0 {
-                let _ = write!(text, "  {cell:<w$}");
-            } else {
-                let _ = write!(text, "  {cell:>w$}");
-            }
-        }
-        out.push_str(text.trim_end());
-        out.push('\n');
-    };
-    line(out, headers);
-    let rule: Vec<String> = widths.iter().map(|&w| "-".repeat(w)).collect();
-    line(out, &rule);
-    for row in rows {
-        line(out, row);
-    }
-}
-
-fn strings(items: &[&str]) -> Vec<String> {
-    items.iter().map(|s| (*s).to_owned()).collect()
-}
-
-impl Report {
-    /// A compact, plain-ASCII rendering: the completeness audit first, then the per-arm table,
-    /// then the paired differences.
-    pub fn to_text(&self) -> String {
-        let mut out = String::new();
-        let c = &self.completeness;
-        let _ = writeln!(out, "Campaign {}  ({})", ascii(&self.campaign), self.schema);
-        let hashes = if self.spec_hashes.is_empty() {
-            "-".to_owned()
-        } else {
-            self.spec_hashes
-                .iter()
-                .map(|h| ascii(h))
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        let _ = writeln!(out, "spec hash(es): {hashes}");
-        let _ = writeln!(
-            out,
-            "rows: {} (duplicates {}, late {}, unscheduled {})",
-            self.rows_total, self.duplicates, self.late, self.unscheduled_rows
-        );
-
-        let by_status: Vec<String> = Status::ALL
-            .iter()
-            .map(|s| {
-                let n = self.rows_by_status.get(s.as_str()).copied().unwrap_or(0);
-                format!("{s} {n}")
-            })
-            .collect();
-        let _ = writeln!(out, "rows by status: {}", by_status.join(", "));
-        if let Some(b) = &self.budget {
-            let bound = if b.guarded {
-                "every trial has a max_cost_usd guard: spend stays within the cap while drivers honour it"
-            } else {
-                "not every trial has a max_cost_usd guard: spend may pass the cap by at most one attempt's overrun per lane in flight"
-            };
-            let _ = writeln!(
-                out,
-                "budget: spent ${:.2} of cap ${:.2} ({bound})",
-                b.spent_usd, b.cap_usd
-            );
-        }
-
-        // 1. The audit.
-        out.push_str("\nCOMPLETENESS (every scheduled trial by final state)\n");
-        let t = &c.total;
-        let _ = writeln!(
-            out,
-            "  denominator = trials_total - not_started = {} - {} = {}",
-            t.trials_total, t.not_started, t.denominator
-        );
-        let mut named: Vec<(String, &StateCounts)> = c
-            .per_arm
-            .iter()
-            .map(|a| (ascii(&a.arm), &a.counts))
-            .collect();
-        named.push(("total".to_owned(), t));
-        let rows: Vec<Vec<String>> = named
-            .iter()
-            .map(|(name, s)| {
-                vec![
-                    name.clone(),
-                    s.trials_total.to_string(),
-                    s.not_started.to_string(),
-                    s.denominator.to_string(),
-                    s.counted.to_string(),
-                    s.excluded.to_string(),
-                    s.pending.to_string(),
-                    s.pending_never_attempted.to_string(),
-                    s.pending_in_retry.to_string(),
-                    s.counted_after_exclusion.to_string(),
-                ]
-            })
-            .collect();
-        table(
-            &mut out,
-            &strings(&[
-                "arm",
-                "trials",
-                "not_started",
-                "denominator",
-                "counted",
-                "excluded",
-                "pending",
-                "never_attempted",
-                "in_retry",
-                "counted_after_exclusion",
-            ]),
-            &rows,
-        );
-
-        out.push_str("\n  counted, by status:\n");
-        let rows: Vec<Vec<String>> = named
-            .iter()
-            .map(|(name, s)| {
-                let b = &s.counted_by_status;
-                let mut row = vec![
-                    name.clone(),
-                    b.completed.to_string(),
-                    b.timeout.to_string(),
-                    b.max_turns.to_string(),
-                    b.agent_error.to_string(),
-                    b.violation.to_string(),
-                ];
-                if t.counted_by_status.other > 0 {
-                    row.push(b.other.to_string());
-                }
-                row
-            })
-            .collect();
-        let mut headers = strings(&[
-            "arm",
-            "completed",
-            "timeout",
-            "max_turns",
-            "agent_error",
-            "violation",
-        ]);
-        if t.counted_by_status.other > 0 {
-            headers.push("other".to_owned());
-        }
-        table(&mut out, &headers, &rows);
-
-        reason_table(&mut out, "excluded, by reason", &named, |s| {
-            &s.excluded_by_reason
-        });
-        reason_table(
-            &mut out,
-            "not_started (outside the denominator), by reason",
-            &named,
-            |s| &s.not_started_by_reason,
-        );
-
-        if !self.warnings.is_empty() {
-            out.push_str("\n  WARNINGS:\n");
-            for w in &self.warnings {
-                let _ = writeln!(out, "  ! {}", ascii(w));
-            }
-        }
-
-        // 2. Per arm.
-        out.push_str("\nPER ARM (rates over counted trials; itt = over the denominator)\n");
-        let rows: Vec<Vec<String>> = self
-            .arms
-            .iter()
-            .map(|a| {
-                vec![
-                    ascii(&a.arm),
-                    a.denominator.to_string(),
-                    a.counted.to_string(),
-                    a.passed.to_string(),
-                    fmt_rate(a.pass_rate_counted),
-                    fmt_interval(a.pass_rate_counted_ci95, false),
-                    fmt_rate(a.pass_rate_itt_lower),
-                    fmt_rate(a.pass_rate_itt_upper),
-                    fmt_rate(a.mean_score),
-                    format!("{:.2}", a.cost_usd_counted),
-                    format!("{:.2}", a.cost_usd_all_rows),
-                    a.cost_per_pass_usd
-                        .map_or_else(|| "-".to_owned(), |c| format!("{c:.3}")),
-                    a.median_wall_s
-                        .map_or_else(|| "-".to_owned(), |w| format!("{w:.1}")),
-                    a.infra_retries.to_string(),
-                    a.excluded.to_string(),
-                    a.pending.to_string(),
-                ]
-            })
-            .collect();
-        table(
-            &mut out,
-            &strings(&[
-                "arm",
-                "denom",
-                "counted",
-                "passed",
-                "pass_rate",
-                "wilson95",
-                "itt_lower",
-                "itt_upper",
-                "mean_score",
-                "cost_usd",
-                "cost_all_usd",
-                "cost_per_pass",
-                "median_wall_s",
-                "infra_retries",
-                "excluded",
-                "pending",
-            ]),
-            &rows,
-        );
-        out.push_str(
-            "  itt_lower counts excluded and pending trials as failures, itt_upper as passes;\n  \
-             infra_retries = infra_error/blocked rows (first row per token): retry-bias disclosure\n",
-        );
-
-        // 3. Paired.
-        out.push_str("\nPAIRED (by run seed = (task, run_index); both trials counted)\n");
-        if self.paired.is_empty() {
-            out.push_str("  (fewer than two arms)\n");
-        } else {
-            let rows: Vec<Vec<String>> = self
-                .paired
-                .iter()
-                .map(|p| {
-                    vec![
-                        format!("{} vs {}", ascii(&p.arm_a), ascii(&p.arm_b)),
-                        p.n_pairs.to_string(),
-                        p.both_pass.to_string(),
-                        p.a_only.to_string(),
-                        p.b_only.to_string(),
-                        p.neither.to_string(),
-                        p.unmatched.to_string(),
-                        fmt_rate(p.pass_rate_a),
-                        fmt_rate(p.pass_rate_b),
-                        fmt_signed(p.pass_rate_diff),
-                        fmt_interval(p.pass_rate_diff_ci95, true),
-                        fmt_p(p.mcnemar_exact_p),
-                    ]
-                })
-                .collect();
-            table(
-                &mut out,
-                &strings(&[
-                    "a vs b",
-                    "pairs",
-                    "both",
-                    "a_only",
-                    "b_only",
-                    "neither",
-                    "unmatched",
-                    "rate_a",
-                    "rate_b",
-                    "diff(a-b)",
-                    "ci95",
-                    "mcnemar_p",
-                ]),
-                &rows,
-            );
-            out.push_str(
-                "  ci95: Newcombe (1998) paired score interval; mcnemar_p: exact two-sided \
-                 binomial test on a_only vs b_only\n",
-            );
-        }
-        out
-    }
-}
-
-/// A table of reasons (rows) by arm (columns), with a total; nothing when there is no reason.
-fn reason_table(
-    out: &mut String,
-    title: &str,
-    named: &[(String, &StateCounts)],
-    pick: impl Fn(&StateCounts) -> &BTreeMap<String, u64>,
-) {
-    let Some((_, total)) = named.last() else {
-        return;
-    };
-    let reasons = pick(total);
-    if reasons.is_empty() {
-        let _ = writeln!(out, "\n  {title}: none");
-        return;
-    }
-    let _ = writeln!(out, "\n  {title}:");
-    let mut headers = vec!["reason".to_owned()];
-    headers.extend(named.iter().map(|(name, _)| name.clone()));
-    let rows: Vec<Vec<String>> = reasons
-        .keys()
-        .map(|reason| {
-            let mut row = vec![ascii(reason)];
-            row.extend(
-                named
-                    .iter()
-                    .map(|(_, s)| pick(s).get(reason).copied().unwrap_or(0).to_string()),
-            );
-            row
-        })
-        .collect();
-    table(out, &headers, &rows);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn wilson_edges() {
-        assert_eq!(wilson_interval(0, 0, Z95), None);
-        assert_eq!(wilson_interval(3, 2, Z95), None);
-        let i = wilson_interval(10, 10, Z95).unwrap();
-        assert_eq!(i.hi, 1.0);
-        assert!((i.lo - 0.7225).abs() < 1e-4);
-    }
-
-    #[test]
-    fn mcnemar_large_n_does_not_underflow() {
-        // Bin(3000, 1/2): P(X <= 1500) is a bit over 1/2, so p is 1.
-        assert_eq!(mcnemar_exact_p(1500, 1500), 1.0);
-        let p = mcnemar_exact_p(1400, 1600);
-        assert!(p > 0.0 && p < 0.001, "{p}");
-        assert_eq!(mcnemar_exact_p(1400, 1600), mcnemar_exact_p(1600, 1400));
     }
 }
