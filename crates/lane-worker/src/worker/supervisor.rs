@@ -50,6 +50,20 @@ pub(crate) enum SupMsg {
     },
     /// Write to the outbox, then send; the reply comes after the fsync.
     Publish(Box<Entry>, RpcReplyPort<()>),
+    /// The outbox write of an entry finished (it runs off the actor): send it now.
+    Persisted {
+        entry: Box<Entry>,
+        written: Result<(), String>,
+        reply: Option<RpcReplyPort<()>>,
+    },
+    /// Writing the outcomes held in memory again finished: these are on disk now, and the
+    /// error says why the outbox is still not writable.
+    Repersisted {
+        written: Vec<Token>,
+        error: Option<String>,
+    },
+    /// Free disk space under the artifacts directory, measured off the actor.
+    Disk(Option<f64>),
     /// Trials a lane will not run: released as cancelled through the outbox.
     GiveBack(pb::Assignment),
     Finished {
@@ -112,6 +126,13 @@ pub(crate) struct SupState {
     outbox_broken: bool,
     /// Per lane, when the coordinator's last NoWork said to ask again (its retry-after hint).
     ask_after: BTreeMap<String, tokio::time::Instant>,
+    /// What the outbox holds on disk and the coordinator has not acknowledged: a mirror in
+    /// memory, so replays and the shutdown count never scan the directory.
+    pending: BTreeMap<(CampaignId, Token), Entry>,
+    /// A rewrite of `unpersisted` is running.
+    repersisting: bool,
+    /// Free space is below the disk floor (measured every tick, off the actor).
+    disk_low: bool,
     /// The leases this worker holds, on disk for the next process.
     journal: LeaseJournal,
     /// Leases a previous process held whose outcome is not in the outbox: forfeited on
@@ -183,21 +204,41 @@ impl Supervisor {
         }
     }
 
-    fn disk_ok(&self) -> bool {
+    /// Whether free space is below the floor, and says so when that changes.
+    fn note_disk(&self, state: &mut SupState, free: Option<f64>) {
         let Some(floor) = self.config.disk_floor_gb else {
-            return true;
+            return;
         };
-        match free_gb(&self.config.artifacts) {
-            Some(free) if free < floor => {
-                tracing::warn!(
-                    free_gb = free,
-                    floor_gb = floor,
-                    "below the disk floor: no work credits sent"
-                );
-                false
-            }
-            _ => true,
+        let low = free.is_some_and(|f| f < floor);
+        if low && !state.disk_low {
+            tracing::warn!(
+                free_gb = free,
+                floor_gb = floor,
+                "below the disk floor: no work credits sent"
+            );
+        } else if !low && state.disk_low {
+            tracing::info!(
+                free_gb = free,
+                floor_gb = floor,
+                "above the disk floor again"
+            );
         }
+        state.disk_low = low;
+    }
+
+    /// Measures free disk space in a blocking task; the answer comes back as `Disk`.
+    fn measure_disk(&self, myself: &ActorRef<SupMsg>) {
+        if self.config.disk_floor_gb.is_none() {
+            return;
+        }
+        let (me, path) = (myself.clone(), self.config.artifacts.clone());
+        tokio::spawn(async move {
+            let free = tokio::task::spawn_blocking(move || free_gb(&path))
+                .await
+                .ok()
+                .flatten();
+            let _ = me.cast(SupMsg::Disk(free));
+        });
     }
 
     async fn ask_work(&self, state: &mut SupState, lane: String) {
@@ -216,7 +257,7 @@ impl Supervisor {
         {
             return;
         }
-        if !self.disk_ok() {
+        if state.disk_low {
             return;
         }
         state.outstanding.insert(lane.clone());
@@ -236,7 +277,7 @@ impl Supervisor {
     }
 
     /// Releases trials this worker will not run, as `cancelled` outcomes through the outbox.
-    async fn give_back(&self, state: &mut SupState, a: pb::Assignment) {
+    fn give_back(&self, myself: &ActorRef<SupMsg>, state: &mut SupState, a: pb::Assignment) {
         let Ok(campaign) = CampaignId::new(a.campaign.clone()) else {
             return;
         };
@@ -268,32 +309,65 @@ impl Supervisor {
                 outcome: o,
                 record: None,
             });
-            self.publish(state, entry, None).await;
+            self.publish(myself, state, entry, None);
         }
     }
 
-    /// Writes an entry to the outbox (fsynced), answers `reply` once it is durable, then sends
-    /// it. A failed outbox write is disclosed in the row; the send is still attempted.
-    async fn publish(
+    /// Writes an entry to the outbox (fsynced) in a blocking task; `Persisted` carries on.
+    fn publish(
+        &self,
+        myself: &ActorRef<SupMsg>,
+        state: &SupState,
+        entry: Box<Entry>,
+        reply: Option<RpcReplyPort<()>>,
+    ) {
+        let (me, outbox) = (myself.clone(), state.outbox.clone());
+        tokio::spawn(async move {
+            let (entry, written) = tokio::task::spawn_blocking(move || {
+                let written = outbox.put(&entry).map(|_| entry.seal_record());
+                (entry, written.map_err(|e| e.to_string()))
+            })
+            .await
+            .expect("the outbox write does not panic");
+            let _ = me.cast(SupMsg::Persisted {
+                entry,
+                written,
+                reply,
+            });
+        });
+    }
+
+    /// Answers `reply` once the entry is durable, then sends it. A failed outbox write is
+    /// disclosed in the row, the outcome is kept in memory, and the send is still attempted.
+    async fn persisted(
         &self,
         state: &mut SupState,
         mut entry: Box<Entry>,
+        written: Result<(), String>,
         reply: Option<RpcReplyPort<()>>,
     ) {
-        if let Err(e) = state.outbox.put(&entry).map(|_| entry.seal_record()) {
-            tracing::error!(
-                error = %e,
-                trial = %entry.outcome.token,
-                "outbox write failed: the outcome is kept in memory and written again every tick; no new work is taken until the outbox is writable"
-            );
-            entry
-                .outcome
-                .publication_errors
-                .push(format!("outbox: {e}"));
-            state
-                .unpersisted
-                .insert(entry.outcome.token.clone(), (*entry).clone());
-            state.outbox_broken = true;
+        match written {
+            Ok(()) => {
+                state.pending.insert(
+                    (entry.campaign.clone(), entry.outcome.token.clone()),
+                    (*entry).clone(),
+                );
+            }
+            Err(e) => {
+                tracing::error!(
+                    error = %e,
+                    trial = %entry.outcome.token,
+                    "outbox write failed: the outcome is kept in memory and written again every tick; no new work is taken until the outbox is writable"
+                );
+                entry
+                    .outcome
+                    .publication_errors
+                    .push(format!("outbox: {e}"));
+                state
+                    .unpersisted
+                    .insert(entry.outcome.token.clone(), (*entry).clone());
+                state.outbox_broken = true;
+            }
         }
         if let Some(reply) = reply {
             let _ = reply.send(());
@@ -304,63 +378,87 @@ impl Supervisor {
         let mut o = pb::Outcome::from(entry.outcome);
         o.campaign = entry.campaign.to_string();
         Self::send(state, In::Outcome(o)).await;
+        Self::tell_status(state, false).await;
     }
 
-    /// Writes the outcomes the outbox could not take again; once all are on disk, work is
-    /// taken again.
-    fn persist_again(state: &mut SupState) {
-        if !state.outbox_broken {
+    /// Writes the outcomes the outbox could not take again, in a blocking task; once all are
+    /// on disk (`Repersisted`), work is taken again.
+    fn persist_again(myself: &ActorRef<SupMsg>, state: &mut SupState) {
+        if !state.outbox_broken || state.repersisting {
             return;
         }
-        let mut written = Vec::new();
-        let mut failed = None;
-        for (t, e) in &state.unpersisted {
-            match state.outbox.put(e) {
-                Ok(_) => {
+        state.repersisting = true;
+        let (me, outbox) = (myself.clone(), state.outbox.clone());
+        let entries: Vec<Entry> = state.unpersisted.values().cloned().collect();
+        tokio::spawn(async move {
+            let (written, error) = tokio::task::spawn_blocking(move || {
+                let mut written = Vec::new();
+                for e in &entries {
+                    if let Err(err) = outbox.put(e) {
+                        return (written, Some(err.to_string()));
+                    }
                     e.seal_record();
-                    written.push(t.clone());
+                    written.push(e.clone());
                 }
-                Err(err) => {
-                    failed = Some(err);
-                    break;
-                }
+                // Every kept outcome may have been acknowledged already: probe the disk itself.
+                (written, outbox.probe().err().map(|e| e.to_string()))
+            })
+            .await
+            .unwrap_or_else(|e| (Vec::new(), Some(e.to_string())));
+            let _ = me.cast(SupMsg::Repersisted {
+                written: written.into_iter().map(|e| e.outcome.token).collect(),
+                error,
+            });
+        });
+    }
+
+    /// What a rewrite of the kept outcomes achieved.
+    fn repersisted(state: &mut SupState, written: Vec<Token>, error: Option<String>) {
+        state.repersisting = false;
+        for t in written {
+            if let Some(e) = state.unpersisted.remove(&t) {
+                state.pending.insert((e.campaign.clone(), t), e);
             }
         }
-        for t in written {
-            state.unpersisted.remove(&t);
-        }
-        // Every kept outcome may have been acknowledged already: probe the disk itself.
-        if failed.is_none()
-            && let Err(err) = state.outbox.probe()
-        {
-            failed = Some(err);
-        }
-        match failed {
+        match error {
             Some(err) => tracing::warn!(error = %err, "outbox still not writable; taking no work"),
-            None => {
+            None if state.unpersisted.is_empty() => {
                 state.outbox_broken = false;
                 tracing::info!("outbox writable again: taking work");
             }
+            // Acknowledged from memory meanwhile, or more came in: the next tick writes them.
+            None => {}
         }
     }
 
+    /// Runs blocking outbox housekeeping (removing or setting aside an entry) off the actor.
+    fn outbox_task(
+        state: &SupState,
+        what: &'static str,
+        f: impl FnOnce(&Outbox) -> std::io::Result<()> + Send + 'static,
+    ) {
+        let outbox = state.outbox.clone();
+        tokio::task::spawn_blocking(move || {
+            if let Err(e) = f(&outbox) {
+                tracing::error!(error = %e, "cannot {what}");
+            }
+        });
+    }
+
+    /// Sends every unacknowledged outcome again, from memory: what the disk could not take,
+    /// and the mirror of what it holds.
     async fn replay(&self, state: &mut SupState) {
-        // What the disk could not take is replayed from memory.
-        for e in state.unpersisted.values().cloned().collect::<Vec<_>>() {
+        let entries: Vec<Entry> = state
+            .unpersisted
+            .values()
+            .chain(state.pending.values())
+            .cloned()
+            .collect();
+        for e in entries {
+            tracing::info!(trial = %e.outcome.token, "replaying an unacknowledged outcome");
             let mut o = pb::Outcome::from(e.outcome);
             o.campaign = e.campaign.to_string();
             Self::send(state, In::Outcome(o)).await;
-        }
-        match state.outbox.pending() {
-            Ok(entries) => {
-                for e in entries {
-                    tracing::info!(trial = %e.outcome.token, "replaying an unacknowledged outcome");
-                    let mut o = pb::Outcome::from(e.outcome);
-                    o.campaign = e.campaign.to_string();
-                    Self::send(state, In::Outcome(o)).await;
-                }
-            }
-            Err(e) => tracing::error!(error = %e, "cannot read the outbox"),
         }
     }
 
@@ -513,7 +611,7 @@ impl Supervisor {
                 };
                 state.outstanding.remove(&a.lane);
                 if state.draining || !state.lanes.contains_key(&a.lane) {
-                    self.give_back(state, a).await;
+                    self.give_back(myself, state, a);
                     return;
                 }
                 state.idle.remove(&a.lane);
@@ -581,8 +679,11 @@ impl Supervisor {
                     if let Some(e) = state.unpersisted.remove(&t) {
                         e.seal_record();
                     }
-                    if let Err(e) = state.outbox.remove(&c, &t) {
-                        tracing::error!(error = %e, "cannot remove an acknowledged outcome");
+                    if state.pending.remove(&(c.clone(), t.clone())).is_some() {
+                        let (c, t) = (c.clone(), t.clone());
+                        Self::outbox_task(state, "remove an acknowledged outcome", move |o| {
+                            o.remove(&c, &t)
+                        });
                     }
                     // Published attempts stay in flight (renewed) until their ack.
                     Self::untrack(state, &t);
@@ -598,9 +699,11 @@ impl Supervisor {
                         CampaignId::new(e.campaign.clone()),
                         e.token.map(Token::try_from),
                     ) {
-                        if let Err(err) = state.outbox.set_aside(&c, &t, &e.reason) {
-                            tracing::error!(error = %err, "cannot set a refused outcome aside");
-                        }
+                        state.pending.remove(&(c.clone(), t.clone()));
+                        let (c2, t2, reason) = (c.clone(), t.clone(), e.reason.clone());
+                        Self::outbox_task(state, "set a refused outcome aside", move |o| {
+                            o.set_aside(&c2, &t2, &reason)
+                        });
                         Self::untrack(state, &t);
                         let _ = state.journal.remove(&c, &t);
                     }
@@ -667,7 +770,11 @@ impl Actor for Supervisor {
         for e in &pending {
             e.seal_record();
         }
-        let replayable: BTreeSet<Token> = pending.into_iter().map(|e| e.outcome.token).collect();
+        let replayable: BTreeSet<Token> = pending.iter().map(|e| e.outcome.token.clone()).collect();
+        let pending: BTreeMap<(CampaignId, Token), Entry> = pending
+            .into_iter()
+            .map(|e| ((e.campaign.clone(), e.outcome.token.clone()), e))
+            .collect();
         let orphans: BTreeMap<Token, CampaignId> = journal
             .held()?
             .into_iter()
@@ -692,6 +799,7 @@ impl Actor for Supervisor {
             lanes.insert(name.clone(), lane);
             idle.insert(name);
         }
+        self.measure_disk(&myself);
         let me = myself.clone();
         tokio::spawn(async move {
             loop {
@@ -716,6 +824,10 @@ impl Actor for Supervisor {
             outbox_broken: false,
             ask_after: BTreeMap::new(),
             journal,
+            pending,
+            repersisting: false,
+            // Unknown until the first measurement: no credit is sent before it.
+            disk_low: self.config.disk_floor_gb.is_some(),
             orphans,
             told: None,
             end_session: None,
@@ -772,11 +884,23 @@ impl Actor for Supervisor {
                     f.campaign = campaign;
                 }
             }
-            SupMsg::Publish(entry, reply) => {
-                self.publish(state, entry, Some(reply)).await;
+            SupMsg::Publish(entry, reply) => self.publish(&myself, state, entry, Some(reply)),
+            SupMsg::Persisted {
+                entry,
+                written,
+                reply,
+            } => self.persisted(state, entry, written, reply).await,
+            SupMsg::Repersisted { written, error } => {
+                Self::repersisted(state, written, error);
                 Self::tell_status(state, false).await;
             }
-            SupMsg::GiveBack(a) => self.give_back(state, a).await,
+            SupMsg::Disk(free) => {
+                self.note_disk(state, free);
+                for lane in state.idle.clone() {
+                    self.ask_work(state, lane).await;
+                }
+            }
+            SupMsg::GiveBack(a) => self.give_back(&myself, state, a),
             SupMsg::Finished { token, published } => {
                 if !published {
                     Self::untrack(state, &token);
@@ -784,7 +908,8 @@ impl Actor for Supervisor {
             }
             SupMsg::Tick => {
                 Self::check_acks(state);
-                Self::persist_again(state);
+                Self::persist_again(&myself, state);
+                self.measure_disk(&myself);
                 Self::tell_status(state, false).await;
                 self.heartbeat(state).await;
                 if state
@@ -801,8 +926,7 @@ impl Actor for Supervisor {
             }
             SupMsg::Drain => state.draining = true,
             SupMsg::Pending(reply) => {
-                let unacked =
-                    state.outbox.pending().map(|p| p.len()).unwrap_or(0) + state.unpersisted.len();
+                let unacked = state.pending.len() + state.unpersisted.len();
                 let _ = reply.send((state.in_flight.len(), unacked));
             }
             SupMsg::CancelAll => {
