@@ -2,7 +2,8 @@
 //!
 //! The lane's side uses [`encode_request`], [`encode_notification`] and [`decode`]; the
 //! driver's side (the built-in sim driver) uses [`decode_request`], [`encode_response_ok`],
-//! [`encode_response_err`] and [`encode_notification`].
+//! [`encode_response_err`] and [`encode_notification`], and answers a line it cannot decode
+//! with [`BadRequest::rpc_error`].
 //!
 //! Decoding is strict: a line longer than [`MAX_LINE_BYTES`], not UTF-8, not JSON, or not a
 //! JSON-RPC 2.0 object is an error. Deciding what a well-formed message *means* (an unknown
@@ -11,7 +12,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::protocol::{ErrorData, MAX_LINE_BYTES};
+use super::protocol::{ErrorData, MAX_LINE_BYTES, code};
 
 /// The longest prefix of an offending line quoted in an error message, in characters.
 const QUOTE_CHARS: usize = 120;
@@ -76,9 +77,42 @@ pub enum CodecError {
     NotJsonRpc(String),
 }
 
+/// A message the driver received from the lane.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Request {
+    /// `None` for a notification.
+    pub id: Option<u64>,
+    pub method: String,
+    /// `null` when absent; otherwise an object or an array.
+    pub params: Value,
+}
+
+/// Why the driver could not decode a line as a request.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{error}")]
+pub struct BadRequest {
+    /// The offending message's id, when it was an object with a valid one, so the error
+    /// answer reaches the caller; `None` answers with a `null` id.
+    pub id: Option<u64>,
+    pub error: CodecError,
+}
+
+impl BadRequest {
+    /// The JSON-RPC error that answers this line: a parse error for a line that is not
+    /// JSON, an invalid request for anything else.
+    pub fn rpc_error(&self) -> RpcError {
+        let number = match self.error {
+            CodecError::NotUtf8 | CodecError::NotJson(_) => code::PARSE_ERROR,
+            CodecError::TooLong { .. } | CodecError::NotJsonRpc(_) => code::INVALID_REQUEST,
+        };
+        RpcError::new(number, self.error.to_string())
+    }
+}
+
 /// Decodes one line from a driver (a trailing `\n` or `\r\n` is allowed).
 pub fn decode(line: &[u8]) -> Result<Incoming, CodecError> {
     let (mut obj, text) = parse_object(line)?;
+    check_version(&mut obj, text)?;
     let bad = |reason: &str| CodecError::NotJsonRpc(format!("{reason} in {}", quote(text)));
 
     if let Some(method) = obj.remove("method") {
@@ -117,13 +151,21 @@ pub fn decode(line: &[u8]) -> Result<Incoming, CodecError> {
     Ok(Incoming::Response { id, result })
 }
 
-/// Decodes one line on the driver's side: a request (`Some(id)`) or a notification (`None`),
-/// with its method and params (`null` when absent). Ids must be non-negative integers, which
-/// is all the lane sends.
-pub fn decode_request(line: &[u8]) -> Result<(Option<u64>, String, Value), CodecError> {
-    let (mut obj, text) = parse_object(line)?;
-    let bad = |reason: &str| CodecError::NotJsonRpc(format!("{reason} in {}", quote(text)));
+/// Decodes one line on the driver's side: a request or a notification. Ids must be
+/// non-negative integers, which is all the lane sends.
+pub fn decode_request(line: &[u8]) -> Result<Request, BadRequest> {
+    let (mut obj, text) = parse_object(line).map_err(|error| BadRequest { id: None, error })?;
+    // Known before anything else is checked, so every later error can answer it.
+    let id = obj.get("id").and_then(Value::as_u64);
+    let fail = |error| BadRequest { id, error };
+    let bad = |reason: &str| {
+        fail(CodecError::NotJsonRpc(format!(
+            "{reason} in {}",
+            quote(text)
+        )))
+    };
 
+    check_version(&mut obj, text).map_err(fail)?;
     if obj.contains_key("result") || obj.contains_key("error") {
         return Err(bad("expected a request, got a response"));
     }
@@ -134,13 +176,10 @@ pub fn decode_request(line: &[u8]) -> Result<(Option<u64>, String, Value), Codec
     };
     let id = match obj.remove("id") {
         None => None,
-        Some(id) => Some(
-            id.as_u64()
-                .ok_or_else(|| bad("\"id\" must be a non-negative integer"))?,
-        ),
+        Some(_) => Some(id.ok_or_else(|| bad("\"id\" must be a non-negative integer"))?),
     };
     let params = take_params(&mut obj).map_err(&bad)?;
-    Ok((id, method, params))
+    Ok(Request { id, method, params })
 }
 
 /// A request line (newline-terminated).
@@ -199,12 +238,13 @@ pub fn encode_response_ok<R: Serialize + ?Sized>(id: u64, result: &R) -> String 
     })
 }
 
-/// An error response line (newline-terminated).
-pub fn encode_response_err(id: u64, error: &RpcError) -> String {
+/// An error response line (newline-terminated); a `None` id is sent as `null`, for a line
+/// whose id could not be read.
+pub fn encode_response_err(id: Option<u64>, error: &RpcError) -> String {
     #[derive(Serialize)]
     struct Response<'a> {
         jsonrpc: &'static str,
-        id: u64,
+        id: Option<u64>,
         error: &'a RpcError,
     }
     line(&Response {
@@ -220,8 +260,8 @@ fn line<T: Serialize>(message: &T) -> String {
     out
 }
 
-/// Checks size, UTF-8, JSON, object-ness and `"jsonrpc": "2.0"`; returns the object and the
-/// line's text (for error messages).
+/// Checks size, UTF-8, JSON and object-ness; returns the object and the line's text (for
+/// error messages).
 fn parse_object(line: &[u8]) -> Result<(Map<String, Value>, &str), CodecError> {
     let line = line.strip_suffix(b"\n").unwrap_or(line);
     let line = line.strip_suffix(b"\r").unwrap_or(line);
@@ -234,14 +274,19 @@ fn parse_object(line: &[u8]) -> Result<(Map<String, Value>, &str), CodecError> {
     }
     let value: Value = serde_json::from_str(text)
         .map_err(|e| CodecError::NotJson(format!("{e} in {}", quote(text))))?;
-    let Value::Object(mut obj) = value else {
+    let Value::Object(obj) = value else {
         return Err(CodecError::NotJsonRpc(format!(
             "expected an object in {}",
             quote(text)
         )));
     };
+    Ok((obj, text))
+}
+
+/// Checks (and removes) `"jsonrpc": "2.0"`.
+fn check_version(obj: &mut Map<String, Value>, text: &str) -> Result<(), CodecError> {
     match obj.remove("jsonrpc") {
-        Some(Value::String(v)) if v == "2.0" => Ok((obj, text)),
+        Some(Value::String(v)) if v == "2.0" => Ok(()),
         Some(_) => Err(CodecError::NotJsonRpc(format!(
             "\"jsonrpc\" must be \"2.0\" in {}",
             quote(text)
@@ -534,7 +579,7 @@ mod tests {
             CodecError::NotUtf8
         );
         assert_eq!(
-            decode_request(b"\xc3\x28").unwrap_err(),
+            decode_request(b"\xc3\x28").unwrap_err().error,
             CodecError::NotUtf8
         );
     }
@@ -604,7 +649,10 @@ mod tests {
         assert!(err.to_string().starts_with("line too long: "), "{err}");
         assert_eq!(
             decode_request(line.as_bytes()).unwrap_err(),
-            CodecError::TooLong { bytes: line.len() }
+            BadRequest {
+                id: None,
+                error: CodecError::TooLong { bytes: line.len() }
+            }
         );
 
         // Exactly at the limit is fine, and the newline does not count.
@@ -637,10 +685,13 @@ mod tests {
         let line = encode_request(42, method::CANCEL, &params);
         assert!(line.ends_with('\n'));
         assert_eq!(line.matches('\n').count(), 1);
-        let (id, method, got) = decode_request(line.as_bytes()).unwrap();
-        assert_eq!(id, Some(42));
-        assert_eq!(method, "cancel");
-        assert_eq!(serde_json::from_value::<CancelParams>(got).unwrap(), params);
+        let got = decode_request(line.as_bytes()).unwrap();
+        assert_eq!(got.id, Some(42));
+        assert_eq!(got.method, "cancel");
+        assert_eq!(
+            serde_json::from_value::<CancelParams>(got.params).unwrap(),
+            params
+        );
 
         // The lane's decoder sees a request (which the runtime refuses).
         assert_eq!(
@@ -676,7 +727,11 @@ mod tests {
         );
         assert_eq!(
             decode_request(line.as_bytes()).unwrap(),
-            (None, method, params)
+            Request {
+                id: None,
+                method,
+                params
+            }
         );
     }
 
@@ -703,7 +758,7 @@ mod tests {
             RpcError::new(code::METHOD_NOT_FOUND, "no such method: fly"),
             RpcError::new(code::DRIVER_ERROR, "provider says no").with_failure_kind("overloaded"),
         ] {
-            let line = encode_response_err(11, &err);
+            let line = encode_response_err(Some(11), &err);
             assert!(line.ends_with('\n'));
             assert_eq!(
                 decode(line.as_bytes()).unwrap(),
@@ -713,14 +768,20 @@ mod tests {
                 }
             );
         }
-        let plain = encode_response_err(1, &RpcError::new(1, "m"));
+        let plain = encode_response_err(Some(1), &RpcError::new(1, "m"));
         assert!(!plain.contains("data"), "{plain}");
+        let anonymous = encode_response_err(None, &RpcError::new(1, "m"));
+        let value: Value = serde_json::from_str(&anonymous).unwrap();
+        assert_eq!(value["id"], Value::Null);
     }
 
     #[test]
     fn decode_request_rejects_responses_and_bad_ids() {
         let reason = |line: &str| match decode_request(line.as_bytes()) {
-            Err(CodecError::NotJsonRpc(reason)) => reason,
+            Err(BadRequest {
+                error: CodecError::NotJsonRpc(reason),
+                ..
+            }) => reason,
             other => panic!("expected NotJsonRpc for {line}, got {other:?}"),
         };
         assert!(reason(&encode_response_ok(1, &1)).contains("got a response"));
@@ -731,7 +792,51 @@ mod tests {
         assert!(reason(r#"{"jsonrpc":"1.0","method":"x"}"#).contains("2.0"));
         assert!(matches!(
             decode_request(b"nope"),
-            Err(CodecError::NotJson(_))
+            Err(BadRequest {
+                id: None,
+                error: CodecError::NotJson(_)
+            })
         ));
+    }
+
+    #[test]
+    fn a_bad_request_keeps_its_id_and_maps_to_a_json_rpc_code() {
+        let bad = |line: &str| decode_request(line.as_bytes()).unwrap_err();
+        for (line, id, number) in [
+            ("{not json", None, code::PARSE_ERROR),
+            ("[1, 2]", None, code::INVALID_REQUEST),
+            (
+                r#"{"id": 3, "method": "health"}"#,
+                Some(3),
+                code::INVALID_REQUEST,
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":4}"#,
+                Some(4),
+                code::INVALID_REQUEST,
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":5,"method":7}"#,
+                Some(5),
+                code::INVALID_REQUEST,
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":"6","method":"x"}"#,
+                None,
+                code::INVALID_REQUEST,
+            ),
+        ] {
+            let err = bad(line);
+            assert_eq!(err.id, id, "{line}");
+            let rpc = err.rpc_error();
+            assert_eq!(rpc.code, number, "{line}");
+            assert_eq!(rpc.message, err.error.to_string());
+        }
+        let long = "x".repeat(MAX_LINE_BYTES + 1);
+        assert_eq!(bad(&long).rpc_error().code, code::INVALID_REQUEST);
+        assert_eq!(
+            decode_request(b"\xff").unwrap_err().rpc_error().code,
+            code::PARSE_ERROR
+        );
     }
 }
