@@ -114,6 +114,77 @@ string_enum!(
     }
 );
 
+/// Which retry allowance a failure of some kind spends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetryBudget {
+    /// The trial's infra budget (`infra_retries`).
+    Infra,
+    /// Its own count of overload retries (`overloaded_retries`).
+    Overloaded,
+    /// Nothing: the retry waits (rate limits) or moves to another lane (preflight, identity).
+    Free,
+}
+
+// Every question about a kind is an exhaustive match, so a new kind is a compile error in
+// each place that must decide about it.
+impl FailureKind {
+    /// The allowance a retry after this kind spends.
+    pub fn budget(self) -> RetryBudget {
+        match self {
+            FailureKind::RateLimit | FailureKind::Preflight | FailureKind::IdentityMismatch => {
+                RetryBudget::Free
+            }
+            FailureKind::Overloaded => RetryBudget::Overloaded,
+            FailureKind::Auth
+            | FailureKind::BootFailed
+            | FailureKind::ResetUnverified
+            | FailureKind::GuestLost
+            | FailureKind::DriverCrash
+            | FailureKind::EvaluatorError
+            | FailureKind::HarnessError
+            | FailureKind::LeaseExpired => RetryBudget::Infra,
+        }
+    }
+
+    /// Whether a driver may report this kind for an attempt. Preflight refusals are the
+    /// lane's to write and lease expiry the store's; a driver naming them gets
+    /// `harness_error` instead.
+    pub fn driver_reportable(self) -> bool {
+        match self {
+            FailureKind::Preflight | FailureKind::LeaseExpired => false,
+            FailureKind::RateLimit
+            | FailureKind::Overloaded
+            | FailureKind::Auth
+            | FailureKind::BootFailed
+            | FailureKind::ResetUnverified
+            | FailureKind::GuestLost
+            | FailureKind::DriverCrash
+            | FailureKind::EvaluatorError
+            | FailureKind::HarnessError
+            | FailureKind::IdentityMismatch => true,
+        }
+    }
+
+    /// Whether the sim driver can inject this kind as a fault: what a driver itself can
+    /// cause. Identity pins are checked by the lane, so the sim cannot fake a mismatch.
+    pub fn sim_injectable(self) -> bool {
+        match self {
+            FailureKind::Preflight | FailureKind::LeaseExpired | FailureKind::IdentityMismatch => {
+                false
+            }
+            FailureKind::RateLimit
+            | FailureKind::Overloaded
+            | FailureKind::Auth
+            | FailureKind::BootFailed
+            | FailureKind::ResetUnverified
+            | FailureKind::GuestLost
+            | FailureKind::DriverCrash
+            | FailureKind::EvaluatorError
+            | FailureKind::HarnessError => true,
+        }
+    }
+}
+
 string_enum!(
     /// The lifecycle phase an attempt last reported.
     Phase {

@@ -15,6 +15,8 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use lanes_common::row::FailureKind;
+
 use crate::driver::protocol::{AgentParams, AgentResult, AgentStatus};
 use crate::watchdog::HealthUrl;
 
@@ -77,7 +79,7 @@ async fn request(
 fn infra(error: String) -> AgentResult {
     AgentResult {
         status: AgentStatus::InfraError,
-        failure_kind: Some("harness_error".into()),
+        failure_kind: Some(FailureKind::HarnessError),
         reset_epoch: None,
         runtime_outcome: None,
         infeasible: false,

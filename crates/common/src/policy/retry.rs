@@ -8,7 +8,7 @@ use std::collections::HashSet;
 
 use serde::{Deserialize, Serialize};
 
-use crate::row::{ExcludedReason, FailureKind, Row, Status};
+use crate::row::{ExcludedReason, FailureKind, RetryBudget, Row, Status};
 use crate::spec::RetryPolicy;
 use crate::state::StopReason;
 use crate::utc::EpochMs;
@@ -120,13 +120,7 @@ impl TrialHistory {
 
 /// Kinds that spend the trial's infra budget.
 pub fn uses_infra_budget(kind: FailureKind) -> bool {
-    !matches!(
-        kind,
-        FailureKind::RateLimit
-            | FailureKind::Overloaded
-            | FailureKind::Preflight
-            | FailureKind::IdentityMismatch
-    )
+    kind.budget() == RetryBudget::Infra
 }
 
 fn secs(s: u64) -> EpochMs {

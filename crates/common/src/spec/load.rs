@@ -527,7 +527,7 @@ fn validate_sim(sim: &SimConfig) -> Result<(), String> {
             SimFault::Kind(FailureKind::LeaseExpired) => {
                 return Err("faults.lease_expired: only the reaper writes it".into());
             }
-            SimFault::Kind(FailureKind::IdentityMismatch | FailureKind::Preflight) => {
+            SimFault::Kind(k) if !k.sim_injectable() => {
                 return Err(format!(
                     "faults.{}: a sim fault must be something a driver can do",
                     fault_name(*fault)

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use lanes_common::row::{Check, DriverIdentity, QuotaReading, TokenUsage};
+use lanes_common::row::{Check, DriverIdentity, FailureKind, QuotaReading, TokenUsage};
 
 /// The protocol name sent in `initialize`.
 pub const PROTOCOL: &str = "lanes-driver/1";
@@ -130,10 +130,15 @@ pub enum AgentStatus {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AgentResult {
     pub status: AgentStatus,
-    /// For `infra_error`: a failure kind name (`rate_limit`, `overloaded`, `auth`,
-    /// `guest_lost`, `harness_error`, …).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub failure_kind: Option<String>,
+    /// For `infra_error`: the failure kind (`rate_limit`, `overloaded`, `auth`,
+    /// `guest_lost`, `harness_error`, …). A name this lane does not know reads as none, which
+    /// the lifecycle records as `harness_error`.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "known_kind"
+    )]
+    pub failure_kind: Option<FailureKind>,
     /// For `rate_limit`: when the provider's window resets, epoch seconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reset_epoch: Option<i64>,
@@ -223,4 +228,31 @@ pub struct ErrorData {
     pub failure_kind: Option<String>,
     #[serde(default, flatten)]
     pub extra: BTreeMap<String, serde_json::Value>,
+}
+
+/// Reads a failure kind leniently: an unknown name is no kind, not a broken answer.
+fn known_kind<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<FailureKind>, D::Error> {
+    let name: Option<String> = Option::deserialize(d)?;
+    Ok(name.and_then(|n| n.parse().ok()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failure_kind_is_read_by_name_and_an_unknown_one_is_none() {
+        let known: AgentResult =
+            serde_json::from_str(r#"{"status":"infra_error","failure_kind":"rate_limit"}"#)
+                .unwrap();
+        assert_eq!(known.failure_kind, Some(FailureKind::RateLimit));
+        let unknown: AgentResult =
+            serde_json::from_str(r#"{"status":"infra_error","failure_kind":"gremlins"}"#).unwrap();
+        assert_eq!(
+            unknown.failure_kind, None,
+            "an unknown name is not a broken answer"
+        );
+        let missing: AgentResult = serde_json::from_str(r#"{"status":"completed"}"#).unwrap();
+        assert_eq!(missing.failure_kind, None);
+    }
 }

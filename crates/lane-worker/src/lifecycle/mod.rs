@@ -588,9 +588,7 @@ impl Facts {
         let cancelled = result.status == AgentStatus::Cancelled;
         let kind = result
             .failure_kind
-            .as_deref()
-            .and_then(|k| k.parse::<FailureKind>().ok())
-            .filter(|k| !matches!(k, FailureKind::LeaseExpired | FailureKind::Preflight))
+            .filter(|k| k.driver_reportable())
             .unwrap_or(FailureKind::HarnessError);
         let error = result.error.clone();
         self.agent = Some(result);

@@ -18,14 +18,14 @@ fn agent_result() -> impl Strategy<Value = AgentResult> {
         ]),
         any::<bool>(),
         prop::option::of(prop::sample::select(vec![
-            "rate_limit",
-            "lease_expired",
-            "nonsense",
+            FailureKind::RateLimit,
+            FailureKind::LeaseExpired,
+            FailureKind::Preflight,
         ])),
     )
         .prop_map(|(status, infeasible, kind)| AgentResult {
             status,
-            failure_kind: kind.map(str::to_owned),
+            failure_kind: kind,
             reset_epoch: None,
             runtime_outcome: None,
             infeasible,

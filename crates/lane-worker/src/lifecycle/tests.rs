@@ -338,7 +338,7 @@ fn infra_agent_result_maps_its_kind() {
     ] {
         let mut a = at_agent(false);
         let mut r = agent(AgentStatus::InfraError);
-        r.failure_kind = Some(kind.into());
+        r.failure_kind = kind.parse().ok();
         r.reset_epoch = Some(42);
         let v = publish(&step(&mut a, Event::AgentFinished(r))).clone();
         assert_eq!(v.failure_kind, Some(want), "{kind}");

@@ -158,7 +158,7 @@ impl AgentRun {
         });
         AgentResult {
             status,
-            failure_kind: kind.map(|k| k.as_str().to_owned()),
+            failure_kind: kind,
             reset_epoch,
             runtime_outcome: Some(name.to_owned()),
             infeasible: false,
@@ -182,14 +182,21 @@ impl AgentRun {
 
 /// The infra kinds `run_agent` reports as `infra_error`.
 fn agent_infra_kind(k: FailureKind) -> bool {
-    matches!(
-        k,
+    match k {
         FailureKind::RateLimit
-            | FailureKind::Overloaded
-            | FailureKind::Auth
-            | FailureKind::GuestLost
-            | FailureKind::HarnessError
-    )
+        | FailureKind::Overloaded
+        | FailureKind::Auth
+        | FailureKind::GuestLost
+        | FailureKind::HarnessError => true,
+        // Injected by the phase they name, or never by a driver.
+        FailureKind::BootFailed
+        | FailureKind::ResetUnverified
+        | FailureKind::DriverCrash
+        | FailureKind::EvaluatorError
+        | FailureKind::IdentityMismatch
+        | FailureKind::Preflight
+        | FailureKind::LeaseExpired => false,
+    }
 }
 
 /// A real sleep: users rehearse campaigns with these durations.

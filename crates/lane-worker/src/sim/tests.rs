@@ -419,7 +419,7 @@ fn infra_faults_in_run_agent() {
         assert_eq!(s.result(3)["verified"], true);
         let r = agent_result(&s);
         assert_eq!(r.status, AgentStatus::InfraError, "{kind}");
-        assert_eq!(r.failure_kind.as_deref(), Some(kind));
+        assert_eq!(r.failure_kind.map(|k| k.as_str()), Some(kind));
         if kind == "rate_limit" {
             let at = r.reset_epoch.expect("a rate limit says when it resets");
             let now = now_epoch_s();

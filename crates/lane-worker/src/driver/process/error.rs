@@ -4,6 +4,8 @@
 use std::io;
 use std::time::Duration;
 
+use lanes_common::row::FailureKind;
+
 /// Why a driver call (or spawn) failed.
 #[derive(Debug, thiserror::Error)]
 pub enum DriverError {
@@ -56,10 +58,11 @@ impl DriverError {
 
     /// The failure kind of this error: the driver's `data.failure_kind` for a JSON-RPC error
     /// answer, `driver_crash` for a crash, `None` otherwise.
-    pub fn failure_kind(&self) -> Option<&str> {
+    /// A name this lane does not know is no kind.
+    pub fn failure_kind(&self) -> Option<FailureKind> {
         match self {
-            Self::Rpc { failure_kind, .. } => failure_kind.as_deref(),
-            e if e.is_crash() => Some("driver_crash"),
+            Self::Rpc { failure_kind, .. } => failure_kind.as_deref().and_then(|k| k.parse().ok()),
+            e if e.is_crash() => Some(FailureKind::DriverCrash),
             _ => None,
         }
     }
@@ -102,7 +105,7 @@ mod tests {
             after: Duration::from_secs(3),
         };
         assert!(deadline.is_crash());
-        assert_eq!(deadline.failure_kind(), Some("driver_crash"));
+        assert_eq!(deadline.failure_kind(), Some(FailureKind::DriverCrash));
         assert_eq!(
             deadline.to_string(),
             "driver call `reset` passed its deadline of 3s; the driver was killed"

@@ -188,7 +188,10 @@ async fn a_json_rpc_error_leaves_the_driver_fine() {
     );
     assert_eq!(failure_kind.as_deref(), Some("rate_limit"));
     assert!(!err.is_crash());
-    assert_eq!(err.failure_kind(), Some("rate_limit"));
+    assert_eq!(
+        err.failure_kind(),
+        Some(lanes_common::row::FailureKind::RateLimit)
+    );
     assert!(d.is_alive());
     assert_eq!(d.call::<_, u32>("echo", &7, CALL).await.unwrap(), 7);
 }
@@ -212,7 +215,10 @@ for msg in requests():
     );
     assert!(err.to_string().contains("\"this is not json\""), "{err}");
     assert!(err.is_crash());
-    assert_eq!(err.failure_kind(), Some("driver_crash"));
+    assert_eq!(
+        err.failure_kind(),
+        Some(lanes_common::row::FailureKind::DriverCrash)
+    );
     assert!(!d.is_alive());
     let later = d
         .call::<_, Value>("boot", &json!({}), CALL)

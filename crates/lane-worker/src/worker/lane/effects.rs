@@ -59,7 +59,7 @@ where
 fn agent_error(e: DriverError) -> Event {
     Event::AgentFinished(AgentResult {
         status: AgentStatus::InfraError,
-        failure_kind: Some(e.failure_kind().unwrap_or("harness_error").to_owned()),
+        failure_kind: Some(e.failure_kind().unwrap_or(FailureKind::HarnessError)),
         reset_epoch: None,
         runtime_outcome: None,
         infeasible: false,
@@ -389,7 +389,7 @@ impl LaneActor {
                         }
                         Err(e) => {
                             result.status = AgentStatus::InfraError;
-                            result.failure_kind = Some("harness_error".to_owned());
+                            result.failure_kind = Some(FailureKind::HarnessError);
                             result.error = Some(format!(
                                 "declare_infeasible failed after the agent declared the task infeasible: {e}"
                             ));
