@@ -22,4 +22,5 @@ pub mod sim;
 pub mod watchdog;
 pub mod worker;
 
-pub use worker::{WorkerConfig, WorkerError, run};
+pub use worker::link::{CoordinatorLink, GrpcLink, LinkSession};
+pub use worker::{WorkerConfig, WorkerError, run, run_with_link};

@@ -2,6 +2,7 @@
 //! outbox, and one [`lane`] actor per VM slot that runs attempts through the pure lifecycle.
 
 pub(crate) mod lane;
+pub mod link;
 pub(crate) mod session;
 pub(crate) mod supervisor;
 
@@ -55,6 +56,16 @@ pub async fn run(
     config: WorkerConfig,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), WorkerError> {
+    let link = link::GrpcLink::new(config.coordinators.clone(), config.token.clone());
+    run_with_link(config, std::sync::Arc::new(link), shutdown).await
+}
+
+/// [`run`], with sessions opened through `link` instead of gRPC to `config.coordinators`.
+pub async fn run_with_link(
+    config: WorkerConfig,
+    link: std::sync::Arc<dyn link::CoordinatorLink>,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<(), WorkerError> {
     use ractor::Actor;
     let config = std::sync::Arc::new(config);
     let (sup, handle) = Actor::spawn(
@@ -67,7 +78,7 @@ pub async fn run(
     .await
     .map_err(|e| WorkerError::Start(e.to_string()))?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let session = tokio::spawn(session::run(config.clone(), sup.clone(), stop_rx));
+    let session = tokio::spawn(session::run(config.clone(), link, sup.clone(), stop_rx));
     shutdown.await;
     tracing::info!("shutting down: no new work; in-flight attempts may finish");
     let _ = sup.cast(supervisor::SupMsg::Drain);

@@ -14,15 +14,11 @@ use std::time::Duration;
 use ractor::ActorRef;
 use tokio::sync::mpsc;
 use tokio_stream::StreamExt;
-use tokio_stream::wrappers::ReceiverStream;
-use tonic::metadata::MetadataValue;
-use tonic::transport::Channel;
 
 use lanes_common::proto as pb;
-use lanes_common::proto::lane_service_client::LaneServiceClient;
-use lanes_common::proto::worker_message::Msg as In;
 
 use super::WorkerConfig;
+use super::link::CoordinatorLink;
 use super::supervisor::SupMsg;
 
 /// Bounds of the reconnect backoff.
@@ -30,10 +26,6 @@ const BACKOFF_MIN: Duration = Duration::from_millis(200);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
 /// A session that lasted this long resets the backoff.
 const STABLE_SESSION: Duration = Duration::from_secs(10);
-/// HTTP/2 keepalive: a ping this often, and the connection is dead when one goes unanswered
-/// this long. Together well under the shortest lease TTL (3 s × the renewals in it).
-const KEEPALIVE_EVERY: Duration = Duration::from_secs(2);
-const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(3);
 
 fn jitter(d: Duration) -> Duration {
     let nanos = std::time::SystemTime::now()
@@ -44,29 +36,39 @@ fn jitter(d: Duration) -> Duration {
     d + d.mul_f64(f64::from(nanos % 1000) / 2000.0)
 }
 
-/// Runs sessions until `stop` fires, moving to the next coordinator after each one ends.
+/// Runs sessions until `stop` fires, moving to the next replica after each one ends.
 pub(crate) async fn run(
     config: Arc<WorkerConfig>,
+    link: Arc<dyn CoordinatorLink>,
     supervisor: ActorRef<SupMsg>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
+    let replicas = link.replicas();
+    if replicas.is_empty() {
+        tracing::error!("no coordinator address configured");
+        return;
+    }
     let mut backoff = BACKOFF_MIN;
     let mut next = 0usize;
     loop {
         if *stop.borrow() {
             return;
         }
-        let Some(addr) = config
-            .coordinators
-            .get(next % config.coordinators.len().max(1))
-        else {
-            tracing::error!("no coordinator address configured");
-            return;
-        };
+        let replica = next % replicas.len();
+        let name = &replicas[replica];
         next = next.wrapping_add(1);
         let started = tokio::time::Instant::now();
-        if let Err(e) = session(&config, addr, &supervisor, &mut stop).await {
-            tracing::warn!(coordinator = %addr, error = %e, "coordinator session failed");
+        if let Err(e) = session(
+            &config,
+            link.as_ref(),
+            replica,
+            name,
+            &supervisor,
+            &mut stop,
+        )
+        .await
+        {
+            tracing::warn!(coordinator = %name, error = %e, "coordinator session failed");
         }
         let _ = supervisor.cast(SupMsg::Disconnected);
         // Only a session that lasted resets the backoff: replicas that answer GoAway at once
@@ -74,15 +76,14 @@ pub(crate) async fn run(
         if started.elapsed() >= STABLE_SESSION {
             backoff = BACKOFF_MIN;
         }
-        let wait =
-            if config.coordinators.len() > 1 && !next.is_multiple_of(config.coordinators.len()) {
-                // Another replica is there to try in this round: go straight to it.
-                BACKOFF_MIN
-            } else {
-                let w = backoff;
-                backoff = (backoff * 2).min(BACKOFF_MAX);
-                w
-            };
+        let wait = if replicas.len() > 1 && !next.is_multiple_of(replicas.len()) {
+            // Another replica is there to try in this round: go straight to it.
+            BACKOFF_MIN
+        } else {
+            let w = backoff;
+            backoff = (backoff * 2).min(BACKOFF_MAX);
+            w
+        };
         tokio::select! {
             _ = tokio::time::sleep(jitter(wait)) => {}
             _ = stop.changed() => return,
@@ -92,62 +93,31 @@ pub(crate) async fn run(
 
 async fn session(
     config: &WorkerConfig,
-    addr: &str,
+    link: &dyn CoordinatorLink,
+    replica: usize,
+    name: &str,
     supervisor: &ActorRef<SupMsg>,
     stop: &mut tokio::sync::watch::Receiver<bool>,
 ) -> Result<(), String> {
-    let channel = Channel::from_shared(addr.to_owned())
-        .map_err(|e| format!("bad coordinator url: {e}"))?
-        .connect_timeout(Duration::from_secs(5))
-        .http2_keep_alive_interval(KEEPALIVE_EVERY)
-        .keep_alive_timeout(KEEPALIVE_TIMEOUT)
-        .keep_alive_while_idle(true)
-        .connect()
-        .await
-        .map_err(|e| format!("cannot connect to {addr}: {e}"))?;
-    let token: Option<MetadataValue<_>> = match &config.token {
-        Some(t) => Some(
-            format!("Bearer {t}")
-                .parse()
-                .map_err(|_| "the lane token is not valid header text".to_owned())?,
-        ),
-        None => None,
+    let register = pb::Register {
+        worker_id: config.worker_id.clone(),
+        host: config.host.clone(),
+        lanes: config.lanes,
+        version: env!("CARGO_PKG_VERSION").into(),
+        labels: Default::default(),
+        arms: config.arms.clone(),
     };
-    let mut client =
-        LaneServiceClient::with_interceptor(channel, move |mut req: tonic::Request<()>| {
-            if let Some(t) = &token {
-                req.metadata_mut().insert("authorization", t.clone());
-            }
-            Ok(req)
-        });
-    let (tx, rx) = mpsc::channel(256);
-    tx.send(pb::WorkerMessage {
-        msg: Some(In::Register(pb::Register {
-            worker_id: config.worker_id.clone(),
-            host: config.host.clone(),
-            lanes: config.lanes,
-            version: env!("CARGO_PKG_VERSION").into(),
-            labels: Default::default(),
-            arms: config.arms.clone(),
-        })),
-    })
-    .await
-    .map_err(|_| "session closed")?;
-    let mut inbound = client
-        .session(ReceiverStream::new(rx))
-        .await
-        .map_err(|s| format!("session refused: {} ({:?})", s.message(), s.code()))?
-        .into_inner();
+    let mut opened = link.open(replica, register).await?;
     // The supervisor ends the session through this when acknowledgements stop coming.
     let (end_tx, mut end_rx) = mpsc::channel::<String>(1);
     supervisor
-        .cast(SupMsg::Connected(tx, end_tx))
+        .cast(SupMsg::Connected(opened.tx.clone(), end_tx))
         .map_err(|_| "supervisor gone")?;
-    tracing::info!(coordinator = %addr, "connected");
+    tracing::info!(coordinator = %name, "connected");
     loop {
         tokio::select! {
             Some(why) = end_rx.recv() => return Err(why),
-            m = inbound.next() => match m {
+            m = opened.inbound.next() => match m {
                 Some(Ok(m)) => {
                     let go_away = matches!(m.msg, Some(pb::coordinator_message::Msg::GoAway(_)));
                     let _ = supervisor.cast(SupMsg::Inbound(m));
@@ -155,7 +125,7 @@ async fn session(
                         return Ok(());
                     }
                 }
-                Some(Err(s)) => return Err(format!("session ended: {} ({:?})", s.message(), s.code())),
+                Some(Err(e)) => return Err(e),
                 None => return Ok(()),
             },
             _ = stop.changed() => return Ok(()),

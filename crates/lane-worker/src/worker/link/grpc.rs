@@ -1,0 +1,99 @@
+//! The gRPC link: one bidirectional `LaneService.Session` stream per session, with HTTP/2
+//! keepalive so a paused or partitioned replica is noticed even while its TCP connection
+//! stays open.
+
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio_stream::StreamExt;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::metadata::MetadataValue;
+use tonic::transport::Channel;
+
+use lanes_common::proto as pb;
+use lanes_common::proto::lane_service_client::LaneServiceClient;
+use lanes_common::proto::worker_message::Msg as In;
+
+use super::{CoordinatorLink, LinkFuture, LinkSession};
+
+/// HTTP/2 keepalive: a ping this often, and the connection is dead when one goes unanswered
+/// this long. Together well under the shortest lease TTL (3 s × the renewals in it).
+const KEEPALIVE_EVERY: Duration = Duration::from_secs(2);
+const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(3);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Dials coordinator replicas by URL, e.g. `http://127.0.0.1:7700`.
+pub struct GrpcLink {
+    addrs: Vec<String>,
+    /// The lane role's bearer token. Never logged.
+    token: Option<String>,
+}
+
+impl GrpcLink {
+    pub fn new(addrs: Vec<String>, token: Option<String>) -> Self {
+        Self { addrs, token }
+    }
+
+    async fn connect(&self, addr: &str, register: pb::Register) -> Result<LinkSession, String> {
+        let channel = Channel::from_shared(addr.to_owned())
+            .map_err(|e| format!("bad coordinator url: {e}"))?
+            .connect_timeout(CONNECT_TIMEOUT)
+            .http2_keep_alive_interval(KEEPALIVE_EVERY)
+            .keep_alive_timeout(KEEPALIVE_TIMEOUT)
+            .keep_alive_while_idle(true)
+            .connect()
+            .await
+            .map_err(|e| format!("cannot connect to {addr}: {e}"))?;
+        let token: Option<MetadataValue<_>> = match &self.token {
+            Some(t) => Some(
+                format!("Bearer {t}")
+                    .parse()
+                    .map_err(|_| "the lane token is not valid header text".to_owned())?,
+            ),
+            None => None,
+        };
+        let mut client =
+            LaneServiceClient::with_interceptor(channel, move |mut req: tonic::Request<()>| {
+                if let Some(t) = &token {
+                    req.metadata_mut().insert("authorization", t.clone());
+                }
+                Ok(req)
+            });
+        let (tx, rx) = mpsc::channel(256);
+        tx.send(pb::WorkerMessage {
+            msg: Some(In::Register(register)),
+        })
+        .await
+        .map_err(|_| "session closed")?;
+        let inbound = client
+            .session(ReceiverStream::new(rx))
+            .await
+            .map_err(|s| format!("session refused: {} ({:?})", s.message(), s.code()))?
+            .into_inner()
+            .map(|m| m.map_err(|s| format!("session ended: {} ({:?})", s.message(), s.code())));
+        Ok(LinkSession {
+            tx,
+            inbound: Box::pin(inbound),
+        })
+    }
+}
+
+impl CoordinatorLink for GrpcLink {
+    fn replicas(&self) -> Vec<String> {
+        self.addrs.clone()
+    }
+
+    fn open(
+        &self,
+        replica: usize,
+        register: pb::Register,
+    ) -> LinkFuture<'_, Result<LinkSession, String>> {
+        Box::pin(async move {
+            let addr = self
+                .addrs
+                .get(replica)
+                .ok_or_else(|| format!("no coordinator replica {replica}"))?;
+            self.connect(addr, register).await
+        })
+    }
+}
