@@ -433,63 +433,74 @@ impl LaneService for LaneSvc {
         &self,
         request: Request<Streaming<pb::WorkerMessage>>,
     ) -> Result<Response<Self::SessionStream>, Status> {
-        let mut inbound = request.into_inner();
-        let (tx, rx) = mpsc::channel(64);
-        let svc = LaneSvc {
-            shared: self.shared.clone(),
+        let rx = serve_session(self.shared.clone(), request.into_inner());
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+}
+
+/// Serves one lane session: reads the worker's messages from `inbound` and answers on the
+/// returned channel until either side ends it. The gRPC handler and the in-process
+/// coordinator both run sessions through here.
+pub(crate) fn serve_session<S>(
+    shared: Shared,
+    mut inbound: S,
+) -> mpsc::Receiver<Result<pb::CoordinatorMessage, Status>>
+where
+    S: Stream<Item = Result<pb::WorkerMessage, Status>> + Unpin + Send + 'static,
+{
+    let (tx, rx) = mpsc::channel(64);
+    let svc = LaneSvc { shared };
+    tokio::spawn(async move {
+        let mut worker = None;
+        let mut shutdown = svc.shared.shutdown.clone();
+        let mut store_up = svc.shared.store_up.clone();
+        let go_away = |reason: &str| {
+            msg(Out::GoAway(pb::GoAway {
+                reason: reason.to_owned(),
+            }))
         };
-        tokio::spawn(async move {
-            let mut worker = None;
-            let mut shutdown = svc.shared.shutdown.clone();
-            let mut store_up = svc.shared.store_up.clone();
-            let go_away = |reason: &str| {
-                msg(Out::GoAway(pb::GoAway {
-                    reason: reason.to_owned(),
-                }))
-            };
-            loop {
-                // A replica that cannot reach its store could renew nothing: send the worker
-                // to one that can (also at the start of a session).
-                if !*store_up.borrow_and_update() {
-                    let _ = tx
-                        .send(go_away("this replica cannot reach its store"))
-                        .await;
+        loop {
+            // A replica that cannot reach its store could renew nothing: send the worker
+            // to one that can (also at the start of a session).
+            if !*store_up.borrow_and_update() {
+                let _ = tx
+                    .send(go_away("this replica cannot reach its store"))
+                    .await;
+                return;
+            }
+            let next = tokio::select! {
+                m = inbound.next() => m,
+                _ = shutdown.changed() => {
+                    let _ = tx.send(go_away("coordinator shutting down")).await;
                     return;
                 }
-                let next = tokio::select! {
-                    m = inbound.next() => m,
-                    _ = shutdown.changed() => {
-                        let _ = tx.send(go_away("coordinator shutting down")).await;
+                changed = store_up.changed() => {
+                    if changed.is_err() {
+                        // The watch is gone: the server is stopping.
                         return;
                     }
-                    changed = store_up.changed() => {
-                        if changed.is_err() {
-                            // The watch is gone: the server is stopping.
-                            return;
-                        }
-                        continue;
-                    }
-                };
-                match next {
-                    None => return,
-                    Some(Err(e)) => {
-                        tracing::debug!(error = %e, "session ended");
+                    continue;
+                }
+            };
+            match next {
+                None => return,
+                Some(Err(e)) => {
+                    tracing::debug!(error = %e, "session ended");
+                    return;
+                }
+                Some(Ok(pb::WorkerMessage { msg: None })) => {
+                    let _ = tx.send(Err(bad_field("msg", "empty message"))).await;
+                    return;
+                }
+                Some(Ok(pb::WorkerMessage { msg: Some(m) })) => {
+                    if let Err(status) = svc.handle(&mut worker, m, &tx).await {
+                        // A malformed message ends the session with the field named.
+                        let _ = tx.send(Err(status)).await;
                         return;
-                    }
-                    Some(Ok(pb::WorkerMessage { msg: None })) => {
-                        let _ = tx.send(Err(bad_field("msg", "empty message"))).await;
-                        return;
-                    }
-                    Some(Ok(pb::WorkerMessage { msg: Some(m) })) => {
-                        if let Err(status) = svc.handle(&mut worker, m, &tx).await {
-                            // A malformed message ends the session with the field named.
-                            let _ = tx.send(Err(status)).await;
-                            return;
-                        }
                     }
                 }
             }
-        });
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
-    }
+        }
+    });
+    rx
 }
