@@ -3,11 +3,13 @@
 
 #![allow(unreachable_pub)]
 
-#[path = "../crates/coordinator/tests/support/redis_server.rs"]
-pub mod redis_server;
-
+pub mod campaign_watch;
 pub mod coordinator;
 pub mod counting_store;
+pub mod fleet;
 pub mod history;
 pub mod lane_client;
+pub mod python_driver;
+pub mod redis_server;
 pub mod synthetic_ledger;
+pub mod worker_campaigns;

@@ -11,7 +11,9 @@ use lanes_common::proto::worker_message::Msg as In;
 use lanes_coordinator::store::{
     Clock, EmbeddedStore, ManualClock, RedisOptions, RedisStore, Store,
 };
+use lanes_tests::campaign_watch::{cursor, status};
 use lanes_tests::coordinator::{CLIENT_TOKEN, CoordinatorHandle, LANE_TOKEN};
+use lanes_tests::counting_store::CountingStore;
 use lanes_tests::lane_client::{
     ScriptedLane, client, scored_outcome, small_campaign, submit_request,
 };
@@ -917,12 +919,16 @@ async fn shutdown_tells_lanes_to_reconnect() {
     drop(e.store);
 }
 
-/// The reaper waits one TTL after the replica starts before it takes any lease.
+/// The reaper waits one TTL after the replica starts before it takes any lease. Its store
+/// counts `list` calls: each reaper tick starts with one, and here nothing else makes any once
+/// the lane has its work.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn reaper_waits_one_ttl_after_start() {
     let dir = tempfile::tempdir().unwrap();
     let clock = ManualClock::new(T0);
-    let store: Arc<dyn Store> = Arc::new(EmbeddedStore::open(dir.path()).unwrap());
+    let store = Arc::new(CountingStore::new(Arc::new(
+        EmbeddedStore::open(dir.path()).unwrap(),
+    )));
     let config = lanes_coordinator::CoordinatorConfig {
         reaper_start_delay: Duration::from_secs(30),
         ..lanes_tests::coordinator::test_config()
@@ -941,20 +947,24 @@ async fn reaper_waits_one_ttl_after_start() {
         panic!("work")
     };
     l.heartbeat("startup", &tokens(&a), pb::Phase::Agent).await;
-    // Expired by the clock, but the replica is younger than one TTL: several reaper ticks pass
-    // and the lease stays.
+    // Expired by the clock, but the replica is younger than one TTL. Once three more reaper
+    // ticks have begun (so two have read the advanced clock and finished), the lease stays
+    // and the campaign's event cursor has not moved.
+    let at = cursor(&mut c, "startup").await;
     clock.advance_ms(20_000);
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let st = c
-        .get(pb::GetRequest {
-            id: "startup".into(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let ticks = store.lists();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while store.lists() < ticks + 3 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the reaper stopped ticking"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let st = status(&mut c, "startup").await;
     assert_eq!(
-        (st.rows_total, st.in_flight.len()),
-        (0, 1),
+        (st.rows_total, st.in_flight.len(), st.events_total),
+        (0, 1, at),
         "reaped before one TTL"
     );
     clock.advance_ms(11_000);

@@ -5,9 +5,6 @@
 //! the same Redis connection setup, with the ratio to it. It starts its own redis-server
 //! (appendonly yes, appendfsync always) on a free loopback port.
 
-#[path = "../tests/support/redis_server.rs"]
-mod redis_server;
-
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -111,7 +108,7 @@ fn main() {
         .build()
         .unwrap();
     rt.block_on(async {
-        let server = redis_server::RedisServer::start();
+        let server = lanes_tests::redis_server::RedisServer::start();
         let redis: Arc<dyn Store> = Arc::new(
             RedisStore::connect(&server.url(), RedisOptions::default())
                 .await

@@ -1534,7 +1534,7 @@ async fn redis_kill9_mid_complete_errors_and_the_retry_lands_once(h: &mut Harnes
 /// Redis only: a server without `appendfsync always` is refused unless lossy is allowed.
 async fn redis_without_fsync_always_is_refused_unless_allowed(_h: &mut Harness) {
     use lanes_coordinator::store::{RedisOptions, RedisStore};
-    let lossy = support::redis_server::RedisServer::start_with("everysec");
+    let lossy = lanes_tests::redis_server::RedisServer::start_with("everysec");
     let err = RedisStore::connect(&lossy.url(), RedisOptions::default())
         .await
         .expect_err("refused");

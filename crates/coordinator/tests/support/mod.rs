@@ -3,8 +3,6 @@
 
 #![allow(dead_code, unreachable_pub)]
 
-pub mod redis_server;
-
 use std::path::Path;
 use std::sync::Arc;
 
@@ -15,7 +13,7 @@ use lanes_coordinator::store::{
     Assignment, ClaimOutcome, ClaimRequest, EmbeddedStore, ManualClock, RedisOptions, RedisStore,
     Store,
 };
-use redis_server::RedisServer;
+use lanes_tests::redis_server::RedisServer;
 
 /// 2026-12-01T00:00:00Z.
 pub const T0: i64 = 1_796_083_200_000;

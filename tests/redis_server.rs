@@ -1,7 +1,8 @@
 //! A real `redis-server` for tests: started on a free loopback port in its own temp dir with
 //! AOF and `appendfsync always`, killed on drop. Never a shared instance, never a standard port.
-
-#![allow(dead_code, unreachable_pub)]
+//!
+//! It uses no coordinator type, so the coordinator's own store suites and bench can take it
+//! from this crate through a dev-dependency.
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
