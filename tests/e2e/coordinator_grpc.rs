@@ -83,7 +83,12 @@ async fn drive(l: &mut ScriptedLane, name: &str) -> usize {
                 }
             }
             Msg::NoWork(w) => {
-                assert!(w.reason.starts_with("done"), "ended with {}", w.reason);
+                assert_eq!(
+                    w.reason(),
+                    pb::NoWorkReason::Done,
+                    "ended with {}",
+                    w.detail
+                );
                 return n;
             }
             other => panic!("unexpected {other:?}"),
@@ -195,7 +200,7 @@ async fn redis_two_replicas_sixteen_lanes() {
                         };
                         assert!(matches!(reply, Msg::OutcomeAck(_)), "{reply:?}");
                     }
-                    Msg::NoWork(w) if w.reason.starts_with("done") => return,
+                    Msg::NoWork(w) if w.reason() == pb::NoWorkReason::Done => return,
                     Msg::NoWork(w) => {
                         tokio::time::sleep(Duration::from_millis(w.retry_after_ms.min(50))).await;
                     }
@@ -614,7 +619,8 @@ async fn stop_drain_and_cancel() {
     let Msg::NoWork(w) = l.work("w-1").await else {
         panic!("no work while stopping")
     };
-    assert!(w.reason.starts_with("stopped"), "{}", w.reason);
+    assert_eq!(w.reason(), pb::NoWorkReason::Stopped, "{}", w.detail);
+    assert!(w.detail.starts_with("stopped"), "{}", w.detail);
     assert_eq!(
         l.heartbeat("drain", std::slice::from_ref(&t), pb::Phase::Agent)
             .await

@@ -2,6 +2,7 @@
 //! failure names the field and why, so a gRPC handler can answer `InvalidArgument` precisely.
 
 use crate::ids::{IdError, Token, TrialId};
+use crate::policy::{ClaimGateInForce, NoWorkReason};
 use crate::proto as pb;
 use crate::resume::Conflict;
 use crate::row::{
@@ -142,6 +143,45 @@ impl TryFrom<pb::Token> for Token {
 pub fn token(field: &str, t: Option<pb::Token>) -> Result<Token, ConvertError> {
     let t = t.ok_or_else(|| ConvertError::missing(field))?;
     Token::try_from(t).map_err(|e| ConvertError::new(e.field.replacen("token", field, 1), e.reason))
+}
+
+impl From<&NoWorkReason> for pb::NoWorkReason {
+    fn from(r: &NoWorkReason) -> Self {
+        match r {
+            NoWorkReason::Stopped { .. } => pb::NoWorkReason::Stopped,
+            NoWorkReason::Done => pb::NoWorkReason::Done,
+            NoWorkReason::Phase1Pending => pb::NoWorkReason::Phase1Pending,
+            NoWorkReason::QuotaWait { .. } => pb::NoWorkReason::QuotaWait,
+            NoWorkReason::RateLimited { .. } => pb::NoWorkReason::RateLimited,
+            NoWorkReason::BudgetReserved => pb::NoWorkReason::BudgetReserved,
+            NoWorkReason::NothingReady { .. } => pb::NoWorkReason::NothingReady,
+            NoWorkReason::CutoffAdmission { .. } => pb::NoWorkReason::CutoffAdmission,
+            NoWorkReason::LaneExcluded => pb::NoWorkReason::LaneExcluded,
+            NoWorkReason::NoMatchingArms => pb::NoWorkReason::NoMatchingArms,
+            NoWorkReason::NoCampaigns => pb::NoWorkReason::NoCampaigns,
+            NoWorkReason::StoreUnavailable { .. } => pb::NoWorkReason::StoreUnavailable,
+        }
+    }
+}
+
+/// The no-work answer to a work request of `lane`: the reason, and the reason in words.
+pub fn no_work(lane: String, reason: &NoWorkReason, retry_after_ms: u64) -> pb::NoWork {
+    pb::NoWork {
+        lane,
+        detail: reason.to_string(),
+        retry_after_ms,
+        reason: pb::NoWorkReason::from(reason) as i32,
+    }
+}
+
+impl From<ClaimGateInForce> for pb::GateInForce {
+    fn from(g: ClaimGateInForce) -> Self {
+        pb::GateInForce {
+            gate: g.gate.as_str().to_owned(),
+            detail: g.detail,
+            until_epoch_ms: g.until_ms,
+        }
+    }
 }
 
 impl From<DriverIdentity> for pb::DriverIdentity {

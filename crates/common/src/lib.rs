@@ -1,6 +1,6 @@
 //! Lanes' domain model, with no I/O: ids, the campaign and its file format, the schedule,
-//! rows and outcomes, the spec hash, the policy (retries, gates, phase 2), resume, and the
-//! generated wire contract with its conversions.
+//! rows and outcomes, the spec hash, the policy (retries, claim gates, phase 2), resume, and
+//! the generated wire contract with its conversions.
 
 pub mod canonical;
 pub mod convert;

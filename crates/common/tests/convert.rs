@@ -555,3 +555,53 @@ fn tokens_convert_both_ways() {
     assert_eq!(Token::try_from(w).unwrap(), t);
     assert!(TrialId::new(t.trial_id.as_str()).is_ok());
 }
+
+#[test]
+fn no_work_answers_carry_the_reason_and_its_words() {
+    use lanes_common::convert::no_work;
+    use lanes_common::policy::{ClaimGateInForce, NoWorkReason};
+    use lanes_common::state::StopReason;
+
+    let cases = [
+        (
+            NoWorkReason::Stopped {
+                stop_reason: Some(StopReason::Budget),
+            },
+            pb::NoWorkReason::Stopped,
+            "stopped (STOPPED_BUDGET)",
+        ),
+        (NoWorkReason::Done, pb::NoWorkReason::Done, "done"),
+        (
+            NoWorkReason::QuotaWait {
+                provider: "openai".into(),
+                until_ms: 1_796_083_200_000,
+            },
+            pb::NoWorkReason::QuotaWait,
+            "quota_wait:openai until 2026-12-01T00:00:00Z",
+        ),
+        (
+            NoWorkReason::NoCampaigns,
+            pb::NoWorkReason::NoCampaigns,
+            "no_campaigns",
+        ),
+        (
+            NoWorkReason::StoreUnavailable {
+                error: "connection refused".into(),
+            },
+            pb::NoWorkReason::StoreUnavailable,
+            "store unavailable: connection refused",
+        ),
+    ];
+    for (reason, wire, words) in cases {
+        let w = no_work("lane-1".into(), &reason, 1_500);
+        assert_eq!(w.reason(), wire);
+        assert_eq!(w.detail, words);
+        assert_eq!((w.lane.as_str(), w.retry_after_ms), ("lane-1", 1_500));
+    }
+
+    let g = pb::GateInForce::from(ClaimGateInForce::quota_wait("openai", 7));
+    assert_eq!(
+        (g.gate.as_str(), g.detail.as_str(), g.until_epoch_ms),
+        ("quota_wait", "openai", Some(7))
+    );
+}

@@ -2,6 +2,8 @@
 //!
 //! - [`store`]: the `Store` trait, its backends (embedded redb, Redis) and the transitions they
 //!   share;
+//! - [`scheduler`]: a lane's work request answered with one unit from the first campaign that
+//!   has one, or the most telling reason why none has;
 //! - [`run`]: the gRPC server (CampaignService, LaneService, health) with the reaper and the
 //!   store watch that sends lane sessions away while the store is unreachable;
 //! - [`InProcessCoordinator`]: one replica's lane sessions served over channels, for tests that
@@ -12,6 +14,7 @@ mod grpc_status;
 mod in_process;
 mod reaper;
 pub mod report;
+pub mod scheduler;
 mod server;
 mod service;
 pub mod store;

@@ -6,22 +6,14 @@ use sha2::{Digest, Sha256};
 use lanes_common::canonical::hex;
 use lanes_common::ids::{CampaignId, Token};
 use lanes_common::proto as pb;
-use lanes_common::spec::{CampaignSpec, DriverKind};
+use lanes_common::spec::DriverKind;
 
 use crate::store::{
-    Assignment, CampaignStatus, Event, EventKind, GateInForce, InFlight, RenewState,
+    Assignment, CampaignStatus, Event, EventKind, InFlight, RenewState, UnitDriver,
 };
 
 fn token(t: &Token) -> Option<pb::Token> {
     Some(pb::Token::from(t))
-}
-
-fn gate(g: GateInForce) -> pb::GateInForce {
-    pb::GateInForce {
-        gate: g.gate,
-        detail: g.detail,
-        until_epoch_ms: g.until_ms,
-    }
 }
 
 /// A campaign's status; `now_ms` turns deadlines into durations.
@@ -49,7 +41,7 @@ pub(crate) fn status(s: CampaignStatus, now_ms: i64) -> pb::CampaignStatus {
         blocks_complete: s.blocks_complete,
         spend_usd: s.spend_usd,
         reserved_usd: s.reserved_usd,
-        gates: s.gates.into_iter().map(gate).collect(),
+        gates: s.gates.into_iter().map(pb::GateInForce::from).collect(),
         in_flight: s
             .in_flight
             .into_iter()
@@ -106,7 +98,7 @@ pub(crate) fn event(e: Event) -> pb::WatchEvent {
             excluded_reason: excluded_reason.map(|r| r.to_string()).unwrap_or_default(),
         }),
         EventKind::GatePaused { gate: g } => W::GatePaused(pb::GatePaused {
-            gate: Some(gate(g)),
+            gate: Some(pb::GateInForce::from(g)),
         }),
         EventKind::CampaignStopping { reason } => W::CampaignEnded(pb::CampaignEnded {
             state: pb::CampaignState::Stopping as i32,
@@ -140,22 +132,22 @@ pub(crate) fn traceparent(campaign: &CampaignId, t: &Token) -> String {
 
 /// The driver part of an assignment. Env values are forwarded as written (`$NAME` references
 /// are resolved by the worker), never logged.
-pub(crate) fn driver(spec: &CampaignSpec) -> pb::DriverSpec {
-    let (command, sim_json) = match &spec.driver.kind {
+pub(crate) fn driver(d: UnitDriver) -> pb::DriverSpec {
+    let (command, sim_json) = match &d.driver.kind {
         DriverKind::Command(cmd) => (cmd.clone(), String::new()),
         DriverKind::Sim(sim) => (Vec::new(), serde_json::to_string(sim).unwrap_or_default()),
     };
     pb::DriverSpec {
         command,
         sim_json,
-        secret_payload_keys: spec.driver.secret_payload_keys.clone(),
-        env: spec.driver.env.clone().into_iter().collect(),
-        expect: spec.expect.clone().into_iter().collect(),
+        secret_payload_keys: d.driver.secret_payload_keys,
+        env: d.driver.env.into_iter().collect(),
+        expect: d.expect.into_iter().collect(),
     }
 }
 
 /// An assignment for `lane`.
-pub(crate) fn assignment(a: Assignment, lane: &str, spec: &CampaignSpec) -> pb::Assignment {
+pub(crate) fn assignment(a: Assignment, lane: &str) -> pb::Assignment {
     let campaign = a.campaign.clone();
     pb::Assignment {
         campaign: a.campaign.to_string(),
@@ -183,9 +175,9 @@ pub(crate) fn assignment(a: Assignment, lane: &str, spec: &CampaignSpec) -> pb::
                 paired: a.paired,
             })
             .collect(),
-        driver: Some(driver(spec)),
+        gate: a.driver.gate,
+        driver: Some(driver(a.driver)),
         lease_ttl_ms: a.lease_ttl_ms,
-        gate: spec.gate,
     }
 }
 

@@ -5,7 +5,7 @@ mod support;
 
 use std::collections::BTreeSet;
 
-use lanes_common::policy::{NoWorkReason, TrialHistory};
+use lanes_common::policy::{ClaimGate, NoWorkReason, TrialHistory};
 use lanes_common::row::{ExcludedReason, FailureKind, Phase, QuotaReading, Status};
 use lanes_common::state::{CampaignState, StopMode, StopReason};
 use lanes_coordinator::store::{
@@ -805,7 +805,7 @@ async fn quota_gate_pauses_only_its_provider(h: &mut Harness) {
     assert!(
         st.gates
             .iter()
-            .any(|g| g.gate == "quota_wait" && g.detail == "pa")
+            .any(|g| g.gate == ClaimGate::QuotaWait && g.detail == "pa")
     );
     h.clock.set_ms(reset_s * 1000);
     let a = h.claim_some(&c, "l", "h", 1).await.remove(0);
@@ -1159,7 +1159,7 @@ async fn a_rate_limit_pauses_its_provider_until_the_reset(h: &mut Harness) {
         other => panic!("{other:?}"),
     }
     let st = h.store.status(&c, h.now()).await.unwrap();
-    assert!(st.gates.iter().any(|g| g.gate == "rate_limit_pause"
+    assert!(st.gates.iter().any(|g| g.gate == ClaimGate::RateLimitPause
         && g.detail == "pa"
         && g.until_ms == Some(reset_s * 1000)));
     let events = h.store.events(&c, 0, usize::MAX).await.unwrap();

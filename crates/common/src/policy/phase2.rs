@@ -6,7 +6,7 @@ use crate::row::Phase2Refusal;
 use crate::stats::median;
 use crate::utc::EpochMs;
 
-use super::gates::QuotaGate;
+use super::admission::QuotaGate;
 
 /// What the rule reads for one block.
 #[derive(Debug, Clone)]

@@ -11,9 +11,8 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 
-use lanes_common::convert::{token, wire_enum};
+use lanes_common::convert::{no_work, token, wire_enum};
 use lanes_common::ids::{ArmId, CampaignId, Token};
-use lanes_common::policy::NoWorkReason;
 use lanes_common::proto as pb;
 use lanes_common::proto::coordinator_message::Msg as Out;
 use lanes_common::proto::lane_service_server::LaneService;
@@ -23,13 +22,12 @@ use lanes_common::row::{FailureKind, Outcome, Phase};
 use super::Shared;
 use super::workers::Member;
 use crate::grpc_status::{bad_field, from_convert};
-use crate::store::{ClaimOutcome, ClaimRequest, CompleteAck, Release, ReleaseReason, StoreError};
+use crate::scheduler::{self, Scheduled, WorkRequest};
+use crate::store::{CompleteAck, Release, ReleaseReason, StoreError};
 use crate::wire;
 
 type Boxed<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 
-/// Retry-after hint when no campaign exists at all.
-const IDLE_RETRY_MS: u64 = 5_000;
 /// Retry-after hint for an outcome the store could not take.
 const OUTCOME_RETRY_MS: u64 = 1_000;
 
@@ -79,22 +77,8 @@ fn outcome_error(campaign: &str, t: &Token, e: &StoreError) -> pb::OutcomeError 
     }
 }
 
-/// Why no campaign had work: the most telling reason, and the soonest time to ask again.
-fn pick_reason(reasons: Vec<(NoWorkReason, u64)>) -> (String, u64) {
-    let rank = |r: &NoWorkReason| match r {
-        NoWorkReason::Done => 4,
-        NoWorkReason::Stopped { .. } => 3,
-        NoWorkReason::NoMatchingArms | NoWorkReason::LaneExcluded => 2,
-        _ => 0,
-    };
-    reasons
-        .into_iter()
-        .min_by_key(|(r, after)| (rank(r), *after))
-        .map(|(r, after)| (r.to_string(), after))
-        .unwrap_or_else(|| ("no_campaigns".to_owned(), IDLE_RETRY_MS))
-}
-
 impl LaneSvc {
+    /// A work request: converted, scheduled, answered.
     #[tracing::instrument(skip_all, fields(worker = %w.id, lane = %lane))]
     async fn work(
         &self,
@@ -102,79 +86,21 @@ impl LaneSvc {
         lane: String,
         exclude: BTreeSet<String>,
     ) -> Result<pb::CoordinatorMessage, Status> {
-        let s = &self.shared;
-        let mut reasons = Vec::new();
-        let ids = match s.store.list().await {
-            Ok(ids) => ids,
-            Err(e) => {
-                return msg(Out::NoWork(pb::NoWork {
-                    lane,
-                    reason: format!("store unavailable: {e}"),
-                    retry_after_ms: IDLE_RETRY_MS,
-                }));
-            }
-        };
-        for c in ids {
-            if exclude.contains(c.as_str()) {
-                reasons.push((NoWorkReason::LaneExcluded, IDLE_RETRY_MS));
-                continue;
-            }
-            let req = ClaimRequest {
-                lane: lane.clone(),
-                host: w.host.clone(),
-                worker: w.id.clone(),
-                arms: w.arms.clone(),
-                max_units: 1,
-            };
-            let span = tracing::info_span!(
-                "claim",
-                campaign = %c,
-                lane = %lane,
-                trial = tracing::field::Empty,
-                token = tracing::field::Empty
-            );
-            let claimed = {
-                use tracing::Instrument;
-                s.store
-                    .claim(&c, req, s.now())
-                    .instrument(span.clone())
-                    .await
-            };
-            match claimed {
-                Ok(ClaimOutcome::Assigned(mut a)) if !a.is_empty() => {
-                    let spec = s
-                        .store
-                        .spec(&c)
-                        .await
-                        .map_err(crate::grpc_status::from_store)?;
-                    let a = a.remove(0);
-                    if let Some(first) = a.trials.first() {
-                        span.record("trial", first.trial.trial_id.as_str());
-                        span.record("token", tracing::field::display(&first.token));
-                    }
-                    span.in_scope(|| tracing::info!(trials = a.trials.len(), "assigned"));
-                    return msg(Out::Assignment(wire::assignment(a, &lane, &spec)));
-                }
-                Ok(ClaimOutcome::Assigned(_)) => {}
-                Ok(ClaimOutcome::NoWork {
-                    reason,
-                    retry_after_ms,
-                }) => reasons.push((reason, retry_after_ms)),
-                Err(e) => {
-                    tracing::warn!(campaign = %c, error = %e, "claim failed");
-                    reasons.push((
-                        NoWorkReason::NothingReady { next_ms: None },
-                        OUTCOME_RETRY_MS,
-                    ));
-                }
-            }
-        }
-        let (reason, retry_after_ms) = pick_reason(reasons);
-        msg(Out::NoWork(pb::NoWork {
+        let req = WorkRequest {
             lane,
-            reason,
-            retry_after_ms,
-        }))
+            host: w.host.clone(),
+            worker: w.id.clone(),
+            arms: w.arms.clone(),
+            exclude,
+        };
+        let s = &self.shared;
+        match scheduler::schedule(s.store.as_ref(), s.clock.as_ref(), &req).await {
+            Scheduled::Assigned(a) => msg(Out::Assignment(wire::assignment(*a, &req.lane))),
+            Scheduled::NoWork {
+                reason,
+                retry_after_ms,
+            } => msg(Out::NoWork(no_work(req.lane, &reason, retry_after_ms))),
+        }
     }
 
     /// Renews tokens grouped by campaign; unknown campaigns answer lost.

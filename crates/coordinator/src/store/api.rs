@@ -5,10 +5,11 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use lanes_common::ids::{ArmId, CampaignId, Token, TrialId};
-use lanes_common::policy::NoWorkReason;
+use lanes_common::policy::{ClaimGateInForce, NoWorkReason};
 use lanes_common::resume::Conflict;
 use lanes_common::row::{ExcludedReason, FailureKind, OutcomeError, Phase, Status};
 use lanes_common::schedule::Trial;
+use lanes_common::spec::{CampaignSpec, DriverConfig};
 use lanes_common::state::{CampaignState, StopMode, StopReason};
 use lanes_common::utc::EpochMs;
 
@@ -62,6 +63,30 @@ pub struct Assignment {
     pub paired: bool,
     pub trials: Vec<AssignedTrial>,
     pub lease_ttl_ms: u64,
+    /// How to run it, read in the claim's own transaction.
+    pub driver: UnitDriver,
+}
+
+/// How a lane runs a unit: the campaign's driver as recorded when the unit was leased. It is
+/// read with the lease, so a campaign resubmitted meanwhile cannot pair these trials with
+/// another version's driver.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UnitDriver {
+    pub driver: DriverConfig,
+    /// `[driver.expect]`: the identity pins the driver must report at initialize.
+    pub expect: BTreeMap<String, String>,
+    /// Whether each attempt runs the feasibility gate phase before the agent.
+    pub gate: bool,
+}
+
+impl UnitDriver {
+    pub fn of(spec: &CampaignSpec) -> Self {
+        Self {
+            driver: spec.driver.clone(),
+            expect: spec.expect.clone(),
+            gate: spec.gate,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -116,14 +141,6 @@ pub struct ReapReport {
     pub more: bool,
 }
 
-/// A gate currently holding work back.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct GateInForce {
-    pub gate: String,
-    pub detail: String,
-    pub until_ms: Option<EpochMs>,
-}
-
 /// An attempt holding a lease.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct InFlight {
@@ -170,7 +187,7 @@ pub struct CampaignStatus {
     pub blocks_complete: u64,
     pub spend_usd: f64,
     pub reserved_usd: f64,
-    pub gates: Vec<GateInForce>,
+    pub gates: Vec<ClaimGateInForce>,
     pub in_flight: Vec<InFlight>,
 }
 
@@ -207,7 +224,7 @@ pub enum EventKind {
         excluded_reason: Option<ExcludedReason>,
     },
     GatePaused {
-        gate: GateInForce,
+        gate: ClaimGateInForce,
     },
     CampaignStopping {
         reason: StopReason,

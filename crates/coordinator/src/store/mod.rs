@@ -2,8 +2,8 @@
 //!
 //! Every operation is atomic. The transitions themselves live once, in [`engine`], written
 //! against the small typed transaction interface of [`tx`]; a backend only provides that
-//! interface and its atomicity. Decisions (retries, gates, phase 2) come from the pure policy
-//! in `lanes-common`.
+//! interface and its atomicity. Decisions (retries, claim gates, phase 2) come from the pure
+//! policy in `lanes-common`.
 
 mod api;
 pub mod clock;
@@ -31,7 +31,7 @@ pub trait Store: Send + Sync + 'static {
     /// A new campaign, or a resume or amendment of an existing one.
     async fn submit(&self, campaign: Campaign, now_ms: EpochMs) -> Result<Submitted, StoreError>;
 
-    /// Up to `req.max_units` trials (or run groups) in schedule order, after the gates.
+    /// Up to `req.max_units` trials (or run groups) in schedule order, after the claim gates.
     async fn claim(
         &self,
         campaign: &CampaignId,

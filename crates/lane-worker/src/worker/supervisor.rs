@@ -637,7 +637,7 @@ impl Supervisor {
                 state.outstanding.remove(&w.lane);
                 let me = myself.clone();
                 let after = Duration::from_millis(w.retry_after_ms.clamp(50, 30_000));
-                tracing::debug!(lane = %w.lane, reason = %w.reason, "no work");
+                tracing::debug!(lane = %w.lane, reason = %w.detail, "no work");
                 // Honour the hint: the tick does not ask for this lane before it is due.
                 state
                     .ask_after

@@ -1,11 +1,11 @@
-//! The claim gates and the phase-2 rule.
+//! Admission (the claim gates, and the gates in force that status shows) and the phase-2 rule.
 
 use std::collections::BTreeMap;
 
-use lanes_common::policy::gates::GateVerdict;
-use lanes_common::policy::gates::{BudgetGate, budget_gate, quota_gate};
+use lanes_common::policy::admission::{BudgetGate, budget_gate, quota_gate};
 use lanes_common::policy::{
-    GateInput, NoWorkReason, Phase2Input, ProviderGate, QuotaGate, claim_gate, phase2_block,
+    AdmissionInput, AdmissionVerdict, ClaimGate, ClaimGateInForce, NoWorkReason, Phase2Input,
+    ProviderGate, QuotaGate, admission_verdict, gates_in_force, phase2_block,
 };
 use lanes_common::row::{Phase2Refusal, QuotaReading};
 use lanes_common::state::{CampaignState, StopReason};
@@ -22,7 +22,7 @@ fn reading(provider: &str, utilisation: f64, reset_epoch: Option<i64>) -> QuotaR
     }
 }
 
-/// Owns what a `GateInput` borrows.
+/// Owns what a `AdmissionInput` borrows.
 struct World {
     quotas: BTreeMap<String, QuotaReading>,
     paused_until: BTreeMap<String, EpochMs>,
@@ -50,8 +50,8 @@ impl World {
     }
 
     /// A running campaign with no cutoff, no cap and the default quota thresholds.
-    fn input(&self) -> GateInput<'_> {
-        GateInput {
+    fn input(&self) -> AdmissionInput<'_> {
+        AdmissionInput {
             now_ms: NOW,
             state: CampaignState::Running,
             stop_reason: None,
@@ -64,12 +64,15 @@ impl World {
             quotas: &self.quotas,
             paused_until: &self.paused_until,
             providers: &self.providers,
+            phase1_total: 0,
+            phase1_final: 0,
+            has_phase2: false,
         }
     }
 }
 
-fn open(gates: &[(&str, ProviderGate)]) -> GateVerdict {
-    GateVerdict::Open(
+fn open(gates: &[(&str, ProviderGate)]) -> AdmissionVerdict {
+    AdmissionVerdict::Open(
         gates
             .iter()
             .map(|(p, g)| (p.to_string(), g.clone()))
@@ -84,7 +87,7 @@ fn stopping_and_stopped_campaigns_wait_with_their_stop_reason() {
     let w = World::new(&["p"]);
     for state in [CampaignState::Stopping, CampaignState::Stopped] {
         for stop_reason in [None, Some(StopReason::User), Some(StopReason::Budget)] {
-            let input = GateInput {
+            let input = AdmissionInput {
                 state,
                 stop_reason,
                 // A stop wins over every later gate.
@@ -92,8 +95,8 @@ fn stopping_and_stopped_campaigns_wait_with_their_stop_reason() {
                 ..w.input()
             };
             assert_eq!(
-                claim_gate(&input),
-                GateVerdict::Wait(NoWorkReason::Stopped { stop_reason }),
+                admission_verdict(&input),
+                AdmissionVerdict::Wait(NoWorkReason::Stopped { stop_reason }),
                 "{state}"
             );
         }
@@ -103,11 +106,14 @@ fn stopping_and_stopped_campaigns_wait_with_their_stop_reason() {
 #[test]
 fn a_done_campaign_waits_with_done() {
     let w = World::new(&["p"]);
-    let input = GateInput {
+    let input = AdmissionInput {
         state: CampaignState::Done,
         ..w.input()
     };
-    assert_eq!(claim_gate(&input), GateVerdict::Wait(NoWorkReason::Done));
+    assert_eq!(
+        admission_verdict(&input),
+        AdmissionVerdict::Wait(NoWorkReason::Done)
+    );
 }
 
 // ---- cutoff ----------------------------------------------------------------------------------
@@ -116,17 +122,20 @@ fn a_done_campaign_waits_with_done() {
 fn nothing_starts_at_or_after_the_cutoff() {
     let w = World::new(&["p"]);
     for cutoff in [NOW, NOW - 1] {
-        let input = GateInput {
+        let input = AdmissionInput {
             cutoff_ms: Some(cutoff),
             ..w.input()
         };
-        assert_eq!(claim_gate(&input), GateVerdict::Stop(StopReason::Time));
+        assert_eq!(
+            admission_verdict(&input),
+            AdmissionVerdict::Stop(StopReason::Time)
+        );
     }
-    let input = GateInput {
+    let input = AdmissionInput {
         cutoff_ms: Some(NOW + 1),
         ..w.input()
     };
-    assert_eq!(claim_gate(&input), open(&[("p", ProviderGate::Go)]));
+    assert_eq!(admission_verdict(&input), open(&[("p", ProviderGate::Go)]));
 }
 
 // ---- budget ----------------------------------------------------------------------------------
@@ -135,48 +144,51 @@ fn nothing_starts_at_or_after_the_cutoff() {
 fn spend_at_the_cap_stops_the_campaign() {
     let w = World::new(&["p"]);
     for spend in [10.0, 12.5] {
-        let input = GateInput {
+        let input = AdmissionInput {
             budget_cap_usd: Some(10.0),
             spend_usd: spend,
             reserved_usd: 3.0,
             ..w.input()
         };
-        assert_eq!(claim_gate(&input), GateVerdict::Stop(StopReason::Budget));
+        assert_eq!(
+            admission_verdict(&input),
+            AdmissionVerdict::Stop(StopReason::Budget)
+        );
     }
 }
 
 #[test]
 fn open_reservations_that_reach_the_cap_make_claims_wait() {
     let w = World::new(&["p"]);
-    let input = GateInput {
+    let input = AdmissionInput {
         budget_cap_usd: Some(10.0),
         spend_usd: 6.0,
         reserved_usd: 4.0,
         ..w.input()
     };
     assert_eq!(
-        claim_gate(&input),
-        GateVerdict::Wait(NoWorkReason::BudgetReserved)
+        admission_verdict(&input),
+        AdmissionVerdict::Wait(NoWorkReason::BudgetReserved)
     );
 }
 
 #[test]
 fn a_claim_that_fits_under_the_cap_goes() {
     let w = World::new(&["p"]);
-    let input = GateInput {
+    let input = AdmissionInput {
         budget_cap_usd: Some(10.0),
         spend_usd: 6.0,
         reserved_usd: 2.0,
         ..w.input()
     };
-    assert_eq!(claim_gate(&input), open(&[("p", ProviderGate::Go)]));
+    assert_eq!(admission_verdict(&input), open(&[("p", ProviderGate::Go)]));
     // No cap, no budget gate.
-    let input = GateInput {
+    let input = AdmissionInput {
         spend_usd: 1e9,
         reserved_usd: 1e9,
         ..w.input()
     };
-    assert_eq!(claim_gate(&input), open(&[("p", ProviderGate::Go)]));
+    assert_eq!(admission_verdict(&input), open(&[("p", ProviderGate::Go)]));
 }
 
 #[test]
@@ -205,7 +217,7 @@ fn quota_at_or_above_wait_gates_only_that_providers_arms() {
             .quota("anthropic", utilisation, Some(reset))
             .quota("openai", 0.5, Some(reset));
         assert_eq!(
-            claim_gate(&w.input()),
+            admission_verdict(&w.input()),
             open(&[
                 (
                     "anthropic",
@@ -221,7 +233,7 @@ fn quota_at_or_above_wait_gates_only_that_providers_arms() {
     }
     let w = World::new(&["anthropic"]).quota("anthropic", 0.9499, Some(reset));
     assert_eq!(
-        claim_gate(&w.input()),
+        admission_verdict(&w.input()),
         open(&[("anthropic", ProviderGate::Go)])
     );
 }
@@ -231,21 +243,26 @@ fn quota_at_or_above_stop_stops_the_campaign() {
     let reset = NOW_S + 600;
     for utilisation in [0.99, 1.2] {
         let w = World::new(&["anthropic", "openai"]).quota("anthropic", utilisation, Some(reset));
-        let input = GateInput {
+        let input = AdmissionInput {
             quota_stop: Some(0.99),
             ..w.input()
         };
-        assert_eq!(claim_gate(&input), GateVerdict::Stop(StopReason::Quota));
+        assert_eq!(
+            admission_verdict(&input),
+            AdmissionVerdict::Stop(StopReason::Quota)
+        );
     }
     // Between wait and stop, it waits.
     let w = World::new(&["anthropic", "openai"]).quota("anthropic", 0.98, Some(reset));
-    let input = GateInput {
+    let input = AdmissionInput {
         quota_stop: Some(0.99),
         ..w.input()
     };
+    let verdict = admission_verdict(&input);
     assert!(
-        matches!(claim_gate(&input), GateVerdict::Open(g) if g["openai"] == ProviderGate::Go
-        && matches!(g["anthropic"], ProviderGate::Wait(NoWorkReason::QuotaWait { .. })))
+        matches!(&verdict, AdmissionVerdict::Open(g) if g["openai"] == ProviderGate::Go
+        && matches!(g["anthropic"], ProviderGate::Wait(NoWorkReason::QuotaWait { .. }))),
+        "{verdict:?}"
     );
 }
 
@@ -253,22 +270,28 @@ fn quota_at_or_above_stop_stops_the_campaign() {
 fn a_provider_the_claim_does_not_ask_for_is_not_gated() {
     // Even a stop-level reading of another provider leaves this claim alone.
     let w = World::new(&["openai"]).quota("anthropic", 1.0, Some(NOW_S + 600));
-    let input = GateInput {
+    let input = AdmissionInput {
         quota_stop: Some(0.99),
         ..w.input()
     };
-    assert_eq!(claim_gate(&input), open(&[("openai", ProviderGate::Go)]));
+    assert_eq!(
+        admission_verdict(&input),
+        open(&[("openai", ProviderGate::Go)])
+    );
 }
 
 #[test]
 fn an_expired_quota_reading_goes() {
     for reset in [NOW_S, NOW_S - 3600] {
         let w = World::new(&["anthropic"]).quota("anthropic", 1.0, Some(reset));
-        let input = GateInput {
+        let input = AdmissionInput {
             quota_stop: Some(0.99),
             ..w.input()
         };
-        assert_eq!(claim_gate(&input), open(&[("anthropic", ProviderGate::Go)]));
+        assert_eq!(
+            admission_verdict(&input),
+            open(&[("anthropic", ProviderGate::Go)])
+        );
         assert_eq!(
             quota_gate(w.quotas.get("anthropic"), 0.95, Some(0.99), NOW),
             QuotaGate::Go
@@ -294,7 +317,7 @@ fn quota_gate_without_reset_waits_a_minute() {
 fn a_rate_limit_pause_gates_its_provider_until_it_ends() {
     let w = World::new(&["anthropic", "openai"]).paused("anthropic", NOW + 5_000);
     assert_eq!(
-        claim_gate(&w.input()),
+        admission_verdict(&w.input()),
         open(&[
             (
                 "anthropic",
@@ -309,7 +332,7 @@ fn a_rate_limit_pause_gates_its_provider_until_it_ends() {
     for ended in [NOW, NOW - 1] {
         let w = World::new(&["anthropic"]).paused("anthropic", ended);
         assert_eq!(
-            claim_gate(&w.input()),
+            admission_verdict(&w.input()),
             open(&[("anthropic", ProviderGate::Go)])
         );
     }
@@ -325,7 +348,10 @@ fn when_every_provider_waits_the_answer_is_the_soonest() {
         provider: "openai".into(),
         until_ms: NOW + 30_000,
     };
-    assert_eq!(claim_gate(&w.input()), GateVerdict::Wait(expected.clone()));
+    assert_eq!(
+        admission_verdict(&w.input()),
+        AdmissionVerdict::Wait(expected.clone())
+    );
     assert_eq!(expected.retry_after_ms(NOW, 1_000), 10_000);
 
     let w = World::new(&["anthropic", "openai"])
@@ -335,8 +361,113 @@ fn when_every_provider_waits_the_answer_is_the_soonest() {
         provider: "anthropic".into(),
         until_ms: NOW + 20_000,
     };
-    assert_eq!(claim_gate(&w.input()), GateVerdict::Wait(expected.clone()));
+    assert_eq!(
+        admission_verdict(&w.input()),
+        AdmissionVerdict::Wait(expected.clone())
+    );
     assert_eq!(expected.retry_after_ms(NOW, 5_000), 20_000);
+}
+
+// ---- gates in force ----------------------------------------------------------------------
+
+#[test]
+fn claim_gate_names_are_the_strings_status_and_events_show() {
+    let names: Vec<&str> = ClaimGate::ALL.iter().map(|g| g.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "quota_wait",
+            "quota_stop",
+            "rate_limit_pause",
+            "budget",
+            "phase1_pending"
+        ]
+    );
+    for g in ClaimGate::ALL {
+        assert_eq!(serde_json::to_string(&g).unwrap(), format!("\"{g}\""));
+        assert_eq!(g.to_string(), g.as_str());
+    }
+    // Stored events keep their form.
+    let stored = r#"{"gate":"rate_limit_pause","detail":"openai","until_ms":5}"#;
+    let g: ClaimGateInForce = serde_json::from_str(stored).unwrap();
+    assert_eq!(g, ClaimGateInForce::rate_limit_pause("openai", 5));
+    assert_eq!(serde_json::to_string(&g).unwrap(), stored);
+}
+
+#[test]
+fn gates_in_force_list_each_provider_then_budget_then_phase1() {
+    let reset = NOW_S + 600;
+    let w = World::new(&["anthropic", "google", "openai"])
+        .quota("anthropic", 0.97, Some(reset))
+        .paused("anthropic", NOW + 5_000)
+        .quota("google", 1.0, Some(reset))
+        .paused("openai", NOW + 9_000)
+        .paused("zeta", NOW + 9_000);
+    let input = AdmissionInput {
+        quota_stop: Some(0.99),
+        budget_cap_usd: Some(10.0),
+        spend_usd: 6.0,
+        reserved_usd: 4.0,
+        phase1_total: 8,
+        phase1_final: 3,
+        has_phase2: true,
+        ..w.input()
+    };
+    assert_eq!(
+        gates_in_force(&input),
+        [
+            ClaimGateInForce::quota_wait("anthropic", reset * 1000),
+            ClaimGateInForce::rate_limit_pause("anthropic", NOW + 5_000),
+            ClaimGateInForce::quota_stop("google"),
+            ClaimGateInForce::rate_limit_pause("openai", NOW + 9_000),
+            ClaimGateInForce {
+                gate: ClaimGate::Budget,
+                detail: "spend 6.00 + reserved 4.00 of cap 10.00".into(),
+                until_ms: None,
+            },
+            ClaimGateInForce {
+                gate: ClaimGate::Phase1Pending,
+                detail: "3 of 8 phase-1 trials final".into(),
+                until_ms: None,
+            },
+        ]
+    );
+    // Nothing holds a fresh campaign back; phase 1 pending needs phase-2 runs.
+    let input = AdmissionInput {
+        budget_cap_usd: Some(10.0),
+        spend_usd: 6.0,
+        reserved_usd: 3.9,
+        phase1_total: 8,
+        ..w.input()
+    };
+    assert_eq!(gates_in_force(&World::new(&["p"]).input()), []);
+    assert_eq!(
+        gates_in_force(&AdmissionInput {
+            providers: &[],
+            ..input
+        }),
+        []
+    );
+}
+
+#[test]
+fn a_quota_wait_wins_over_a_pause_of_the_same_provider() {
+    let w = World::new(&["anthropic", "openai"])
+        .quota("anthropic", 0.97, Some(NOW_S + 600))
+        .paused("anthropic", NOW + 5_000);
+    assert_eq!(
+        admission_verdict(&w.input()),
+        open(&[
+            (
+                "anthropic",
+                ProviderGate::Wait(NoWorkReason::QuotaWait {
+                    provider: "anthropic".into(),
+                    until_ms: (NOW_S + 600) * 1000
+                })
+            ),
+            ("openai", ProviderGate::Go),
+        ])
+    );
 }
 
 // ---- phase 2 ---------------------------------------------------------------------------------

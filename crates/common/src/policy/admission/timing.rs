@@ -1,5 +1,5 @@
-//! Admission rules beyond the gates: provider-wide rate-limit pauses and
-//! cutoff-aware admission. Pure, so both store backends decide the same way.
+//! Admission by time: how long a provider pauses after a rate limit, and whether a unit is
+//! expected to end before the cutoff.
 
 use crate::stats::percentile;
 use crate::utc::EpochMs;

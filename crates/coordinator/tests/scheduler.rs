@@ -1,0 +1,188 @@
+//! The scheduler over real stores: which campaign a work request is served from, the driver
+//! that comes with the unit, and which no-work reason answers when no campaign has work.
+
+mod support;
+
+use std::collections::BTreeSet;
+
+use lanes_common::policy::NoWorkReason;
+use lanes_common::row::Status;
+use lanes_common::spec::Campaign;
+use lanes_common::state::{StopMode, StopReason};
+use lanes_coordinator::scheduler::{IDLE_RETRY_MS, Scheduled, WorkRequest, schedule};
+use lanes_coordinator::store::{Assignment, UnitDriver};
+use support::*;
+
+fn request(lane: &str, exclude: &[&str]) -> WorkRequest {
+    WorkRequest {
+        lane: lane.to_owned(),
+        host: "h".to_owned(),
+        worker: "worker-h".to_owned(),
+        arms: None,
+        exclude: exclude
+            .iter()
+            .map(|c| c.to_string())
+            .collect::<BTreeSet<_>>(),
+    }
+}
+
+async fn ask(h: &Harness, req: &WorkRequest) -> Scheduled {
+    schedule(h.store.as_ref(), &h.clock, req).await
+}
+
+async fn assigned(h: &Harness, req: &WorkRequest) -> Assignment {
+    match ask(h, req).await {
+        Scheduled::Assigned(a) => *a,
+        other => panic!("expected work, got {other:?}"),
+    }
+}
+
+async fn no_work(h: &Harness, req: &WorkRequest) -> (NoWorkReason, u64) {
+    match ask(h, req).await {
+        Scheduled::NoWork {
+            reason,
+            retry_after_ms,
+        } => (reason, retry_after_ms),
+        Scheduled::Assigned(a) => panic!("expected no work, got {a:?}"),
+    }
+}
+
+/// One task, one arm, one run: a single trial.
+fn single(id: &str) -> Campaign {
+    campaign(id, &[("a", "pa")], 1, "", "")
+}
+
+#[tokio::test]
+async fn without_campaigns_the_answer_is_no_campaigns() {
+    let h = Harness::embedded();
+    assert_eq!(
+        no_work(&h, &request("l", &[])).await,
+        (NoWorkReason::NoCampaigns, IDLE_RETRY_MS)
+    );
+}
+
+#[tokio::test]
+async fn a_unit_comes_with_the_driver_it_was_leased_under() {
+    let h = Harness::embedded();
+    let first = campaign("c", &[("a", "pa")], 3, "", "");
+    h.submit(first.clone()).await;
+    let a = assigned(&h, &request("l1", &[])).await;
+    assert_eq!(a.campaign.as_str(), "c");
+    assert_eq!(a.driver, UnitDriver::of(&first.spec));
+
+    // A resubmission with another driver env: units leased from now on carry it.
+    let second = campaign(
+        "c",
+        &[("a", "pa")],
+        3,
+        "",
+        "[driver.env]\nLANES_X = \"2\"\n",
+    );
+    assert_ne!(second.spec.driver, first.spec.driver);
+    h.submit(second.clone()).await;
+    let b = assigned(&h, &request("l2", &[])).await;
+    assert_eq!(b.driver, UnitDriver::of(&second.spec));
+    assert_eq!(b.driver.driver.env["LANES_X"], "2");
+}
+
+#[tokio::test]
+async fn excluded_campaigns_are_skipped() {
+    let h = Harness::embedded();
+    h.submit(single("c1")).await;
+    h.submit(single("c2")).await;
+    let a = assigned(&h, &request("l", &["c1"])).await;
+    assert_eq!(a.campaign.as_str(), "c2");
+    assert_eq!(
+        no_work(&h, &request("l", &["c1", "c2"])).await,
+        (NoWorkReason::LaneExcluded, IDLE_RETRY_MS)
+    );
+}
+
+/// Campaigns in every no-work state: `c1` done, `c2` stopped, `c3` with its one trial leased.
+async fn three_without_work(h: &Harness) {
+    for c in ["c1", "c2", "c3"] {
+        h.submit(single(c)).await;
+    }
+    let t = h.claim_tokens(&cid("c1"), "other", "h").await.remove(0);
+    h.store
+        .complete(
+            &cid("c1"),
+            scored(&t, "other", "h", Status::Completed, 1.0),
+            h.now(),
+        )
+        .await
+        .unwrap();
+    h.store
+        .stop(&cid("c2"), StopMode::Drain, h.now())
+        .await
+        .unwrap();
+    h.claim_tokens(&cid("c3"), "other", "h").await;
+}
+
+#[tokio::test]
+async fn a_wait_tells_more_than_an_exclusion_a_stop_or_done() {
+    let h = Harness::embedded();
+    three_without_work(&h).await;
+    let (reason, _) = no_work(&h, &request("l", &[])).await;
+    assert_eq!(reason, NoWorkReason::NothingReady { next_ms: None });
+    // Without the waiting campaign: the exclusion, then the stop, then done.
+    assert_eq!(
+        no_work(&h, &request("l", &["c3"])).await.0,
+        NoWorkReason::LaneExcluded
+    );
+    h.store
+        .stop(&cid("c3"), StopMode::Drain, h.now())
+        .await
+        .unwrap();
+    assert_eq!(
+        no_work(&h, &request("l", &["c2"])).await.0,
+        NoWorkReason::LaneExcluded
+    );
+    let (reason, _) = no_work(&h, &request("l", &[])).await;
+    assert_eq!(
+        reason,
+        NoWorkReason::Stopped {
+            stop_reason: Some(StopReason::User)
+        }
+    );
+    let (reason, _) = no_work(&h, &request("l", &["c2", "c3"])).await;
+    assert_eq!(reason, NoWorkReason::LaneExcluded);
+}
+
+#[tokio::test]
+async fn done_is_the_answer_only_when_every_campaign_is_done() {
+    let h = Harness::embedded();
+    h.submit(single("c1")).await;
+    let t = h.claim_tokens(&cid("c1"), "other", "h").await.remove(0);
+    h.store
+        .complete(
+            &cid("c1"),
+            scored(&t, "other", "h", Status::Completed, 1.0),
+            h.now(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(no_work(&h, &request("l", &[])).await.0, NoWorkReason::Done);
+    h.submit(single("c2")).await;
+    h.store
+        .stop(&cid("c2"), StopMode::Drain, h.now())
+        .await
+        .unwrap();
+    assert!(matches!(
+        no_work(&h, &request("l", &[])).await.0,
+        NoWorkReason::Stopped { .. }
+    ));
+}
+
+#[tokio::test]
+async fn a_store_that_cannot_list_answers_store_unavailable() {
+    let mut h = Harness::redis().await;
+    h.submit(single("c1")).await;
+    h.redis.as_mut().expect("a redis harness").terminate();
+    match no_work(&h, &request("l", &[])).await {
+        (NoWorkReason::StoreUnavailable { error }, IDLE_RETRY_MS) => {
+            assert!(!error.is_empty());
+        }
+        other => panic!("{other:?}"),
+    }
+}
