@@ -5,6 +5,8 @@ pub(crate) mod lane;
 pub mod link;
 pub(crate) mod session;
 pub(crate) mod supervisor;
+#[cfg(test)]
+mod tests;
 
 use std::path::PathBuf;
 use std::time::Duration;

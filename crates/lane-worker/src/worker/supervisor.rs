@@ -738,11 +738,14 @@ impl Supervisor {
     }
 }
 
-/// Free space under `path`, in GB, from `df` (no libc binding needed).
+/// Free space under `path`, in GB, from `df` (no libc binding needed). A directory that does
+/// not exist yet (a fresh worker's artifacts) is measured where it will be created: at its
+/// nearest existing ancestor.
 fn free_gb(path: &std::path::Path) -> Option<f64> {
+    let existing = path.ancestors().find(|p| p.exists())?;
     let out = std::process::Command::new("df")
         .arg("-Pk")
-        .arg(path)
+        .arg(existing)
         .output()
         .ok()?;
     let text = String::from_utf8(out.stdout).ok()?;

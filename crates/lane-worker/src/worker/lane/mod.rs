@@ -56,6 +56,12 @@ pub(crate) enum LaneMsg {
         slot: Box<DriverSlot>,
         event: Event,
     },
+    /// Test hook: the handler blocks this long, as a wedged lane would.
+    #[cfg(test)]
+    Wedge(std::time::Duration),
+    /// Test hook: the handler fails, as a lane with a bug would.
+    #[cfg(test)]
+    Crash,
 }
 
 /// What the coordinator said about a lease, besides "renewed".
@@ -400,6 +406,10 @@ impl Actor for LaneActor {
                 self.feed(&myself, state, None, Event::CancelRequested)
                     .await;
             }
+            #[cfg(test)]
+            LaneMsg::Wedge(d) => tokio::time::sleep(d).await,
+            #[cfg(test)]
+            LaneMsg::Crash => return Err("crash asked for by a test".into()),
         }
         Ok(())
     }

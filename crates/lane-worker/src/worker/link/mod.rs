@@ -4,6 +4,8 @@
 //! one process under paused time.
 
 mod grpc;
+#[cfg(test)]
+pub(crate) mod memory;
 
 use std::future::Future;
 use std::pin::Pin;

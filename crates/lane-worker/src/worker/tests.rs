@@ -1,0 +1,479 @@
+//! The supervisor and its lanes in one process, against a real coordinator (in-process, over
+//! an embedded store), under paused time: credits, heartbeats, replay order, GoAway, a lane
+//! crash, `--driver` and the disk floor. Nothing here sleeps in real time; waits are on what
+//! crossed the link.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ractor::ActorRef;
+use tokio::task::JoinHandle;
+
+use lanes_common::ids::{CampaignId, Token, TrialId};
+use lanes_common::proto as pb;
+use lanes_common::proto::coordinator_message::Msg as Out;
+use lanes_common::proto::worker_message::Msg as In;
+use lanes_common::row::{Outcome, Status};
+use lanes_coordinator::InProcessCoordinator;
+use lanes_coordinator::store::{Clock, EmbeddedStore, Store};
+
+use super::WorkerConfig;
+use super::lane::LaneMsg;
+use super::link::memory::{MemoryLink, Seen, Tap};
+use crate::outbox::{Entry, Outbox};
+
+/// The coordinator's clock follows tokio's, so paused time moves leases too.
+struct TokioClock(tokio::time::Instant);
+
+impl Clock for TokioClock {
+    fn now_ms(&self) -> i64 {
+        // 2026-12-01T00:00:00Z plus the virtual time since the test started.
+        1_796_083_200_000 + self.0.elapsed().as_millis() as i64
+    }
+}
+
+/// A worker and its replicas. Worker ids are unique per test: actor names are global.
+struct Rig {
+    config: WorkerConfig,
+    store: Arc<dyn Store>,
+    clock: Arc<TokioClock>,
+    replicas: Vec<Arc<InProcessCoordinator>>,
+    tap: Arc<Tap>,
+    worker: Option<(tokio::sync::oneshot::Sender<()>, JoinHandle<()>)>,
+    _dir: tempfile::TempDir,
+}
+
+impl Rig {
+    fn new(worker_id: &str, replicas: usize, lanes: u32) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store: Arc<dyn Store> =
+            Arc::new(EmbeddedStore::open(&dir.path().join("store")).expect("embedded store"));
+        let clock = Arc::new(TokioClock(tokio::time::Instant::now()));
+        let replicas = (0..replicas)
+            .map(|_| {
+                Arc::new(InProcessCoordinator::new(
+                    store.clone(),
+                    clock.clone() as Arc<dyn Clock>,
+                ))
+            })
+            .collect();
+        let config = WorkerConfig {
+            coordinators: Vec::new(),
+            token: None,
+            worker_id: worker_id.to_owned(),
+            host: "test-host".into(),
+            lanes,
+            artifacts: dir.path().join("artifacts"),
+            outbox: dir.path().join("outbox"),
+            driver_override: None,
+            sim_command: vec!["/nonexistent/lanes-sim".into()],
+            disk_floor_gb: None,
+            arms: Vec::new(),
+            shutdown_grace: Duration::from_secs(1),
+            cancel_grace: Duration::from_secs(5),
+            guest_poll: Duration::from_secs(1),
+            guest_grace: Duration::from_secs(60),
+        };
+        Self {
+            config,
+            store,
+            clock,
+            replicas,
+            tap: Arc::default(),
+            worker: None,
+            _dir: dir,
+        }
+    }
+
+    fn start(&mut self) {
+        let link = Arc::new(MemoryLink {
+            replicas: self.replicas.clone(),
+            tap: self.tap.clone(),
+        });
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let config = self.config.clone();
+        let handle = tokio::spawn(async move {
+            super::run_with_link(config, link, async {
+                let _ = stopped.await;
+            })
+            .await
+            .expect("the worker runs");
+        });
+        self.worker = Some((stop, handle));
+    }
+
+    async fn stop(mut self) {
+        if let Some((stop, handle)) = self.worker.take() {
+            let _ = stop.send(());
+            handle.await.expect("the worker stops");
+        }
+    }
+
+    /// Submits a campaign of `tasks` tasks and one arm, with `driver` as its `[driver]` table.
+    async fn submit(&self, id: &str, tasks: usize, driver: &str) {
+        let mut text =
+            format!("id = \"{id}\"\nschedule_seed = 7\nphase1_runs = 1\n[tasks]\nitems = [\n");
+        for i in 0..tasks {
+            text.push_str(&format!("  {{ id = \"T{i}\" }},\n"));
+        }
+        text.push_str(&format!(
+            "]\n[driver]\n{driver}\n[[arms]]\nid = \"a\"\nprovider = \"p\"\n"
+        ));
+        let campaign = lanes_common::spec::load_str(&text, Path::new("t.toml"), Path::new("."))
+            .expect("a valid campaign");
+        self.store
+            .submit(campaign, self.clock.now_ms())
+            .await
+            .expect("submitted");
+    }
+
+    fn lane_name(&self, i: u32) -> String {
+        format!("{}-{i}", self.config.worker_id)
+    }
+
+    fn lane(&self, i: u32) -> ActorRef<LaneMsg> {
+        let cell = ractor::registry::where_is(format!("lane:{}", self.lane_name(i)))
+            .expect("the lane is registered");
+        ActorRef::from(cell)
+    }
+
+    async fn registered(&self, replica: usize) {
+        self.tap
+            .wait_for("the session registered", |log| {
+                log.iter()
+                    .any(|s| matches!(s, Seen::Got { replica: r, msg: Out::Registered(_) } if *r == replica))
+                    .then_some(())
+            })
+            .await;
+    }
+}
+
+fn position(log: &[Seen], f: impl Fn(&Seen) -> bool) -> Option<usize> {
+    log.iter().position(f)
+}
+
+fn assigned_token(log: &[Seen], lane: &str) -> Option<pb::Token> {
+    log.iter().find_map(|s| match s {
+        Seen::Got {
+            msg: Out::Assignment(a),
+            ..
+        } if a.lane == lane => a.trials.first().and_then(|t| t.token.clone()),
+        _ => None,
+    })
+}
+
+fn heartbeats(log: &[Seen]) -> Vec<Vec<pb::Token>> {
+    log.iter()
+        .filter_map(|s| match s {
+            Seen::Sent {
+                msg: In::Heartbeat(h),
+                ..
+            } => Some(h.tokens.iter().filter_map(|t| t.token.clone()).collect()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn sent_outcome(log: &[Seen]) -> Option<pb::Outcome> {
+    log.iter().find_map(|s| match s {
+        Seen::Sent {
+            msg: In::Outcome(o),
+            ..
+        } => Some(o.clone()),
+        _ => None,
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn each_idle_lane_holds_exactly_one_work_credit() {
+    let mut rig = Rig::new("credits", 1, 3);
+    rig.start();
+    let lanes: Vec<String> = (0..3).map(|i| rig.lane_name(i)).collect();
+    let log = rig
+        .tap
+        .wait_for("three rounds of work requests from every lane", |log| {
+            lanes
+                .iter()
+                .all(|l| {
+                    log.iter()
+                        .filter(|s| matches!(s, Seen::Sent { msg: In::WorkRequest(w), .. } if w.lane == *l))
+                        .count()
+                        >= 3
+                })
+                .then(|| log.to_vec())
+        })
+        .await;
+    // Per lane, requests and answers alternate: a lane never holds two credits at once.
+    for lane in &lanes {
+        let mut open = 0;
+        for s in &log {
+            match s {
+                Seen::Sent {
+                    msg: In::WorkRequest(w),
+                    ..
+                } if w.lane == *lane => {
+                    open += 1;
+                    assert_eq!(open, 1, "{lane} asked again before its answer");
+                }
+                Seen::Got {
+                    msg: Out::NoWork(w),
+                    ..
+                } if w.lane == *lane => open -= 1,
+                _ => {}
+            }
+        }
+    }
+    rig.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_outbox_is_replayed_before_any_work_is_asked_for() {
+    let mut rig = Rig::new("replay", 1, 2);
+    let token = Token {
+        trial_id: TrialId::new("T0.r0.a").unwrap(),
+        attempt: 1,
+    };
+    Outbox::open(&rig.config.outbox)
+        .unwrap()
+        .put(&Entry {
+            campaign: CampaignId::new("earlier").unwrap(),
+            outcome: Outcome::new(token, "replay-0", "test-host", Status::Cancelled),
+            record: None,
+        })
+        .unwrap();
+    rig.start();
+    let log = rig
+        .tap
+        .wait_for("a work request", |log| {
+            position(log, |s| {
+                matches!(
+                    s,
+                    Seen::Sent {
+                        msg: In::WorkRequest(_),
+                        ..
+                    }
+                )
+            })
+            .map(|_| log.to_vec())
+        })
+        .await;
+    let replayed = position(&log, |s| {
+        matches!(
+            s,
+            Seen::Sent {
+                msg: In::Outcome(_),
+                ..
+            }
+        )
+    })
+    .expect("the outcome was replayed");
+    let first_request = position(&log, |s| {
+        matches!(
+            s,
+            Seen::Sent {
+                msg: In::WorkRequest(_),
+                ..
+            }
+        )
+    })
+    .unwrap();
+    assert!(
+        replayed < first_request,
+        "replay at {replayed}, first work request at {first_request}"
+    );
+    rig.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn heartbeats_carry_only_the_leases_of_lanes_that_answer() {
+    let mut rig = Rig::new("beats", 1, 2);
+    // A driver that never answers `initialize`: each lane holds its lease in admission until
+    // the 60 s deadline, which is virtual time here.
+    rig.config.driver_override = Some(vec!["sleep".into(), "1000".into()]);
+    rig.submit("beats", 2, "sim = {}").await;
+    rig.start();
+    rig.tap
+        .wait_for("the session", |log| {
+            log.iter()
+                .any(|s| {
+                    matches!(
+                        s,
+                        Seen::Sent {
+                            msg: In::Register(_),
+                            ..
+                        }
+                    )
+                })
+                .then_some(())
+        })
+        .await;
+    // Lane 0 stops answering for 3 s; its assignment waits behind the wedge.
+    rig.lane(0)
+        .cast(LaneMsg::Wedge(Duration::from_secs(3)))
+        .unwrap();
+    let (wedged, healthy) = rig
+        .tap
+        .wait_for("both lanes assigned", |log| {
+            Some((
+                assigned_token(log, &rig.lane_name(0))?,
+                assigned_token(log, &rig.lane_name(1))?,
+            ))
+        })
+        .await;
+    let first = rig
+        .tap
+        .wait_for("a heartbeat", |log| heartbeats(log).into_iter().next())
+        .await;
+    assert!(first.contains(&healthy), "{first:?}");
+    assert!(
+        !first.contains(&wedged),
+        "a wedged lane's lease is not renewed: {first:?}"
+    );
+    // Once it answers again, its lease is renewed again.
+    rig.tap
+        .wait_for("a heartbeat with the recovered lane's lease", |log| {
+            heartbeats(log)
+                .into_iter()
+                .any(|h| h.contains(&wedged) && h.contains(&healthy))
+                .then_some(())
+        })
+        .await;
+    rig.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn go_away_moves_the_worker_to_the_next_replica() {
+    let mut rig = Rig::new("goaway", 2, 1);
+    rig.start();
+    rig.registered(0).await;
+    rig.replicas[0].set_store_up(false);
+    let log = rig
+        .tap
+        .wait_for("work asked of the second replica", |log| {
+            log.iter()
+                .any(|s| {
+                    matches!(
+                        s,
+                        Seen::Sent {
+                            replica: 1,
+                            msg: In::WorkRequest(_)
+                        }
+                    )
+                })
+                .then(|| log.to_vec())
+        })
+        .await;
+    let go_away = position(&log, |s| {
+        matches!(
+            s,
+            Seen::Got {
+                replica: 0,
+                msg: Out::GoAway(_)
+            }
+        )
+    })
+    .expect("replica 0 said GoAway");
+    let register = position(&log, |s| {
+        matches!(
+            s,
+            Seen::Sent {
+                replica: 1,
+                msg: In::Register(_)
+            }
+        )
+    })
+    .expect("the worker registered with replica 1");
+    assert!(go_away < register);
+    rig.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_crashed_lane_is_restarted_and_runs_the_next_trial() {
+    let mut rig = Rig::new("crash", 1, 1);
+    rig.config.driver_override = Some(vec!["/nonexistent/override-driver".into()]);
+    rig.start();
+    rig.registered(0).await;
+    let lane = rig.lane(0);
+    lane.cast(LaneMsg::Crash).unwrap();
+    rig.tap
+        .wait_for("the crashed lane to stop", |_| {
+            ractor::registry::where_is(format!("lane:{}", rig.lane_name(0)))
+                .is_none()
+                .then_some(())
+        })
+        .await;
+    rig.submit("crash", 1, "sim = {}").await;
+    let o = rig
+        .tap
+        .wait_for("an outcome from the restarted lane", sent_outcome)
+        .await;
+    assert_eq!(o.lane, rig.lane_name(0));
+    assert_eq!(o.status, pb::Status::Blocked as i32, "{o:?}");
+    rig.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_driver_flag_replaces_the_campaign_command() {
+    let mut rig = Rig::new("override", 1, 1);
+    rig.config.driver_override = Some(vec!["/nonexistent/override-driver".into()]);
+    rig.submit(
+        "override",
+        1,
+        "command = [\"/nonexistent/campaign-driver\"]",
+    )
+    .await;
+    rig.start();
+    let o = rig.tap.wait_for("the blocked outcome", sent_outcome).await;
+    assert_eq!(o.status, pb::Status::Blocked as i32, "{o:?}");
+    assert!(
+        o.error.contains("/nonexistent/override-driver") && !o.error.contains("campaign-driver"),
+        "{}",
+        o.error
+    );
+    rig.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn below_the_disk_floor_no_credit_is_sent() {
+    // Above the floor, credits flow once free space has been measured.
+    let mut above = Rig::new("floor-above", 1, 1);
+    above.config.disk_floor_gb = Some(0.0);
+    above.start();
+    above
+        .tap
+        .wait_for("a work request above the floor", |log| {
+            log.iter()
+                .any(|s| {
+                    matches!(
+                        s,
+                        Seen::Sent {
+                            msg: In::WorkRequest(_),
+                            ..
+                        }
+                    )
+                })
+                .then_some(())
+        })
+        .await;
+    above.stop().await;
+
+    let mut below = Rig::new("floor-below", 1, 1);
+    below.config.disk_floor_gb = Some(1e12);
+    below.start();
+    below.registered(0).await;
+    // Virtual time: twenty ticks, each of which measures the disk and could send a credit.
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let log = below.tap.snapshot();
+    assert!(
+        !log.iter().any(|s| matches!(
+            s,
+            Seen::Sent {
+                msg: In::WorkRequest(_),
+                ..
+            }
+        )),
+        "a credit was sent below the floor"
+    );
+    below.stop().await;
+}
