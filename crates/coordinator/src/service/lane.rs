@@ -394,8 +394,10 @@ where
                     .await;
                 return;
             }
+            // Biased: when the replica shuts down, its store watch stops too, and the session
+            // must see the shutdown (and say GoAway), not the watch closing.
             let next = tokio::select! {
-                m = inbound.next() => m,
+                biased;
                 _ = shutdown.changed() => {
                     let _ = tx.send(go_away("coordinator shutting down")).await;
                     return;
@@ -403,10 +405,12 @@ where
                 changed = store_up.changed() => {
                     if changed.is_err() {
                         // The watch is gone: the server is stopping.
+                        let _ = tx.send(go_away("coordinator shutting down")).await;
                         return;
                     }
                     continue;
                 }
+                m = inbound.next() => m,
             };
             match next {
                 None => return,
