@@ -511,10 +511,9 @@ impl Outcome {
                 self.failure_kind,
                 Some(FailureKind::Preflight | FailureKind::IdentityMismatch)
             ),
-            Status::InfraError => matches!(
-                self.failure_kind,
-                Some(k) if !matches!(k, FailureKind::Preflight | FailureKind::LeaseExpired)
-            ),
+            Status::InfraError => self
+                .failure_kind
+                .is_some_and(FailureKind::driver_reportable),
             _ => false,
         };
         if !kind_ok {

@@ -1,0 +1,221 @@
+//! What the supervisor does with each coordinator message: registration (re-announce,
+//! replay, forfeit, then ask for work), assignments, no-work hints, renewals, acks and GoAway.
+
+use std::time::Duration;
+
+use ractor::ActorRef;
+
+use lanes_common::ids::{CampaignId, Token};
+use lanes_common::proto as pb;
+use lanes_common::proto::coordinator_message::Msg as Out;
+use lanes_common::proto::worker_message::Msg as In;
+use lanes_common::row::Phase;
+use lanes_common::state::RenewState;
+
+use super::InFlight;
+use super::{SupMsg, SupState, Supervisor};
+use crate::ack_log::AckLine;
+use crate::worker::lane::{LaneMsg, LeaseNews};
+
+impl Supervisor {
+    pub(super) fn route_renewals(state: &SupState, renewals: Vec<pb::TokenRenewal>) {
+        for r in renewals {
+            let Some(t) = r.token.and_then(|t| Token::try_from(t).ok()) else {
+                continue;
+            };
+            let news = match pb::RenewState::try_from(r.state)
+                .map_err(|_| ())
+                .and_then(|s| RenewState::try_from(s).map_err(|_| ()))
+            {
+                Ok(RenewState::Renewed) => continue,
+                Ok(RenewState::Lost) => LeaseNews::Lost,
+                Ok(RenewState::Cancel) => LeaseNews::Cancel,
+                Err(()) => {
+                    tracing::warn!(token = %t, state = r.state, "renewal with an unknown state ignored");
+                    continue;
+                }
+            };
+            if let Some(f) = state.in_flight.get(&t)
+                && let Some(lane) = state.lanes.get(&f.lane)
+            {
+                let _ = lane.cast(LaneMsg::Renewal { token: t, news });
+            }
+        }
+    }
+
+    pub(super) async fn inbound(&self, myself: &ActorRef<SupMsg>, state: &mut SupState, m: Out) {
+        match m {
+            Out::Registered(_) => {
+                // Re-announce what is in flight, then replay, then ask for work.
+                let in_flight: Vec<pb::TokenPhase> = state
+                    .in_flight
+                    .iter()
+                    .map(|(t, f)| pb::TokenPhase {
+                        token: Some(pb::Token::from(t)),
+                        phase: pb::Phase::from(f.phase) as i32,
+                        campaign: f.campaign.to_string(),
+                    })
+                    .collect();
+                if !in_flight.is_empty()
+                    && Self::send(state, In::Reconnect(pb::Reconnect { in_flight })).await
+                {
+                    state
+                        .unacked_since
+                        .get_or_insert_with(tokio::time::Instant::now);
+                }
+                self.replay(state).await;
+                if !state.orphans.is_empty() {
+                    tracing::info!(
+                        leases = state.orphans.len(),
+                        "forfeiting the leases a previous process of this worker held and cannot publish"
+                    );
+                    let tokens = state
+                        .orphans
+                        .iter()
+                        .map(|(t, c)| pb::CampaignToken {
+                            token: Some(pb::Token::from(t)),
+                            campaign: c.to_string(),
+                        })
+                        .collect();
+                    Self::send(state, In::Forfeit(pb::Forfeit { tokens })).await;
+                }
+                state.registered = true;
+                Self::tell_status(state, true).await;
+                // A new session answers afresh.
+                state.ask_after.clear();
+                for lane in state.idle.clone() {
+                    self.ask_work(state, lane).await;
+                }
+            }
+            Out::Assignment(a) => {
+                let Ok(campaign) = CampaignId::new(a.campaign.clone()) else {
+                    return;
+                };
+                state.outstanding.remove(&a.lane);
+                if state.draining || !state.lanes.contains_key(&a.lane) {
+                    self.give_back(myself, state, a);
+                    return;
+                }
+                state.idle.remove(&a.lane);
+                for t in &a.trials {
+                    if let Some(tok) = t.token.clone().and_then(|t| Token::try_from(t).ok()) {
+                        Self::track(
+                            state,
+                            tok,
+                            InFlight {
+                                campaign: campaign.clone(),
+                                lane: a.lane.clone(),
+                                phase: Phase::Assigned,
+                                ttl: Duration::from_millis(a.lease_ttl_ms),
+                            },
+                        );
+                    }
+                }
+                if let Some(lane) = state.lanes.get(&a.lane) {
+                    let _ = lane.cast(LaneMsg::Assign(a));
+                }
+            }
+            Out::NoWork(w) => {
+                state.outstanding.remove(&w.lane);
+                let me = myself.clone();
+                let after = Duration::from_millis(w.retry_after_ms.clamp(50, 30_000));
+                tracing::debug!(lane = %w.lane, reason = %w.detail, "no work");
+                // Honour the hint: the tick does not ask for this lane before it is due.
+                state
+                    .ask_after
+                    .insert(w.lane.clone(), tokio::time::Instant::now() + after);
+                tokio::spawn(async move {
+                    tokio::time::sleep(after).await;
+                    let _ = me.cast(SupMsg::Retry(w.lane));
+                });
+            }
+            Out::HeartbeatAck(a) => {
+                state.unacked_since = None;
+                Self::route_renewals(state, a.tokens)
+            }
+            Out::ReconnectAck(a) => {
+                state.unacked_since = None;
+                Self::route_renewals(state, a.tokens)
+            }
+            Out::Cancel(c) => Self::route_renewals(
+                state,
+                vec![pb::TokenRenewal {
+                    token: c.token,
+                    state: pb::RenewState::from(RenewState::Cancel) as i32,
+                    campaign: c.campaign,
+                }],
+            ),
+            Out::OutcomeAck(a) => {
+                if let (Ok(c), Some(Ok(t))) = (
+                    CampaignId::new(a.campaign.clone()),
+                    a.token.map(Token::try_from),
+                ) {
+                    state.acks.record(&AckLine {
+                        campaign: c.to_string(),
+                        trial_id: t.trial_id.to_string(),
+                        attempt: t.attempt,
+                        seq: a.seq,
+                        counted: a.counted,
+                    });
+                    // Acknowledged from memory: the store has it, so its record is final.
+                    if let Some(e) = state.unpersisted.remove(&t) {
+                        e.seal_record();
+                    }
+                    if state.pending.remove(&(c.clone(), t.clone())).is_some() {
+                        let (c, t) = (c.clone(), t.clone());
+                        Self::outbox_task(state, "remove an acknowledged outcome", move |o| {
+                            o.remove(&c, &t)
+                        });
+                    }
+                    // Published attempts stay in flight (renewed) until their ack.
+                    Self::untrack(state, &t);
+                    // A replay of a previous process's outcome: its journal entry goes too.
+                    let _ = state.journal.remove(&c, &t);
+                }
+            }
+            Out::OutcomeError(e) => {
+                tracing::warn!(reason = %e.reason, retryable = e.retryable, "outcome not committed; kept in the outbox");
+                if !e.retryable {
+                    // The store refuses it for good: keep it aside for a human, never drop it.
+                    if let (Ok(c), Some(Ok(t))) = (
+                        CampaignId::new(e.campaign.clone()),
+                        e.token.map(Token::try_from),
+                    ) {
+                        state.pending.remove(&(c.clone(), t.clone()));
+                        let (c2, t2, reason) = (c.clone(), t.clone(), e.reason.clone());
+                        Self::outbox_task(state, "set a refused outcome aside", move |o| {
+                            o.set_aside(&c2, &t2, &reason)
+                        });
+                        Self::untrack(state, &t);
+                        let _ = state.journal.remove(&c, &t);
+                    }
+                    return;
+                }
+                // One replay of the whole outbox after the hint; the store dedupes per token.
+                let at = tokio::time::Instant::now()
+                    + Duration::from_millis(e.retry_after_ms.clamp(100, 30_000));
+                state.replay_at = Some(state.replay_at.map_or(at, |r| r.min(at)));
+            }
+            Out::ForfeitAck(a) => {
+                for ct in a.tokens {
+                    if let (Ok(c), Some(Ok(t))) =
+                        (CampaignId::new(ct.campaign), ct.token.map(Token::try_from))
+                    {
+                        state.orphans.remove(&t);
+                        if let Err(e) = state.journal.remove(&c, &t) {
+                            tracing::warn!(error = %e, "cannot remove a lease journal entry");
+                        }
+                    }
+                }
+            }
+            Out::GoAway(g) => {
+                tracing::info!(reason = %g.reason, "coordinator asked to reconnect");
+                state.tx = None;
+                state.end_session = None;
+                state.unacked_since = None;
+                state.outstanding.clear();
+                state.registered = false;
+            }
+        }
+    }
+}

@@ -1,0 +1,528 @@
+//! The WorkerSupervisor actor: owns the coordinator session, the outbox and the lanes.
+//!
+//! - Each idle lane is one work credit; the coordinator answers each with one assignment or
+//!   "no work, retry after".
+//! - Heartbeats carry only the tokens of lanes that answered a liveness ping, so a wedged lane
+//!   loses its leases instead of holding them forever.
+//! - Every outcome goes to the outbox (fsynced) before it is sent, and leaves it only on
+//!   OutcomeAck. The outbox is replayed on every (re)connect.
+//! - Held leases are journaled beside the outbox. A restarted worker replays the outbox and
+//!   forfeits the journaled leases it cannot publish, so they are retried at once.
+//! - The worker tells the coordinator when its outbox breaks and mends (a `WorkerStatus`).
+//! - A lane that crashes is restarted; its in-flight tokens are left to expire, and the store
+//!   retries them.
+
+mod health;
+mod inbound;
+mod outbox_io;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
+use tokio::sync::mpsc;
+
+use lanes_common::ids::{CampaignId, Token};
+use lanes_common::proto as pb;
+use lanes_common::proto::worker_message::Msg as In;
+use lanes_common::row::Phase;
+
+use super::WorkerConfig;
+use super::lane::{LaneActor, LaneMsg};
+use crate::ack_log::AckLog;
+use crate::lease_journal::LeaseJournal;
+use crate::outbox::{Entry, Outbox};
+
+/// How often in-flight tokens are renewed (the lease TTL is at least 3 s).
+const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
+/// How long a lane has to answer a liveness ping.
+const PING_TIMEOUT: Duration = Duration::from_millis(500);
+
+pub(crate) enum SupMsg {
+    /// A session is up: where to send, and how to end it.
+    Connected(mpsc::Sender<pb::WorkerMessage>, mpsc::Sender<String>),
+    Disconnected,
+    Inbound(pb::CoordinatorMessage),
+    WantWork(String),
+    Phase {
+        campaign: CampaignId,
+        token: Token,
+        phase: Phase,
+    },
+    /// Write to the outbox, then send; the reply comes after the fsync.
+    Publish(Box<Entry>, RpcReplyPort<()>),
+    /// The outbox write of an entry finished (it runs off the actor): send it now.
+    Persisted {
+        entry: Box<Entry>,
+        written: Result<(), String>,
+        reply: Option<RpcReplyPort<()>>,
+    },
+    /// Writing the outcomes held in memory again finished: these are on disk now, and the
+    /// error says why the outbox is still not writable.
+    Repersisted {
+        written: Vec<Token>,
+        error: Option<String>,
+    },
+    /// Free disk space under the artifacts directory, measured off the actor.
+    Disk(Option<f64>),
+    /// Trials a lane will not run: released as cancelled through the outbox.
+    GiveBack(pb::Assignment),
+    Finished {
+        token: Token,
+        published: bool,
+    },
+    /// A retry timer for a lane's work request (only asks if the lane is still idle).
+    Retry(String),
+    /// This lane must not take this campaign's work again (identity mismatch).
+    Exclude {
+        lane: String,
+        campaign: CampaignId,
+    },
+    Tick,
+    /// Stop asking for work (shutdown).
+    Drain,
+    /// How many attempts are in flight and outcomes unacknowledged.
+    Pending(RpcReplyPort<(usize, usize)>),
+    CancelAll,
+}
+
+pub(crate) struct Supervisor {
+    pub(crate) config: Arc<WorkerConfig>,
+}
+
+struct InFlight {
+    campaign: CampaignId,
+    lane: String,
+    phase: Phase,
+    /// The lease's TTL: heartbeat acknowledgements must come well within it.
+    ttl: Duration,
+}
+
+/// Bounds of how long a heartbeat may go unacknowledged before the session is given up.
+const ACK_DEADLINE_MIN: Duration = Duration::from_secs(1);
+const ACK_DEADLINE_MAX: Duration = Duration::from_secs(10);
+
+pub(crate) struct SupState {
+    tx: Option<mpsc::Sender<pb::WorkerMessage>>,
+    /// Lanes with a work request the coordinator has not answered yet (one credit each).
+    outstanding: BTreeSet<String>,
+    /// The session is registered and the outbox replayed: only then is work asked for, so a
+    /// replayed outcome always lands before its trial could be handed out again.
+    registered: bool,
+    /// When to send the outbox again after the coordinator could not commit an entry.
+    replay_at: Option<tokio::time::Instant>,
+    /// Campaigns each lane may not take (its driver failed their identity pins).
+    excluded: BTreeMap<String, BTreeSet<String>>,
+    outbox: Outbox,
+    lanes: BTreeMap<String, ActorRef<LaneMsg>>,
+    /// Lanes waiting for a work answer or ready to ask.
+    idle: BTreeSet<String>,
+    in_flight: BTreeMap<Token, InFlight>,
+    draining: bool,
+    /// Outcomes the outbox could not take (a full or broken disk): kept here, sent and
+    /// replayed from memory, and written again every tick. While any is here the worker takes
+    /// no new work.
+    unpersisted: BTreeMap<Token, Entry>,
+    /// The last outbox write failed and none has succeeded since.
+    outbox_broken: bool,
+    /// Per lane, when the coordinator's last NoWork said to ask again (its retry-after hint).
+    ask_after: BTreeMap<String, tokio::time::Instant>,
+    /// What the outbox holds on disk and the coordinator has not acknowledged: a mirror in
+    /// memory, so replays and the shutdown count never scan the directory.
+    pending: BTreeMap<(CampaignId, Token), Entry>,
+    /// A rewrite of `unpersisted` is running.
+    repersisting: bool,
+    /// Free space is below the disk floor (measured every tick, off the actor).
+    disk_low: bool,
+    /// The leases this worker holds, on disk for the next process.
+    journal: LeaseJournal,
+    /// Leases a previous process held whose outcome is not in the outbox: forfeited on
+    /// register until the coordinator acknowledges them.
+    orphans: BTreeMap<Token, CampaignId>,
+    /// The health last told to the coordinator: (outbox broken, outcomes held in memory).
+    told: Option<(bool, usize)>,
+    /// The optional audit trail of acknowledged outcomes.
+    acks: AckLog,
+    /// Ends the current session (the session task reconnects, to the next replica).
+    end_session: Option<mpsc::Sender<String>>,
+    /// When the oldest unacknowledged heartbeat (or reconnect) of this session was sent.
+    unacked_since: Option<tokio::time::Instant>,
+}
+
+impl Supervisor {
+    async fn send(state: &mut SupState, m: In) -> bool {
+        match &state.tx {
+            Some(tx) => tx.send(pb::WorkerMessage { msg: Some(m) }).await.is_ok(),
+            None => false,
+        }
+    }
+
+    /// Starts tracking a held lease (renewed by heartbeats, journaled for a restart).
+    fn track(state: &mut SupState, token: Token, f: InFlight) {
+        if let Err(e) = state.journal.add(&f.campaign, &token) {
+            tracing::warn!(error = %e, trial = %token, "cannot journal a held lease");
+        }
+        state.in_flight.insert(token, f);
+    }
+
+    /// Stops tracking a lease that left this worker.
+    fn untrack(state: &mut SupState, token: &Token) {
+        if let Some(f) = state.in_flight.remove(token)
+            && let Err(e) = state.journal.remove(&f.campaign, token)
+        {
+            tracing::warn!(error = %e, trial = %token, "cannot remove a lease journal entry");
+        }
+    }
+
+    async fn ask_work(&self, state: &mut SupState, lane: String) {
+        if !state.registered {
+            return;
+        }
+        if state.draining
+            || state.tx.is_none()
+            || state.outstanding.contains(&lane)
+            || !state.idle.contains(&lane)
+            || state.outbox_broken
+            || state
+                .ask_after
+                .get(&lane)
+                .is_some_and(|t| *t > tokio::time::Instant::now())
+        {
+            return;
+        }
+        if state.disk_low {
+            return;
+        }
+        state.outstanding.insert(lane.clone());
+        let exclude_campaigns = state
+            .excluded
+            .get(&lane)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default();
+        Self::send(
+            state,
+            In::WorkRequest(pb::WorkRequest {
+                lane,
+                exclude_campaigns,
+            }),
+        )
+        .await;
+    }
+
+    /// Releases trials this worker will not run, as `cancelled` outcomes through the outbox.
+    fn give_back(&self, myself: &ActorRef<SupMsg>, state: &mut SupState, a: pb::Assignment) {
+        let Ok(campaign) = CampaignId::new(a.campaign.clone()) else {
+            return;
+        };
+        for t in a.trials {
+            let Some(token) = t.token.and_then(|t| Token::try_from(t).ok()) else {
+                continue;
+            };
+            let o = lanes_common::row::Outcome::new(
+                token.clone(),
+                &a.lane,
+                &self.config.host,
+                lanes_common::row::Status::Cancelled,
+            );
+            // Renewed, in phase publish, until the coordinator acknowledges the release.
+            if !state.in_flight.contains_key(&token) {
+                Self::track(
+                    state,
+                    token,
+                    InFlight {
+                        campaign: campaign.clone(),
+                        lane: a.lane.clone(),
+                        phase: Phase::Publish,
+                        ttl: Duration::from_millis(a.lease_ttl_ms),
+                    },
+                );
+            }
+            let entry = Box::new(Entry {
+                campaign: campaign.clone(),
+                outcome: o,
+                record: None,
+            });
+            self.publish(myself, state, entry, None);
+        }
+    }
+
+    async fn heartbeat(&self, state: &mut SupState) {
+        if state.in_flight.is_empty() {
+            return;
+        }
+        // Ping every lane at once, so one slow lane costs one timeout, not one each.
+        let mut pings = tokio::task::JoinSet::new();
+        for (name, lane) in &state.lanes {
+            let (name, lane) = (name.clone(), lane.clone());
+            pings.spawn(async move {
+                let ok =
+                    ractor::call_t!(lane, LaneMsg::Ping, PING_TIMEOUT.as_millis() as u64).is_ok();
+                (name, ok)
+            });
+        }
+        let mut alive = BTreeSet::new();
+        while let Some(Ok((name, ok))) = pings.join_next().await {
+            if ok {
+                alive.insert(name);
+            }
+        }
+        let tokens: Vec<pb::TokenPhase> = state
+            .in_flight
+            .iter()
+            .filter(|(_, f)| alive.contains(&f.lane))
+            .map(|(t, f)| pb::TokenPhase {
+                token: Some(pb::Token::from(t)),
+                phase: pb::Phase::from(f.phase) as i32,
+                campaign: f.campaign.to_string(),
+            })
+            .collect();
+        if !tokens.is_empty() && Self::send(state, In::Heartbeat(pb::Heartbeat { tokens })).await {
+            state
+                .unacked_since
+                .get_or_insert_with(tokio::time::Instant::now);
+        }
+    }
+}
+
+impl Actor for Supervisor {
+    type Msg = SupMsg;
+    type State = SupState;
+    type Arguments = ();
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<SupMsg>,
+        _args: (),
+    ) -> Result<SupState, ActorProcessingErr> {
+        let outbox = Outbox::open(&self.config.outbox)?;
+        let journal = LeaseJournal::open(&self.config.outbox)?;
+        // What a previous process of this worker held: the leases whose outcome the outbox
+        // has are replayed; the others can never be published.
+        let pending = outbox.pending()?;
+        // A crash between an outbox write and its record's rename: finish the rename.
+        for e in &pending {
+            e.seal_record();
+        }
+        let replayable: BTreeSet<Token> = pending.iter().map(|e| e.outcome.token.clone()).collect();
+        let pending: BTreeMap<(CampaignId, Token), Entry> = pending
+            .into_iter()
+            .map(|e| ((e.campaign.clone(), e.outcome.token.clone()), e))
+            .collect();
+        let orphans: BTreeMap<Token, CampaignId> = journal
+            .held()?
+            .into_iter()
+            .filter(|h| !replayable.contains(&h.token))
+            .map(|h| (h.token, h.campaign))
+            .collect();
+        let mut lanes = BTreeMap::new();
+        let mut idle = BTreeSet::new();
+        for i in 0..self.config.lanes {
+            let name = format!("{}-{i}", self.config.worker_id);
+            let (lane, _) = Actor::spawn_linked(
+                Some(format!("lane:{name}")),
+                LaneActor {
+                    name: name.clone(),
+                    config: self.config.clone(),
+                    supervisor: myself.clone(),
+                },
+                (),
+                myself.get_cell(),
+            )
+            .await?;
+            lanes.insert(name.clone(), lane);
+            idle.insert(name);
+        }
+        self.measure_disk(&myself);
+        let me = myself.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(HEARTBEAT_EVERY).await;
+                if me.cast(SupMsg::Tick).is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(SupState {
+            tx: None,
+            outstanding: BTreeSet::new(),
+            registered: false,
+            replay_at: None,
+            excluded: BTreeMap::new(),
+            outbox,
+            lanes,
+            idle,
+            in_flight: BTreeMap::new(),
+            draining: false,
+            unpersisted: BTreeMap::new(),
+            outbox_broken: false,
+            ask_after: BTreeMap::new(),
+            journal,
+            pending,
+            repersisting: false,
+            // Unknown until the first measurement: no credit is sent before it.
+            disk_low: self.config.disk_floor_gb.is_some(),
+            orphans,
+            told: None,
+            end_session: None,
+            unacked_since: None,
+            acks: AckLog::from_env(),
+        })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<SupMsg>,
+        msg: SupMsg,
+        state: &mut SupState,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            SupMsg::Connected(tx, end) => {
+                state.tx = Some(tx);
+                state.end_session = Some(end);
+                state.outstanding.clear();
+                state.registered = false;
+                state.unacked_since = None;
+            }
+            SupMsg::Disconnected => {
+                state.tx = None;
+                state.end_session = None;
+                state.outstanding.clear();
+                state.registered = false;
+                state.unacked_since = None;
+            }
+            SupMsg::Inbound(m) => {
+                if let Some(m) = m.msg {
+                    self.inbound(&myself, state, m).await;
+                }
+            }
+            SupMsg::WantWork(lane) => {
+                state.idle.insert(lane.clone());
+                self.ask_work(state, lane).await;
+            }
+            SupMsg::Retry(lane) => self.ask_work(state, lane).await,
+            SupMsg::Exclude { lane, campaign } => {
+                state
+                    .excluded
+                    .entry(lane)
+                    .or_default()
+                    .insert(campaign.to_string());
+            }
+            SupMsg::Phase {
+                campaign,
+                token,
+                phase,
+            } => {
+                if let Some(f) = state.in_flight.get_mut(&token) {
+                    f.phase = phase;
+                    f.campaign = campaign;
+                }
+            }
+            SupMsg::Publish(entry, reply) => self.publish(&myself, state, entry, Some(reply)),
+            SupMsg::Persisted {
+                entry,
+                written,
+                reply,
+            } => self.persisted(state, entry, written, reply).await,
+            SupMsg::Repersisted { written, error } => {
+                Self::repersisted(state, written, error);
+                Self::tell_status(state, false).await;
+            }
+            SupMsg::Disk(free) => {
+                self.note_disk(state, free);
+                for lane in state.idle.clone() {
+                    self.ask_work(state, lane).await;
+                }
+            }
+            SupMsg::GiveBack(a) => self.give_back(&myself, state, a),
+            SupMsg::Finished { token, published } => {
+                if !published {
+                    Self::untrack(state, &token);
+                }
+            }
+            SupMsg::Tick => {
+                Self::check_acks(state);
+                Self::persist_again(&myself, state);
+                self.measure_disk(&myself);
+                Self::tell_status(state, false).await;
+                self.heartbeat(state).await;
+                if state
+                    .replay_at
+                    .is_some_and(|t| t <= tokio::time::Instant::now())
+                {
+                    state.replay_at = None;
+                    self.replay(state).await;
+                }
+                // Credits lost to a disk floor or a dropped session are asked for again.
+                for lane in state.idle.clone() {
+                    self.ask_work(state, lane).await;
+                }
+            }
+            SupMsg::Drain => state.draining = true,
+            SupMsg::Pending(reply) => {
+                let unacked = state.pending.len() + state.unpersisted.len();
+                let _ = reply.send((state.in_flight.len(), unacked));
+            }
+            SupMsg::CancelAll => {
+                for lane in state.lanes.values() {
+                    let _ = lane.cast(LaneMsg::CancelAll);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn post_stop(
+        &self,
+        myself: ActorRef<SupMsg>,
+        _state: &mut SupState,
+    ) -> Result<(), ActorProcessingErr> {
+        // Lanes kill their drivers when they stop.
+        myself.stop_children(None);
+        Ok(())
+    }
+
+    async fn handle_supervisor_evt(
+        &self,
+        myself: ActorRef<SupMsg>,
+        evt: SupervisionEvent,
+        state: &mut SupState,
+    ) -> Result<(), ActorProcessingErr> {
+        if let SupervisionEvent::ActorFailed(cell, err) = &evt {
+            let Some(name) = state
+                .lanes
+                .iter()
+                .find(|(_, l)| l.get_id() == cell.get_id())
+                .map(|(n, _)| n.clone())
+            else {
+                return Ok(());
+            };
+            tracing::error!(lane = %name, error = %err, "lane crashed; restarting it");
+            // Its attempts are abandoned: their leases expire and the store retries them.
+            let abandoned: Vec<Token> = state
+                .in_flight
+                .iter()
+                .filter(|(_, f)| f.lane == name)
+                .map(|(t, _)| t.clone())
+                .collect();
+            for t in abandoned {
+                Self::untrack(state, &t);
+            }
+            let (lane, _) = Actor::spawn_linked(
+                None,
+                LaneActor {
+                    name: name.clone(),
+                    config: self.config.clone(),
+                    supervisor: myself.clone(),
+                },
+                (),
+                myself.get_cell(),
+            )
+            .await?;
+            state.lanes.insert(name.clone(), lane);
+            state.idle.insert(name.clone());
+            self.ask_work(state, name).await;
+        }
+        Ok(())
+    }
+}
