@@ -105,6 +105,17 @@ id_type!(
     alnum, |c| alnum(c) || matches!(c, b'_' | b'-')
 );
 
+id_type!(
+    /// A lane's name, `<worker id>-<slot>`: printable ASCII without spaces or `/`, up to 256
+    /// characters. It names the lane in work requests, leases, rows and logs.
+    LaneName, "lane", "1 to 256 printable ASCII characters, no space or '/'", 256,
+    lane_char, lane_char
+);
+
+fn lane_char(c: u8) -> bool {
+    c.is_ascii_graphic() && c != b'/'
+}
+
 /// A trial id, `<task>.r<run_index>.<arm>`. Built from validated parts or parsed strictly, so it
 /// never contains `/`, `..` as a component, or anything else that could escape a directory.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -216,6 +227,16 @@ mod tests {
             },
         );
         assert_eq!(tag.to_string(), "c1/t.r0.a#a2");
+    }
+
+    #[test]
+    fn lane_names() {
+        assert!(LaneName::new("gpu-box-7-0").is_ok());
+        assert!(LaneName::new("w@host:1").is_ok());
+        assert!(LaneName::new("").is_err());
+        assert!(LaneName::new("a b").is_err());
+        assert!(LaneName::new("a/b").is_err());
+        assert!(LaneName::new("x".repeat(257)).is_err());
     }
 
     #[test]

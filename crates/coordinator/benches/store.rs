@@ -42,7 +42,7 @@ async fn cycles(store: Arc<dyn Store>, id: &str, lanes: usize) -> f64 {
     for l in 0..lanes {
         let (store, c, done) = (store.clone(), c.clone(), done.clone());
         tasks.push(tokio::spawn(async move {
-            let lane = format!("lane-{l}");
+            let lane = lanes_common::ids::LaneName::new(format!("lane-{l}")).expect("a lane name");
             while start.elapsed() < RUN {
                 let req = ClaimRequest {
                     lane: lane.clone(),
@@ -57,7 +57,8 @@ async fn cycles(store: Arc<dyn Store>, id: &str, lanes: usize) -> f64 {
                     break;
                 };
                 let t = &a[0].trials[0];
-                let mut o = Outcome::new(t.token.clone(), &lane, "bench", Status::Completed);
+                let mut o =
+                    Outcome::new(t.token.clone(), lane.as_str(), "bench", Status::Completed);
                 o.score = Some(1.0);
                 store.complete(&c, o, SystemClock.now_ms()).await.unwrap();
                 done.fetch_add(1, Ordering::Relaxed);

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 
 use tracing::Instrument;
 
-use lanes_common::ids::ArmId;
+use lanes_common::ids::{ArmId, LaneName};
 use lanes_common::policy::NoWorkReason;
 
 use crate::store::{Assignment, ClaimOutcome, ClaimRequest, Clock, Store};
@@ -20,7 +20,7 @@ pub const CLAIM_FAILED_RETRY_MS: u64 = 1_000;
 /// A lane asking for work.
 #[derive(Debug, Clone, PartialEq)]
 pub struct WorkRequest {
-    pub lane: String,
+    pub lane: LaneName,
     pub host: String,
     pub worker: String,
     /// The arms the lane serves; `None` means every arm.

@@ -15,7 +15,7 @@ use support::*;
 
 fn request(lane: &str, exclude: &[&str]) -> WorkRequest {
     WorkRequest {
-        lane: lane.to_owned(),
+        lane: lanes_common::ids::LaneName::new(lane).expect("a valid lane name"),
         host: "h".to_owned(),
         worker: "worker-h".to_owned(),
         arms: None,

@@ -241,7 +241,7 @@ async fn stale_token_cannot_renew_release_or_drop_newer_lease(h: &mut Harness) {
             Release {
                 token: old.clone(),
                 reason: ReleaseReason::Cancelled,
-                lane: "lane-0".into(),
+                lane: lanes_common::ids::LaneName::new("lane-0").unwrap(),
                 host: "host-0".into(),
                 detail: None,
             },
@@ -700,7 +700,7 @@ async fn stop_cancel_cancels_in_flight_without_budget(h: &mut Harness) {
     let release = Release {
         token: t.clone(),
         reason: ReleaseReason::Cancelled,
-        lane: "l".into(),
+        lane: lanes_common::ids::LaneName::new("l").unwrap(),
         host: "h".into(),
         detail: Some("campaign cancelled".into()),
     };

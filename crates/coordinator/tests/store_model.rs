@@ -429,7 +429,7 @@ async fn apply(h: &Harness, c: &CampaignId, m: &mut Model, op: &Op) -> Result<()
                 } else {
                     ReleaseReason::Cancelled
                 },
-                lane: lane_name(i),
+                lane: lanes_common::ids::LaneName::new(lane_name(i)).unwrap(),
                 host: host_name(i),
                 detail: None,
             };

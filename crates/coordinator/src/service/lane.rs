@@ -12,7 +12,7 @@ use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 
 use lanes_common::convert::{no_work, token, wire_enum};
-use lanes_common::ids::{ArmId, CampaignId, Token};
+use lanes_common::ids::{ArmId, CampaignId, LaneName, Token};
 use lanes_common::proto as pb;
 use lanes_common::proto::coordinator_message::Msg as Out;
 use lanes_common::proto::lane_service_server::LaneService;
@@ -83,7 +83,7 @@ impl LaneSvc {
     async fn work(
         &self,
         w: &Worker,
-        lane: String,
+        lane: LaneName,
         exclude: BTreeSet<String>,
     ) -> Result<pb::CoordinatorMessage, Status> {
         let req = WorkRequest {
@@ -95,11 +95,15 @@ impl LaneSvc {
         };
         let s = &self.shared;
         match scheduler::schedule(s.store.as_ref(), s.clock.as_ref(), &req).await {
-            Scheduled::Assigned(a) => msg(Out::Assignment(wire::assignment(*a, &req.lane))),
+            Scheduled::Assigned(a) => msg(Out::Assignment(wire::assignment(*a, req.lane.as_str()))),
             Scheduled::NoWork {
                 reason,
                 retry_after_ms,
-            } => msg(Out::NoWork(no_work(req.lane, &reason, retry_after_ms))),
+            } => msg(Out::NoWork(no_work(
+                req.lane.into(),
+                &reason,
+                retry_after_ms,
+            ))),
         }
     }
 
@@ -218,7 +222,7 @@ impl LaneSvc {
         let release = Release {
             token: t.clone(),
             reason,
-            lane: r.lane,
+            lane: LaneName::new(r.lane).map_err(|e| bad_field("release.lane", e))?,
             host: w.host.clone(),
             detail: (!r.detail.is_empty()).then_some(r.detail),
         };
@@ -287,12 +291,7 @@ impl LaneSvc {
         let reply = match m {
             In::Register(_) => unreachable!("handled above"),
             In::WorkRequest(r) => {
-                if r.lane.is_empty() || r.lane.len() > 256 {
-                    return Err(bad_field(
-                        "work_request.lane",
-                        "must be 1 to 256 characters",
-                    ));
-                }
+                let lane = LaneName::new(r.lane).map_err(|e| bad_field("work_request.lane", e))?;
                 // A claim runs beside the session: one that walks every campaign (or waits on
                 // a busy one) must not hold back the heartbeats behind it, or healthy leases
                 // would expire under load. Each credit still gets exactly one answer.
@@ -307,7 +306,7 @@ impl LaneSvc {
                         return;
                     }
                     let reply = svc
-                        .work(&w, r.lane, r.exclude_campaigns.into_iter().collect())
+                        .work(&w, lane, r.exclude_campaigns.into_iter().collect())
                         .await;
                     let _ = out.send(reply).await;
                 });

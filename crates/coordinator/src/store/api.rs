@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use lanes_common::ids::{ArmId, CampaignId, Token, TrialId};
+use lanes_common::ids::{ArmId, CampaignId, LaneName, Token, TrialId};
 use lanes_common::policy::{ClaimGateInForce, NoWorkReason};
 use lanes_common::resume::Conflict;
 use lanes_common::row::{ExcludedReason, FailureKind, OutcomeError, Phase, Status};
@@ -36,7 +36,7 @@ pub struct Submitted {
 /// A lane asking for work.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ClaimRequest {
-    pub lane: String,
+    pub lane: LaneName,
     pub host: String,
     pub worker: String,
     /// The arms this lane serves; `None` means every arm.
@@ -123,7 +123,7 @@ pub enum ReleaseReason {
 pub struct Release {
     pub token: Token,
     pub reason: ReleaseReason,
-    pub lane: String,
+    pub lane: LaneName,
     pub host: String,
     pub detail: Option<String>,
 }

@@ -149,7 +149,7 @@ impl Harness {
 
 pub fn request(lane: &str, host: &str, n: u32) -> ClaimRequest {
     ClaimRequest {
-        lane: lane.to_owned(),
+        lane: lanes_common::ids::LaneName::new(lane).expect("a valid lane name"),
         host: host.to_owned(),
         worker: format!("worker-{host}"),
         arms: None,

@@ -91,10 +91,10 @@ pub(crate) async fn claim(
     // every idle claim a write.
     if meta
         .lanes_seen
-        .get(&req.lane)
+        .get(req.lane.as_str())
         .is_none_or(|&t| now - t >= ttl / 2)
     {
-        meta.lanes_seen.insert(req.lane.clone(), now);
+        meta.lanes_seen.insert(req.lane.to_string(), now);
     }
     meta.lanes_seen.retain(|_, t| now - *t <= 10 * ttl);
     let default_retry = u64::try_from(ttl / 3).unwrap_or(1000).max(1000);
@@ -213,7 +213,7 @@ pub(crate) async fn claim(
             let placement = ts.queued.as_ref().map(|q| (&q.placement, q.since_ms));
             let blocked = match placement {
                 Some((Placement::OtherLane(l), since)) => {
-                    (l == &req.lane && now - since < ttl).then_some(since + ttl)
+                    (l == req.lane.as_str() && now - since < ttl).then_some(since + ttl)
                 }
                 Some((Placement::OtherHost(h), since)) => {
                     (h == &req.host && now - since < ttl).then_some(since + ttl)
@@ -355,7 +355,7 @@ async fn lease_unit(
             &tid,
             &Lease {
                 attempt: ts.attempts,
-                lane: req.lane.clone(),
+                lane: req.lane.to_string(),
                 host: req.host.clone(),
                 worker: req.worker.clone(),
                 phase: Phase::Assigned,
@@ -383,7 +383,7 @@ async fn lease_unit(
             now,
             EventKind::AttemptStarted {
                 token: token.clone(),
-                lane: req.lane.clone(),
+                lane: req.lane.to_string(),
                 host: req.host.clone(),
             },
         )

@@ -415,7 +415,12 @@ pub(crate) async fn release(
         ReleaseReason::Cancelled => (Status::Cancelled, None),
         ReleaseReason::Blocked(k) => (Status::Blocked, Some(k)),
     };
-    let mut outcome = Outcome::new(release.token.clone(), &release.lane, &release.host, status);
+    let mut outcome = Outcome::new(
+        release.token.clone(),
+        release.lane.as_str(),
+        &release.host,
+        status,
+    );
     outcome.failure_kind = kind;
     outcome.error = release.detail.clone();
     let outcome = outcome.validate()?;
