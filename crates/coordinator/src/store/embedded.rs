@@ -21,7 +21,7 @@ use lanes_common::utc::EpochMs;
 use super::Store;
 use super::api::*;
 use super::engine;
-use super::model::{BlockState, Lease, Meta, TokenRecord, TrialState};
+use super::model::{BlockState, Lease, Meta, Queue, TokenRecord, TrialState};
 use super::tx::{R, Tx};
 
 type Table = TableDefinition<'static, &'static [u8], &'static [u8]>;
@@ -346,32 +346,36 @@ impl Tx for RedbTx<'_> {
             .collect()
     }
 
-    async fn add_ready(&mut self, queue: &str, key: u64, unit: u8) -> R<()> {
+    async fn add_ready(&mut self, queue: &Queue, key: u64) -> R<()> {
         self.put_raw(
             READY,
-            &self.k(&[queue.as_bytes(), &key.to_be_bytes()]),
-            &[unit],
+            &self.k(&[queue.to_string().as_bytes(), &key.to_be_bytes()]),
+            &[queue.unit().stored_byte()],
         )
     }
-    async fn del_ready(&mut self, queue: &str, key: u64) -> R<bool> {
-        self.del(READY, &self.k(&[queue.as_bytes(), &key.to_be_bytes()]))
+    async fn del_ready(&mut self, queue: &Queue, key: u64) -> R<bool> {
+        self.del(
+            READY,
+            &self.k(&[queue.to_string().as_bytes(), &key.to_be_bytes()]),
+        )
     }
-    async fn ready_first(&mut self, queue: &str, limit: usize) -> R<Vec<(u64, u8)>> {
-        let mut p = self.k(&[queue.as_bytes()]);
+    async fn ready_first(&mut self, queue: &Queue, limit: usize) -> R<Vec<u64>> {
+        let mut p = self.k(&[queue.to_string().as_bytes()]);
         p.push(0);
+        // The value (the unit's byte) is not read back: the queue says the kind.
         self.scan_prefix(READY, &p, limit)?
             .into_iter()
-            .map(|(k, v)| {
+            .map(|(k, _)| {
                 let arr: [u8; 8] = k
                     .as_slice()
                     .try_into()
                     .map_err(|_| corrupt("bad ready key"))?;
-                Ok((u64::from_be_bytes(arr), *v.first().unwrap_or(&0)))
+                Ok(u64::from_be_bytes(arr))
             })
             .collect()
     }
-    async fn queues(&mut self) -> R<Vec<String>> {
-        let mut out: Vec<String> = Vec::new();
+    async fn queues(&mut self) -> R<Vec<Queue>> {
+        let mut out: Vec<Queue> = Vec::new();
         let p = prefix(self.campaign);
         let mut start = p.clone();
         loop {
@@ -383,7 +387,7 @@ impl Tx for RedbTx<'_> {
             let name = utf8(k[..name_len].to_vec())?;
             start = self.k(&[name.as_bytes()]);
             start.push(1);
-            out.push(name);
+            out.push(name.parse().map_err(corrupt)?);
         }
     }
 

@@ -1,6 +1,7 @@
 //! The records a backend persists, as JSON values under its own keys.
 
 use std::collections::BTreeMap;
+use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
@@ -18,17 +19,83 @@ pub(crate) const ARM_STATS_CAP: usize = 200;
 /// How many finished blocks feed the phase-2 estimate.
 pub(crate) const BLOCK_STATS_CAP: usize = 1000;
 
-/// The ready queue of run groups (all providers of the campaign).
-pub(crate) const GROUP_QUEUE: &str = "@group";
-
-/// The ready queue of single trials of one provider.
-pub(crate) fn provider_queue(provider: &str) -> String {
-    format!("p:{provider}")
+/// What one ready-queue entry stands for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Unit {
+    /// One trial.
+    Trial,
+    /// A whole run group: one trial per arm, leased together.
+    Group,
 }
 
-/// Kinds of ready-queue entries.
-pub(crate) const UNIT_TRIAL: u8 = 0;
-pub(crate) const UNIT_GROUP: u8 = 1;
+impl Unit {
+    /// The byte the embedded backend stores as an entry's value. Redis stores none: there the
+    /// queue alone says the kind.
+    pub(crate) fn stored_byte(self) -> u8 {
+        match self {
+            Unit::Trial => 0,
+            Unit::Group => 1,
+        }
+    }
+}
+
+/// One of a campaign's ready queues: position keys of units waiting for a claim.
+///
+/// Its [`Display`](std::fmt::Display) is the name backends store (in keys and the set of
+/// queues) and [`FromStr`] reads it back. The order is that of the names.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) enum Queue {
+    /// Whole run groups, across every provider (only when `pairing = "group"`): `@group`.
+    Groups,
+    /// Single trials of one provider, fresh ones and every retry: `p:<provider>`.
+    Provider(String),
+}
+
+const GROUPS_NAME: &str = "@group";
+const PROVIDER_PREFIX: &str = "p:";
+
+impl Queue {
+    pub(crate) fn provider(name: &str) -> Self {
+        Queue::Provider(name.to_owned())
+    }
+
+    /// The kind of every entry in this queue.
+    pub(crate) fn unit(&self) -> Unit {
+        match self {
+            Queue::Groups => Unit::Group,
+            Queue::Provider(_) => Unit::Trial,
+        }
+    }
+}
+
+impl std::fmt::Display for Queue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Queue::Groups => f.write_str(GROUPS_NAME),
+            Queue::Provider(p) => write!(f, "{PROVIDER_PREFIX}{p}"),
+        }
+    }
+}
+
+/// A stored queue name that names no queue: the data is corrupt.
+#[derive(Debug, thiserror::Error)]
+#[error("unknown ready queue {0:?}")]
+pub(crate) struct UnknownQueue(String);
+
+impl FromStr for Queue {
+    type Err = UnknownQueue;
+
+    fn from_str(name: &str) -> Result<Self, UnknownQueue> {
+        if name == GROUPS_NAME {
+            return Ok(Queue::Groups);
+        }
+        // Providers are never empty (the spec refuses it), so neither is a provider queue's.
+        match name.strip_prefix(PROVIDER_PREFIX) {
+            Some(p) if !p.is_empty() => Ok(Queue::provider(p)),
+            _ => Err(UnknownQueue(name.to_owned())),
+        }
+    }
+}
 
 /// A campaign's state and counters.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -155,4 +222,53 @@ pub(crate) struct BlockState {
     pub complete: bool,
     /// The phase-2 rule's verdict, once taken: `None` = started, `Some(why)` = refused.
     pub phase2: Option<Option<String>>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queue_names_round_trip() {
+        for (queue, name) in [
+            (Queue::Groups, "@group"),
+            (Queue::provider("openai"), "p:openai"),
+            (Queue::provider("a:b@c"), "p:a:b@c"),
+        ] {
+            assert_eq!(queue.to_string(), name);
+            assert_eq!(name.parse::<Queue>().unwrap(), queue);
+        }
+        assert_eq!(Queue::Groups.unit(), Unit::Group);
+        assert_eq!(Queue::provider("x").unit(), Unit::Trial);
+        // The stored bytes of entries in the embedded backend.
+        assert_eq!(Unit::Trial.stored_byte(), 0);
+        assert_eq!(Unit::Group.stored_byte(), 1);
+    }
+
+    #[test]
+    fn queue_order_is_name_order() {
+        let mut queues = [
+            Queue::provider("b"),
+            Queue::Groups,
+            Queue::provider("a"),
+            Queue::provider("ab"),
+        ];
+        let mut names: Vec<String> = queues.iter().map(Queue::to_string).collect();
+        queues.sort();
+        names.sort();
+        assert_eq!(
+            queues.iter().map(Queue::to_string).collect::<Vec<_>>(),
+            names
+        );
+    }
+
+    #[test]
+    fn unknown_queue_names_are_refused() {
+        for name in [
+            "", "p:", "group", "@groups", "P:openai", "q:openai", " @group",
+        ] {
+            let err = name.parse::<Queue>().unwrap_err();
+            assert_eq!(err.to_string(), format!("unknown ready queue {name:?}"));
+        }
+    }
 }

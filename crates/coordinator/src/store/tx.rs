@@ -6,7 +6,7 @@ use lanes_common::spec::Task;
 use lanes_common::utc::EpochMs;
 
 use super::api::{Event, StoreError};
-use super::model::{BlockState, Lease, Meta, TokenRecord, TrialState};
+use super::model::{BlockState, Lease, Meta, Queue, TokenRecord, TrialState};
 
 pub(crate) type R<T> = Result<T, StoreError>;
 
@@ -36,12 +36,14 @@ pub(crate) trait Tx {
     /// Deadlines at or before `before`, oldest first.
     async fn deadlines_due(&mut self, before: EpochMs, limit: usize) -> R<Vec<(EpochMs, String)>>;
 
-    async fn add_ready(&mut self, queue: &str, key: u64, unit: u8) -> R<()>;
+    /// Adds the unit at position `key`; its kind is the queue's.
+    async fn add_ready(&mut self, queue: &Queue, key: u64) -> R<()>;
     /// Whether the entry existed.
-    async fn del_ready(&mut self, queue: &str, key: u64) -> R<bool>;
-    /// The first entries of a queue, in key order.
-    async fn ready_first(&mut self, queue: &str, limit: usize) -> R<Vec<(u64, u8)>>;
-    async fn queues(&mut self) -> R<Vec<String>>;
+    async fn del_ready(&mut self, queue: &Queue, key: u64) -> R<bool>;
+    /// The first keys of a queue, in key order.
+    async fn ready_first(&mut self, queue: &Queue, limit: usize) -> R<Vec<u64>>;
+    /// Every queue that ever held an entry, in name order.
+    async fn queues(&mut self) -> R<Vec<Queue>>;
 
     async fn add_delayed(&mut self, at: EpochMs, trial: &str) -> R<()>;
     async fn del_delayed(&mut self, at: EpochMs, trial: &str) -> R<()>;

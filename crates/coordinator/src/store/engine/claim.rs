@@ -18,8 +18,8 @@ use lanes_common::utc::EpochMs;
 
 use super::phase2::phase2_allows;
 use super::{
-    admission_input, emit, maybe_finish, meta_of, provider_of, put_meta_if_changed, resolve,
-    set_stopping, snapshot, trial_by_key, trial_key, ttl_ms,
+    admission_input, emit, maybe_finish, meta_of, put_meta_if_changed, resolve, set_stopping,
+    snapshot, trial_by_key, trial_key, trial_queue, ttl_ms,
 };
 use crate::store::api::*;
 use crate::store::model::*;
@@ -60,12 +60,8 @@ async fn promote_delayed(tx: &mut impl Tx, meta: &Meta, now: EpochMs) -> R<()> {
             let trial = resolve(tx, meta, &tid).await?.ok_or_else(|| {
                 StoreError::Corrupt(format!("delayed trial {tid} not in schedule"))
             })?;
-            tx.add_ready(
-                &provider_queue(provider_of(meta, &trial.arm)),
-                trial_key(&trial),
-                UNIT_TRIAL,
-            )
-            .await?;
+            tx.add_ready(&trial_queue(meta, &trial), trial_key(&trial))
+                .await?;
             tx.put_trial(&tid, &ts).await?;
         }
     }
@@ -73,9 +69,8 @@ async fn promote_delayed(tx: &mut impl Tx, meta: &Meta, now: EpochMs) -> R<()> {
 
 /// A candidate unit from one queue.
 struct Candidate {
-    queue: String,
+    queue: Queue,
     key: u64,
-    unit: u8,
 }
 
 pub(crate) async fn claim(
@@ -140,16 +135,16 @@ pub(crate) async fn claim(
     };
 
     let go = |p: &str| gates.get(p) == Some(&ProviderGate::Go);
-    let mut queues: Vec<String> = providers
+    let mut queues: Vec<Queue> = providers
         .iter()
         .filter(|p| go(p))
-        .map(|p| provider_queue(p))
+        .map(|p| Queue::provider(p))
         .collect();
     let group_ok = meta.spec.pairing == Pairing::Group
         && all_arms
         && meta.spec.arms.iter().all(|a| go(&a.provider));
     if group_ok {
-        queues.push(GROUP_QUEUE.to_owned());
+        queues.push(Queue::Groups);
     }
 
     let mut assignments = Vec::new();
@@ -160,7 +155,7 @@ pub(crate) async fn claim(
     // keys than the buffer's, so the batch is read again.
     let mut buffer: std::collections::VecDeque<Candidate> = Default::default();
     let mut horizon = u64::MAX;
-    let mut skipped: BTreeSet<(String, u64)> = BTreeSet::new();
+    let mut skipped: BTreeSet<(Queue, u64)> = BTreeSet::new();
     'units: while assignments.len() < req.max_units as usize {
         if buffer.front().is_none_or(|c| c.key > horizon) {
             buffer.clear();
@@ -168,18 +163,17 @@ pub(crate) async fn claim(
             let want = SCAN.max(req.max_units as usize - assignments.len()) + skipped.len();
             let mut batch = Vec::new();
             for q in &queues {
-                let entries = tx.ready_first(q, want).await?;
-                if entries.len() == want
-                    && let Some((last, _)) = entries.last()
+                let keys = tx.ready_first(q, want).await?;
+                if keys.len() == want
+                    && let Some(last) = keys.last()
                 {
                     horizon = horizon.min(*last);
                 }
-                for (key, unit) in entries {
+                for key in keys {
                     if !skipped.contains(&(q.clone(), key)) {
                         batch.push(Candidate {
                             queue: q.clone(),
                             key,
-                            unit,
                         });
                     }
                 }
@@ -206,7 +200,7 @@ pub(crate) async fn claim(
                 continue 'units;
             }
         }
-        if cand.unit == UNIT_TRIAL {
+        if cand.queue.unit() == Unit::Trial {
             let trial = trial_by_key(tx, &meta, cand.key).await?;
             let tid = trial.trial_id.to_string();
             let ts = tx.trial(&tid).await?.unwrap_or_default();
@@ -291,22 +285,23 @@ async fn lease_unit(
 ) -> R<Leased> {
     let n = meta.spec.arms.len() as u32;
     let mut trials = Vec::new();
-    if cand.unit == UNIT_GROUP {
-        let (_, tp, run, _) = from_position_key(cand.key);
-        let task = tx.task(tp).await?;
-        for slot in 0..n {
-            let t = trial_at(&meta.spec, meta.n_tasks as usize, tp, &task, run, slot);
-            let done = tx
-                .trial(t.trial_id.as_str())
-                .await?
-                .is_some_and(|s| s.final_mark.is_some())
-                || tx.lease(t.trial_id.as_str()).await?.is_some();
-            if !done {
-                trials.push(t);
+    match cand.queue.unit() {
+        Unit::Group => {
+            let (_, tp, run, _) = from_position_key(cand.key);
+            let task = tx.task(tp).await?;
+            for slot in 0..n {
+                let t = trial_at(&meta.spec, meta.n_tasks as usize, tp, &task, run, slot);
+                let done = tx
+                    .trial(t.trial_id.as_str())
+                    .await?
+                    .is_some_and(|s| s.final_mark.is_some())
+                    || tx.lease(t.trial_id.as_str()).await?.is_some();
+                if !done {
+                    trials.push(t);
+                }
             }
         }
-    } else {
-        trials.push(trial_by_key(tx, meta, cand.key).await?);
+        Unit::Trial => trials.push(trial_by_key(tx, meta, cand.key).await?),
     }
     // Cutoff-aware admission: the unit (a whole run group runs back to back) must be expected
     // to end by the cutoff, from each arm's p95 wall time so far.
@@ -336,7 +331,7 @@ async fn lease_unit(
         BudgetGate::Stop => return Ok(Leased::BudgetSpent),
     }
     tx.del_ready(&cand.queue, cand.key).await?;
-    let paired = cand.unit == UNIT_GROUP;
+    let paired = cand.queue.unit() == Unit::Group;
     let ttl = ttl_ms(meta);
     let timeouts: Vec<u32> = trials.iter().map(|t| t.timeout_s).collect();
     let hard = hard_deadlines_ms(now, &timeouts);

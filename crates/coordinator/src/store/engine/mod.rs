@@ -68,6 +68,11 @@ fn provider_of<'a>(meta: &'a Meta, arm: &'a ArmId) -> &'a str {
         .unwrap_or(arm.as_str())
 }
 
+/// The ready queue a single trial (fresh or a retry) waits in: its provider's.
+fn trial_queue(meta: &Meta, trial: &Trial) -> Queue {
+    Queue::provider(provider_of(meta, &trial.arm))
+}
+
 /// What the claim gates read of a campaign, for the claim and the status alike.
 fn admission_input<'a>(
     meta: &'a Meta,

@@ -9,7 +9,7 @@ use lanes_common::schedule::{self, position_key, trial_at};
 use lanes_common::utc::{EpochMs, format_rfc3339};
 
 use super::record::{append_row, dequeue, mark_final};
-use super::{provider_of, trial_key, ttl_ms};
+use super::{trial_key, trial_queue, ttl_ms};
 use crate::store::api::*;
 use crate::store::model::*;
 use crate::store::tx::{R, Tx};
@@ -96,7 +96,7 @@ async fn refuse_block(
     let n = meta.spec.arms.len() as u32;
     let task = tx.task(task_pos).await?;
     for run in meta.spec.phase1_runs..meta.spec.total_runs() {
-        tx.del_ready(GROUP_QUEUE, position_key(2, task_pos, run, 0))
+        tx.del_ready(&Queue::Groups, position_key(2, task_pos, run, 0))
             .await?;
         for slot in 0..n {
             let trial = trial_at(
@@ -109,11 +109,8 @@ async fn refuse_block(
             );
             let tid = trial.trial_id.to_string();
             // The entry goes whatever the trial's state, so a claim never meets it again.
-            tx.del_ready(
-                &provider_queue(provider_of(meta, &trial.arm)),
-                trial_key(&trial),
-            )
-            .await?;
+            tx.del_ready(&trial_queue(meta, &trial), trial_key(&trial))
+                .await?;
             let mut ts = tx.trial(&tid).await?.unwrap_or_default();
             if ts.final_mark.is_some() || tx.lease(&tid).await?.is_some() {
                 continue;

@@ -10,6 +10,7 @@ use lanes_common::utc::{EpochMs, format_rfc3339};
 
 use super::{
     block_total, emit, maybe_finish, meta_of, provider_of, resolve, set_stopping, trial_key,
+    trial_queue,
 };
 use crate::store::api::*;
 use crate::store::model::*;
@@ -89,11 +90,8 @@ pub(super) async fn dequeue(
         match q.delayed_until {
             Some(at) => tx.del_delayed(at, trial.trial_id.as_str()).await?,
             None => {
-                tx.del_ready(
-                    &provider_queue(provider_of(meta, &trial.arm)),
-                    trial_key(trial),
-                )
-                .await?;
+                tx.del_ready(&trial_queue(meta, trial), trial_key(trial))
+                    .await?;
             }
         }
     }
@@ -111,12 +109,8 @@ async fn enqueue_retry(
 ) -> R<()> {
     dequeue(tx, ts, trial, meta).await?;
     if at <= now {
-        tx.add_ready(
-            &provider_queue(provider_of(meta, &trial.arm)),
-            trial_key(trial),
-            UNIT_TRIAL,
-        )
-        .await?;
+        tx.add_ready(&trial_queue(meta, trial), trial_key(trial))
+            .await?;
         ts.queued = Some(Queued {
             delayed_until: None,
             placement,

@@ -27,16 +27,15 @@ async fn enqueue_fresh(
             let phase = phase_of(&meta.spec, run);
             match meta.spec.pairing {
                 Pairing::Group => {
-                    tx.add_ready(GROUP_QUEUE, position_key(phase, tp, run, 0), UNIT_GROUP)
+                    tx.add_ready(&Queue::Groups, position_key(phase, tp, run, 0))
                         .await?
                 }
                 Pairing::None => {
                     for slot in 0..n {
                         let arm = &meta.spec.arms[schedule::arm_index(tp, run, slot, n) as usize];
                         tx.add_ready(
-                            &provider_queue(&arm.provider),
+                            &Queue::provider(&arm.provider),
                             position_key(phase, tp, run, slot),
-                            UNIT_TRIAL,
                         )
                         .await?;
                     }
@@ -135,13 +134,7 @@ pub(crate) async fn submit(tx: &mut impl Tx, campaign: Campaign, now: EpochMs) -
                 for run in old_p1..meta.spec.phase1_runs.min(old_runs) {
                     for slot in 0..meta.spec.arms.len() as u32 {
                         if tx.del_ready(&queue, position_key(2, tp, run, slot)).await? {
-                            let unit = if queue == GROUP_QUEUE {
-                                UNIT_GROUP
-                            } else {
-                                UNIT_TRIAL
-                            };
-                            tx.add_ready(&queue, position_key(1, tp, run, slot), unit)
-                                .await?;
+                            tx.add_ready(&queue, position_key(1, tp, run, slot)).await?;
                         }
                     }
                 }

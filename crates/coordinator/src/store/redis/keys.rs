@@ -1,6 +1,8 @@
 //! Key names. Every key of a campaign starts with `lanes:{c:<id>}:`, so the hash tag puts them
 //! all in one Redis Cluster slot and one script may touch any of them.
 
+use crate::store::model::Queue;
+
 /// The keys of one campaign.
 #[derive(Debug, Clone)]
 pub(crate) struct Keys {
@@ -42,7 +44,7 @@ impl Keys {
     pub(crate) fn deadlines(&self) -> String {
         self.key("deadlines")
     }
-    pub(crate) fn ready(&self, queue: &str) -> String {
+    pub(crate) fn ready(&self, queue: &Queue) -> String {
         self.key(&format!("ready:{queue}"))
     }
     pub(crate) fn queues(&self) -> String {

@@ -14,9 +14,7 @@ use lanes_common::utc::EpochMs;
 use super::keys::{Keys, stream_id};
 use super::redis_err;
 use crate::store::api::{Event, StoreError};
-use crate::store::model::{
-    BlockState, GROUP_QUEUE, Lease, Meta, TokenRecord, TrialState, UNIT_GROUP, UNIT_TRIAL,
-};
+use crate::store::model::{BlockState, Lease, Meta, Queue, TokenRecord, TrialState};
 use crate::store::tx::{R, Tx};
 
 /// More pending additions than this to one sorted set are staged in chunks before the commit.
@@ -66,7 +64,7 @@ pub(crate) struct RedisTx {
     /// second read of the same field pointless.
     read_cache: HashMap<(String, String), Option<Vec<u8>>>,
     zsets: HashMap<String, ZOverlay>,
-    queues_added: BTreeSet<String>,
+    queues_added: BTreeSet<Queue>,
     streams: Vec<(String, String, Vec<u8>)>,
     scored: Vec<(String, String)>,
     /// New tasks, staged in chunks before the commit and merged by the commit script, so
@@ -330,7 +328,7 @@ impl RedisTx {
         }
         for q in std::mem::take(&mut self.queues_added) {
             let ix = key_ix(&self.keys.queues(), &mut keys).to_string();
-            op(&mut args, vec![b("A"), b(&ix), q.into_bytes()]);
+            op(&mut args, vec![b("A"), b(&ix), q.to_string().into_bytes()]);
         }
         for (trial, attempt) in std::mem::take(&mut self.scored) {
             let ix = key_ix(&scored_key, &mut keys).to_string();
@@ -389,14 +387,6 @@ pub(crate) fn nonce() -> u64 {
             .unwrap_or(0),
     );
     h.finish()
-}
-
-fn unit_of(queue: &str) -> u8 {
-    if queue == GROUP_QUEUE {
-        UNIT_GROUP
-    } else {
-        UNIT_TRIAL
-    }
 }
 
 fn token_field(trial: &str, attempt: u32) -> String {
@@ -523,12 +513,12 @@ impl Tx for RedisTx {
             .collect())
     }
 
-    async fn add_ready(&mut self, queue: &str, key: u64, _unit: u8) -> R<()> {
+    async fn add_ready(&mut self, queue: &Queue, key: u64) -> R<()> {
         self.zadd(self.keys.ready(queue), key as f64, key.to_string());
-        self.queues_added.insert(queue.to_owned());
+        self.queues_added.insert(queue.clone());
         Ok(())
     }
-    async fn del_ready(&mut self, queue: &str, key: u64) -> R<bool> {
+    async fn del_ready(&mut self, queue: &Queue, key: u64) -> R<bool> {
         let k = self.keys.ready(queue);
         let member = key.to_string();
         let existed = self.zexists(&k, &member).await?;
@@ -537,22 +527,24 @@ impl Tx for RedisTx {
         }
         Ok(existed)
     }
-    async fn ready_first(&mut self, queue: &str, limit: usize) -> R<Vec<(u64, u8)>> {
+    async fn ready_first(&mut self, queue: &Queue, limit: usize) -> R<Vec<u64>> {
         let k = self.keys.ready(queue);
-        let unit = unit_of(queue);
         self.zrange(&k, None, limit)
             .await?
             .into_iter()
-            .map(|(m, _)| Ok((m.parse::<u64>().map_err(corrupt)?, unit)))
+            .map(|(m, _)| m.parse::<u64>().map_err(corrupt))
             .collect()
     }
-    async fn queues(&mut self) -> R<Vec<String>> {
+    async fn queues(&mut self) -> R<Vec<Queue>> {
         let stored: Vec<String> = redis::cmd("SMEMBERS")
             .arg(self.keys.queues())
             .query_async(&mut self.conn)
             .await
             .map_err(redis_err)?;
-        let mut all: BTreeSet<String> = stored.into_iter().collect();
+        let mut all = stored
+            .iter()
+            .map(|name| name.parse().map_err(corrupt))
+            .collect::<R<BTreeSet<Queue>>>()?;
         all.extend(self.queues_added.iter().cloned());
         Ok(all.into_iter().collect())
     }
