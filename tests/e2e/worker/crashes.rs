@@ -74,8 +74,16 @@ async fn a_full_outbox_disk_keeps_the_outcome_and_stops_taking_work() {
         .join("a1/outcome.json");
     let pending = record.with_file_name("outcome.json.pending");
     // The outbox never took it, but the coordinator acknowledged it from memory: the store
-    // has it, so its record is final.
-    assert!(record.exists() && !pending.exists());
+    // has it, so its record becomes final once the worker has read the acknowledgement (the
+    // row can be visible a moment before that).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !(record.exists() && !pending.exists()) {
+        assert!(
+            Instant::now() < deadline,
+            "the acknowledged outcome's record kept its pending name"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     // The coordinator shows why the worker takes no work.
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
