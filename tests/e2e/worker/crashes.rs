@@ -77,7 +77,7 @@ async fn a_full_outbox_disk_keeps_the_outcome_and_stops_taking_work() {
     // has it, so its record becomes final once the worker has read the acknowledgement (the
     // row can be visible a moment before that).
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !(record.exists() && !pending.exists()) {
+    while !record.exists() || pending.exists() {
         assert!(
             Instant::now() < deadline,
             "the acknowledged outcome's record kept its pending name"
