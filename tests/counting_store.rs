@@ -57,6 +57,12 @@ impl Store for CountingStore {
     async fn ping(&self) -> Result<(), StoreError> {
         self.inner.ping().await
     }
+    async fn lease_key(
+        &self,
+        fresh: lanes_common::lease::LeaseKey,
+    ) -> Result<lanes_common::lease::LeaseKey, StoreError> {
+        self.inner.lease_key(fresh).await
+    }
     async fn forfeit(
         &self,
         campaign: &CampaignId,

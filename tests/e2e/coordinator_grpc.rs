@@ -824,6 +824,7 @@ async fn oversized_and_malformed_requests_are_refused_with_the_field_named() {
             token: Some(pb::Token {
                 trial_id: "../x".into(),
                 attempt: 1,
+                lease: String::new(),
             }),
             phase: pb::Phase::Agent as i32,
             campaign: "lanebad".into(),

@@ -120,8 +120,22 @@ impl From<&Token> for pb::Token {
         pb::Token {
             trial_id: t.trial_id.to_string(),
             attempt: t.attempt,
+            lease: String::new(),
         }
     }
+}
+
+/// The wire token of an attempt with its lease secret, as a worker sends it back.
+pub fn token_with_lease(t: &Token, lease: &crate::lease::LeaseSecret) -> pb::Token {
+    pb::Token {
+        lease: lease.expose().to_owned(),
+        ..pb::Token::from(t)
+    }
+}
+
+/// The lease secret a wire token carries (empty when none).
+pub fn lease_of(t: Option<&pb::Token>) -> crate::lease::LeaseSecret {
+    crate::lease::LeaseSecret::new(t.map(|t| t.lease.clone()).unwrap_or_default())
 }
 
 impl TryFrom<pb::Token> for Token {

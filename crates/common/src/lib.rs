@@ -5,6 +5,7 @@
 pub mod canonical;
 pub mod convert;
 pub mod ids;
+pub mod lease;
 pub mod policy;
 pub mod proto;
 pub mod report;

@@ -37,6 +37,7 @@ impl InProcessCoordinator {
                 shutdown: shutdown_rx,
                 workers: Default::default(),
                 store_up: store_up_rx,
+                leases: crate::service::leases::Leases::new(),
             },
             shutdown,
             store_up: Mutex::new(Some(store_up)),

@@ -98,7 +98,10 @@ pub async fn run(
         shutdown: stop_rx.clone(),
         workers: Default::default(),
         store_up: up_rx,
+        leases: crate::service::leases::Leases::new(),
     };
+    let warm = shared.clone();
+    tokio::spawn(async move { warm.leases.warm(warm.store.as_ref()).await });
     let reaper = tokio::spawn(crate::reaper::run(
         store,
         clock,

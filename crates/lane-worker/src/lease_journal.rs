@@ -17,12 +17,17 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use lanes_common::ids::{CampaignId, Token};
+use lanes_common::lease::LeaseSecret;
 
 /// One held lease.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Held {
     pub campaign: CampaignId,
     pub token: Token,
+    /// The lease secret, needed to forfeit the lease. The journal is as private as the
+    /// outbox (see the security docs).
+    #[serde(default)]
+    pub lease: LeaseSecret,
 }
 
 #[derive(Debug, Clone)]
@@ -46,10 +51,11 @@ impl LeaseJournal {
         ))
     }
 
-    pub fn add(&self, campaign: &CampaignId, token: &Token) -> io::Result<()> {
+    pub fn add(&self, campaign: &CampaignId, token: &Token, lease: &LeaseSecret) -> io::Result<()> {
         let held = Held {
             campaign: campaign.clone(),
             token: token.clone(),
+            lease: lease.clone(),
         };
         fs::write(
             self.path(campaign, token),
@@ -108,8 +114,8 @@ mod tests {
         let c = CampaignId::new("c").unwrap();
         {
             let j = LeaseJournal::open(dir.path()).unwrap();
-            j.add(&c, &token(1)).unwrap();
-            j.add(&c, &token(2)).unwrap();
+            j.add(&c, &token(1), &LeaseSecret::new("s1")).unwrap();
+            j.add(&c, &token(2), &LeaseSecret::new("s2")).unwrap();
             j.remove(&c, &token(1)).unwrap();
             j.remove(&c, &token(1)).unwrap();
         }
@@ -119,7 +125,8 @@ mod tests {
             j.held().unwrap(),
             vec![Held {
                 campaign: c,
-                token: token(2)
+                token: token(2),
+                lease: LeaseSecret::new("s2"),
             }]
         );
         assert!(!dir.path().join("leases/torn.lease").exists());

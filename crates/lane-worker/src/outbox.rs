@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use lanes_common::ids::{CampaignId, Token};
+use lanes_common::lease::LeaseSecret;
 use lanes_common::row::Outcome;
 
 /// One unacknowledged outcome.
@@ -21,6 +22,10 @@ pub struct Entry {
     /// that no outbox replays.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub record: Option<PathBuf>,
+    /// The lease secret the coordinator issued with the attempt: an outcome is accepted only
+    /// with it. The supervisor fills it in from the lease it tracks.
+    #[serde(default)]
+    pub lease: LeaseSecret,
 }
 
 /// The name an attempt record has until its outbox entry is durable.
@@ -182,6 +187,7 @@ mod tests {
             campaign: CampaignId::new("c").unwrap(),
             outcome: o,
             record: None,
+            lease: Default::default(),
         }
     }
 

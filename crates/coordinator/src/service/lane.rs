@@ -11,7 +11,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 
-use lanes_common::convert::{no_work, token, wire_enum};
+use lanes_common::convert::{lease_of, no_work, token, wire_enum};
 use lanes_common::ids::{ArmId, CampaignId, LaneName, Token};
 use lanes_common::proto as pb;
 use lanes_common::proto::coordinator_message::Msg as Out;
@@ -20,6 +20,7 @@ use lanes_common::proto::worker_message::Msg as In;
 use lanes_common::row::{FailureKind, Outcome, Phase};
 
 use super::Shared;
+use super::leases::LeaseRefused;
 use super::workers::Member;
 use crate::grpc_status::{bad_field, from_convert};
 use crate::scheduler::{self, Scheduled, WorkRequest};
@@ -77,6 +78,21 @@ fn outcome_error(campaign: &str, t: &Token, e: &StoreError) -> pb::OutcomeError 
     }
 }
 
+/// An outcome or release refused on the lease: for good when the secret is wrong, retryable
+/// when the key could not be read.
+fn refused(campaign: &str, t: &Token, e: &LeaseRefused) -> pb::OutcomeError {
+    match e {
+        LeaseRefused::Denied { .. } => pb::OutcomeError {
+            token: Some(pb::Token::from(t)),
+            retryable: false,
+            reason: e.to_string(),
+            retry_after_ms: 0,
+            campaign: campaign.to_owned(),
+        },
+        LeaseRefused::Store(e) => outcome_error(campaign, t, e),
+    }
+}
+
 impl LaneSvc {
     /// A work request: converted, scheduled, answered.
     #[tracing::instrument(skip_all, fields(worker = %w.id, lane = %lane))]
@@ -95,7 +111,22 @@ impl LaneSvc {
         };
         let s = &self.shared;
         match scheduler::schedule(s.store.as_ref(), s.clock.as_ref(), &req).await {
-            Scheduled::Assigned(a) => msg(Out::Assignment(wire::assignment(*a, req.lane.as_str()))),
+            Scheduled::Assigned(a) => {
+                let mut a = wire::assignment(*a, req.lane.as_str());
+                if let Err(e) = s.leases.issue(s.store.as_ref(), &w.id, &mut a).await {
+                    // The lease is held but cannot be handed out: it is reaped at its
+                    // deadline, like an assignment lost on the way.
+                    tracing::warn!(error = %e, "cannot issue lease secrets");
+                    return msg(Out::NoWork(no_work(
+                        req.lane.into(),
+                        &lanes_common::policy::NoWorkReason::StoreUnavailable {
+                            error: e.to_string(),
+                        },
+                        OUTCOME_RETRY_MS,
+                    )));
+                }
+                msg(Out::Assignment(a))
+            }
             Scheduled::NoWork {
                 reason,
                 retry_after_ms,
@@ -107,15 +138,52 @@ impl LaneSvc {
         }
     }
 
-    /// Renews tokens grouped by campaign; unknown campaigns answer lost.
-    async fn renew(&self, items: Vec<pb::TokenPhase>) -> Result<Vec<pb::TokenRenewal>, Status> {
+    /// Checks that `w` holds the lease of `t`: a refusal is logged with who asked.
+    async fn holds(
+        &self,
+        w: &Worker,
+        campaign: &CampaignId,
+        t: &Token,
+        lease: &lanes_common::lease::LeaseSecret,
+    ) -> Result<(), LeaseRefused> {
+        let s = &self.shared;
+        let r = s
+            .leases
+            .check(s.store.as_ref(), campaign, t, &w.id, lease)
+            .await;
+        if let Err(LeaseRefused::Denied { .. }) = &r {
+            tracing::warn!(worker = %w.id, host = %w.host, campaign = %campaign, token = %t, "refused: the lease secret does not match the one issued to this worker");
+        }
+        r
+    }
+
+    /// Renews tokens grouped by campaign; unknown campaigns answer lost. A token whose lease
+    /// secret does not match ends the session with PERMISSION_DENIED.
+    async fn renew(
+        &self,
+        w: &Worker,
+        items: Vec<pb::TokenPhase>,
+    ) -> Result<Vec<pb::TokenRenewal>, Status> {
         let s = &self.shared;
         let mut by_campaign: BTreeMap<String, Vec<(Token, Phase)>> = BTreeMap::new();
         for (i, tp) in items.into_iter().enumerate() {
+            let lease = lease_of(tp.token.as_ref());
             let t = token(&format!("tokens[{i}].token"), tp.token).map_err(from_convert)?;
             let phase: Phase = wire_enum::<pb::Phase, _>(&format!("tokens[{i}].phase"), tp.phase)
                 .map_err(from_convert)?;
-            campaign_of(&format!("tokens[{i}].campaign"), &tp.campaign)?;
+            let c = campaign_of(&format!("tokens[{i}].campaign"), &tp.campaign)?;
+            match self.holds(w, &c, &t, &lease).await {
+                Ok(()) => {}
+                Err(e @ LeaseRefused::Denied { .. }) => {
+                    return Err(Status::permission_denied(e.to_string()));
+                }
+                // The store is unreachable: say nothing about this batch (the lane renews
+                // again) rather than end the session.
+                Err(LeaseRefused::Store(e)) => {
+                    tracing::warn!(error = %e, "renew failed");
+                    return Ok(Vec::new());
+                }
+            }
             by_campaign.entry(tp.campaign).or_default().push((t, phase));
         }
         let mut out = Vec::new();
@@ -139,9 +207,14 @@ impl LaneSvc {
     }
 
     #[tracing::instrument(name = "complete", skip_all, fields(campaign = %o.campaign, trial, token))]
-    async fn outcome(&self, o: pb::Outcome) -> Result<pb::CoordinatorMessage, Status> {
+    async fn outcome(&self, w: &Worker, o: pb::Outcome) -> Result<pb::CoordinatorMessage, Status> {
         let campaign = campaign_of("outcome.campaign", &o.campaign)?;
-        let raw_token = o.token.clone();
+        let lease = lease_of(o.token.as_ref());
+        // Echoed in errors without the secret.
+        let raw_token = o.token.clone().map(|t| pb::Token {
+            lease: String::new(),
+            ..t
+        });
         let outcome = match Outcome::try_from(o) {
             Ok(o) => o,
             Err(e) => {
@@ -160,6 +233,9 @@ impl LaneSvc {
         span.record("trial", outcome.token.trial_id.as_str());
         span.record("token", tracing::field::display(&outcome.token));
         let t = outcome.token.clone();
+        if let Err(e) = self.holds(w, &campaign, &t, &lease).await {
+            return msg(Out::OutcomeError(refused(campaign.as_str(), &t, &e)));
+        }
         let s = &self.shared;
         match s.store.complete(&campaign, outcome, s.now()).await {
             Ok(a) => msg(Out::OutcomeAck(ack(&campaign, a))),
@@ -175,10 +251,24 @@ impl LaneSvc {
     /// them again on its next session.
     async fn forfeit(&self, w: &Worker, f: pb::Forfeit) -> Result<pb::ForfeitAck, Status> {
         let mut by_campaign: BTreeMap<String, Vec<(Token, pb::CampaignToken)>> = BTreeMap::new();
-        for (i, ct) in f.tokens.into_iter().enumerate() {
+        for (i, mut ct) in f.tokens.into_iter().enumerate() {
+            let lease = lease_of(ct.token.as_ref());
             let t = token(&format!("forfeit.tokens[{i}].token"), ct.token.clone())
                 .map_err(from_convert)?;
-            campaign_of(&format!("forfeit.tokens[{i}].campaign"), &ct.campaign)?;
+            let c = campaign_of(&format!("forfeit.tokens[{i}].campaign"), &ct.campaign)?;
+            match self.holds(w, &c, &t, &lease).await {
+                Ok(()) => {}
+                Err(e @ LeaseRefused::Denied { .. }) => {
+                    return Err(Status::permission_denied(e.to_string()));
+                }
+                // Not acknowledged: the worker forfeits again on its next session.
+                Err(LeaseRefused::Store(e)) => {
+                    tracing::warn!(error = %e, "forfeit failed");
+                    return Ok(pb::ForfeitAck::default());
+                }
+            }
+            // The acknowledgement echoes the token without its secret.
+            ct.token = Some(pb::Token::from(&t));
             by_campaign
                 .entry(ct.campaign.clone())
                 .or_default()
@@ -207,7 +297,11 @@ impl LaneSvc {
 
     async fn release(&self, w: &Worker, r: pb::Release) -> Result<pb::CoordinatorMessage, Status> {
         let campaign = campaign_of("release.campaign", &r.campaign)?;
+        let lease = lease_of(r.token.as_ref());
         let t = token("release.token", r.token).map_err(from_convert)?;
+        if let Err(e) = self.holds(w, &campaign, &t, &lease).await {
+            return msg(Out::OutcomeError(refused(campaign.as_str(), &t, &e)));
+        }
         let reason = match pb::ReleaseReason::try_from(r.reason) {
             Ok(pb::ReleaseReason::Cancelled) => ReleaseReason::Cancelled,
             Ok(pb::ReleaseReason::Blocked) => {
@@ -313,7 +407,7 @@ impl LaneSvc {
                 return Ok(());
             }
             In::Heartbeat(h) => {
-                let renewals = self.renew(h.tokens).await?;
+                let renewals = self.renew(&w, h.tokens).await?;
                 for r in renewals
                     .iter()
                     .filter(|r| r.state == pb::RenewState::Cancel as i32)
@@ -328,7 +422,7 @@ impl LaneSvc {
                 }
                 msg(Out::HeartbeatAck(pb::HeartbeatAck { tokens: renewals }))?
             }
-            In::Outcome(o) => self.outcome(o).await?,
+            In::Outcome(o) => self.outcome(&w, o).await?,
             In::Status(st) => {
                 if st.outbox_broken {
                     tracing::warn!(worker = %w.id, unpersisted = st.unpersisted, detail = %st.detail, "worker outbox not writable: it takes no work");
@@ -341,7 +435,7 @@ impl LaneSvc {
             In::Forfeit(f) => msg(Out::ForfeitAck(self.forfeit(&w, f).await?))?,
             In::Release(r) => self.release(&w, r).await?,
             In::Reconnect(r) => {
-                let renewals = self.renew(r.in_flight).await?;
+                let renewals = self.renew(&w, r.in_flight).await?;
                 msg(Out::ReconnectAck(pb::ReconnectAck { tokens: renewals }))?
             }
         };

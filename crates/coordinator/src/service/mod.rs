@@ -3,6 +3,7 @@
 
 pub(crate) mod campaign;
 pub(crate) mod lane;
+pub(crate) mod leases;
 pub(crate) mod workers;
 
 use std::sync::Arc;
@@ -24,6 +25,8 @@ pub(crate) struct Shared {
     pub(crate) workers: Arc<workers::Registry>,
     /// `true` while this replica reaches its store; lane sessions leave when it turns false.
     pub(crate) store_up: tokio::sync::watch::Receiver<bool>,
+    /// Issues and checks the lease secrets that bind a lease to its worker.
+    pub(crate) leases: Arc<leases::Leases>,
 }
 
 impl Shared {

@@ -13,6 +13,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use lanes_common::ids::{CampaignId, Token};
+use lanes_common::lease::LeaseKey;
 use lanes_common::row::{Outcome, Phase, Row};
 use lanes_common::spec::{Campaign, CampaignSpec, Task};
 use lanes_common::state::{CampaignState, StopMode};
@@ -38,6 +39,9 @@ const TOKENS: Table = TableDefinition::new("tokens");
 const ROWS: Table = TableDefinition::new("rows");
 const EVENTS: Table = TableDefinition::new("events");
 const BLOCKS: Table = TableDefinition::new("blocks");
+/// Store-wide values that belong to no campaign (the lease key).
+const SECRETS: Table = TableDefinition::new("secrets");
+const LEASE_KEY: &[u8] = b"lease_key";
 
 /// The file inside a data directory.
 pub const FILE_NAME: &str = "lanes.redb";
@@ -577,6 +581,35 @@ impl Store for EmbeddedStore {
         let c = campaign.clone();
         self.write(campaign, move |tx| ready(engine::campaign(tx, &c)))
             .await
+    }
+
+    async fn lease_key(&self, fresh: LeaseKey) -> Result<LeaseKey, StoreError> {
+        let db = self.db.clone();
+        tokio::task::spawn_blocking(move || {
+            let txn = db.begin_write().map_err(backend)?;
+            let key = {
+                let mut t = txn.open_table(SECRETS).map_err(backend)?;
+                let stored = t
+                    .get(LEASE_KEY)
+                    .map_err(backend)?
+                    .map(|v| v.value().to_vec());
+                match stored {
+                    Some(bytes) => std::str::from_utf8(&bytes)
+                        .ok()
+                        .and_then(LeaseKey::from_hex)
+                        .ok_or_else(|| corrupt("the stored lease key is not 32 bytes of hex"))?,
+                    None => {
+                        t.insert(LEASE_KEY, fresh.to_hex().as_bytes())
+                            .map_err(backend)?;
+                        fresh
+                    }
+                }
+            };
+            txn.commit().map_err(backend)?;
+            Ok(key)
+        })
+        .await
+        .map_err(|e| backend(format!("store task failed: {e}")))?
     }
 
     async fn list(&self) -> Result<Vec<CampaignId>, StoreError> {

@@ -15,6 +15,7 @@ mod tx;
 
 use async_trait::async_trait;
 use lanes_common::ids::{CampaignId, Token};
+use lanes_common::lease::LeaseKey;
 use lanes_common::row::{Outcome, Phase, Row};
 use lanes_common::spec::{Campaign, CampaignSpec};
 use lanes_common::state::{CampaignState, StopMode};
@@ -113,6 +114,10 @@ pub trait Store: Send + Sync + 'static {
 
     /// The campaign as recorded, with its tasks (for reports).
     async fn campaign(&self, campaign: &CampaignId) -> Result<Campaign, StoreError>;
+
+    /// The store-wide key lease secrets are derived with: `fresh` is stored unless a key is
+    /// already there, and the stored key is answered, so every replica uses the same one.
+    async fn lease_key(&self, fresh: LeaseKey) -> Result<LeaseKey, StoreError>;
 
     /// Whether the store answers at all (the replica's health watch).
     async fn ping(&self) -> Result<(), StoreError> {

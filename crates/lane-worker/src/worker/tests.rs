@@ -240,6 +240,7 @@ async fn the_outbox_is_replayed_before_any_work_is_asked_for() {
             campaign: CampaignId::new("earlier").unwrap(),
             outcome: Outcome::new(token, "replay-0", "test-host", Status::Cancelled),
             record: None,
+            lease: Default::default(),
         })
         .unwrap();
     rig.start();

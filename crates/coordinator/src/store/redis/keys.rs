@@ -74,6 +74,8 @@ impl Keys {
 
 /// The set of every campaign id (outside any campaign's slot; only listing reads it).
 pub(crate) const CAMPAIGNS: &str = "lanes:campaigns";
+/// The store-wide key lease secrets are derived with (hex), set once with `SET NX`.
+pub(crate) const LEASE_KEY: &str = "lanes:lease_key";
 
 /// A stream id for a sequence number: `0-<seq + 1>` (stream ids must be above `0-0`).
 pub(crate) fn stream_id(seq: u64) -> String {

@@ -53,12 +53,13 @@ use async_trait::async_trait;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
 use lanes_common::ids::{CampaignId, Token};
+use lanes_common::lease::LeaseKey;
 use lanes_common::row::{Outcome, Phase, Row};
 use lanes_common::spec::{Campaign, CampaignSpec};
 use lanes_common::state::{CampaignState, StopMode};
 use lanes_common::utc::EpochMs;
 
-use self::keys::{CAMPAIGNS, Keys, stream_id};
+use self::keys::{CAMPAIGNS, Keys, LEASE_KEY, stream_id};
 use self::tx::{Committed, RedisTx, nonce};
 use super::Store;
 use super::api::*;
@@ -551,6 +552,27 @@ impl Store for RedisStore {
             .await
             .map(|_| ())
             .map_err(redis_err)
+    }
+
+    async fn lease_key(&self, fresh: LeaseKey) -> Result<LeaseKey, StoreError> {
+        let mut conn = self.conn.clone();
+        // SET NX: the first replica's key wins; every replica then reads the same one.
+        let (stored,): (Option<String>,) = redis::pipe()
+            .atomic()
+            .cmd("SET")
+            .arg(LEASE_KEY)
+            .arg(fresh.to_hex())
+            .arg("NX")
+            .ignore()
+            .cmd("GET")
+            .arg(LEASE_KEY)
+            .query_async(&mut conn)
+            .await
+            .map_err(redis_err)?;
+        stored
+            .as_deref()
+            .and_then(LeaseKey::from_hex)
+            .ok_or_else(|| StoreError::Corrupt(format!("{LEASE_KEY} is not 32 bytes of hex")))
     }
 
     async fn list(&self) -> Result<Vec<CampaignId>, StoreError> {

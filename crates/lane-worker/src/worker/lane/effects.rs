@@ -458,6 +458,8 @@ impl LaneActor {
                 campaign,
                 outcome: o,
                 record,
+                // Filled in by the supervisor, which alone holds the lease secret.
+                lease: Default::default(),
             });
             if let Err(e) = ractor::call!(supervisor, SupMsg::Publish, entry) {
                 tracing::error!(error = %e, "could not hand the outcome to the supervisor");

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use ractor::ActorRef;
 
+use lanes_common::convert::{lease_of, token_with_lease};
 use lanes_common::ids::{CampaignId, Token};
 use lanes_common::proto as pb;
 use lanes_common::proto::coordinator_message::Msg as Out;
@@ -51,7 +52,7 @@ impl Supervisor {
                     .in_flight
                     .iter()
                     .map(|(t, f)| pb::TokenPhase {
-                        token: Some(pb::Token::from(t)),
+                        token: Some(token_with_lease(t, &f.lease)),
                         phase: pb::Phase::from(f.phase) as i32,
                         campaign: f.campaign.to_string(),
                     })
@@ -72,8 +73,8 @@ impl Supervisor {
                     let tokens = state
                         .orphans
                         .iter()
-                        .map(|(t, c)| pb::CampaignToken {
-                            token: Some(pb::Token::from(t)),
+                        .map(|(t, (c, lease))| pb::CampaignToken {
+                            token: Some(token_with_lease(t, lease)),
                             campaign: c.to_string(),
                         })
                         .collect();
@@ -97,13 +98,20 @@ impl Supervisor {
                     return;
                 }
                 state.idle.remove(&a.lane);
-                for t in &a.trials {
+                let mut a = a;
+                for t in &mut a.trials {
+                    let lease = lease_of(t.token.as_ref());
+                    // The lane, its records and its driver never see the secret.
+                    if let Some(wire) = t.token.as_mut() {
+                        wire.lease.clear();
+                    }
                     if let Some(tok) = t.token.clone().and_then(|t| Token::try_from(t).ok()) {
                         Self::track(
                             state,
                             tok,
                             InFlight {
                                 campaign: campaign.clone(),
+                                lease,
                                 lane: a.lane.clone(),
                                 phase: Phase::Assigned,
                                 ttl: Duration::from_millis(a.lease_ttl_ms),

@@ -23,7 +23,9 @@ use std::time::Duration;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 use tokio::sync::mpsc;
 
+use lanes_common::convert::{lease_of, token_with_lease};
 use lanes_common::ids::{CampaignId, Token};
+use lanes_common::lease::LeaseSecret;
 use lanes_common::proto as pb;
 use lanes_common::proto::worker_message::Msg as In;
 use lanes_common::row::Phase;
@@ -93,6 +95,8 @@ pub(crate) struct Supervisor {
 
 struct InFlight {
     campaign: CampaignId,
+    /// The lease secret issued with the attempt, sent back with every message about it.
+    lease: LeaseSecret,
     lane: String,
     phase: Phase,
     /// The lease's TTL: heartbeat acknowledgements must come well within it.
@@ -139,7 +143,7 @@ pub(crate) struct SupState {
     journal: LeaseJournal,
     /// Leases a previous process held whose outcome is not in the outbox: forfeited on
     /// register until the coordinator acknowledges them.
-    orphans: BTreeMap<Token, CampaignId>,
+    orphans: BTreeMap<Token, (CampaignId, LeaseSecret)>,
     /// The health last told to the coordinator: (outbox broken, outcomes held in memory).
     told: Option<(bool, usize)>,
     /// The optional audit trail of acknowledged outcomes.
@@ -160,7 +164,7 @@ impl Supervisor {
 
     /// Starts tracking a held lease (renewed by heartbeats, journaled for a restart).
     fn track(state: &mut SupState, token: Token, f: InFlight) {
-        if let Err(e) = state.journal.add(&f.campaign, &token) {
+        if let Err(e) = state.journal.add(&f.campaign, &token, &f.lease) {
             tracing::warn!(error = %e, trial = %token, "cannot journal a held lease");
         }
         state.in_flight.insert(token, f);
@@ -216,6 +220,7 @@ impl Supervisor {
             return;
         };
         for t in a.trials {
+            let lease = lease_of(t.token.as_ref());
             let Some(token) = t.token.and_then(|t| Token::try_from(t).ok()) else {
                 continue;
             };
@@ -232,6 +237,7 @@ impl Supervisor {
                     token,
                     InFlight {
                         campaign: campaign.clone(),
+                        lease: lease.clone(),
                         lane: a.lane.clone(),
                         phase: Phase::Publish,
                         ttl: Duration::from_millis(a.lease_ttl_ms),
@@ -242,6 +248,7 @@ impl Supervisor {
                 campaign: campaign.clone(),
                 outcome: o,
                 record: None,
+                lease,
             });
             self.publish(myself, state, entry, None);
         }
@@ -272,7 +279,7 @@ impl Supervisor {
             .iter()
             .filter(|(_, f)| alive.contains(&f.lane))
             .map(|(t, f)| pb::TokenPhase {
-                token: Some(pb::Token::from(t)),
+                token: Some(token_with_lease(t, &f.lease)),
                 phase: pb::Phase::from(f.phase) as i32,
                 campaign: f.campaign.to_string(),
             })
@@ -309,11 +316,11 @@ impl Actor for Supervisor {
             .into_iter()
             .map(|e| ((e.campaign.clone(), e.outcome.token.clone()), e))
             .collect();
-        let orphans: BTreeMap<Token, CampaignId> = journal
+        let orphans: BTreeMap<Token, (CampaignId, LeaseSecret)> = journal
             .held()?
             .into_iter()
             .filter(|h| !replayable.contains(&h.token))
-            .map(|h| (h.token, h.campaign))
+            .map(|h| (h.token, (h.campaign, h.lease)))
             .collect();
         let mut lanes = BTreeMap::new();
         let mut idle = BTreeSet::new();

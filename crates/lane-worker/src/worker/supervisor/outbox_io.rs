@@ -17,9 +17,16 @@ impl Supervisor {
         &self,
         myself: &ActorRef<SupMsg>,
         state: &SupState,
-        entry: Box<Entry>,
+        mut entry: Box<Entry>,
         reply: Option<RpcReplyPort<()>>,
     ) {
+        // The lane never sees the lease secret; the entry takes it from the tracked lease,
+        // so a replay after a restart can still prove the lease.
+        if entry.lease.is_empty()
+            && let Some(f) = state.in_flight.get(&entry.outcome.token)
+        {
+            entry.lease = f.lease.clone();
+        }
         let (me, outbox) = (myself.clone(), state.outbox.clone());
         tokio::spawn(async move {
             let (entry, written) = tokio::task::spawn_blocking(move || {
@@ -76,6 +83,10 @@ impl Supervisor {
         }
         let mut o = pb::Outcome::from(entry.outcome);
         o.campaign = entry.campaign.to_string();
+        o.token = o.token.map(|t| pb::Token {
+            lease: entry.lease.expose().to_owned(),
+            ..t
+        });
         Self::send(state, In::Outcome(o)).await;
         Self::tell_status(state, false).await;
     }
@@ -157,6 +168,10 @@ impl Supervisor {
             tracing::info!(trial = %e.outcome.token, "replaying an unacknowledged outcome");
             let mut o = pb::Outcome::from(e.outcome);
             o.campaign = e.campaign.to_string();
+            o.token = o.token.map(|t| pb::Token {
+                lease: e.lease.expose().to_owned(),
+                ..t
+            });
             Self::send(state, In::Outcome(o)).await;
         }
     }
