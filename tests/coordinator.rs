@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lanes_coordinator::auth::Secret;
+use lanes_coordinator::auth::AuthConfig;
 use lanes_coordinator::store::{Clock, Store};
 use lanes_coordinator::{CoordinatorConfig, run};
 
@@ -22,8 +22,7 @@ pub struct CoordinatorHandle {
 /// (tests move the injected clock instead).
 pub fn test_config() -> CoordinatorConfig {
     CoordinatorConfig {
-        client_token: Secret::new(CLIENT_TOKEN),
-        lane_token: Secret::new(LANE_TOKEN),
+        auth: AuthConfig::tokens(CLIENT_TOKEN, LANE_TOKEN).expect("valid test tokens"),
         poll: Duration::from_millis(20),
         reap_every: Duration::from_millis(50),
         reaper_start_delay: Duration::ZERO,

@@ -16,6 +16,7 @@ use lanes_common::proto as pb;
 use lanes_common::proto::campaign_service_client::CampaignServiceClient;
 
 use crate::exit::Code;
+use crate::local_api::LocalApi;
 
 /// Where client commands go.
 #[derive(clap::Args, Debug, Clone)]
@@ -27,9 +28,12 @@ pub(crate) struct Target {
         default_value = "http://127.0.0.1:7700"
     )]
     coordinator: String,
-    /// The client role's bearer token (prefer the env variable).
+    /// The client role's bearer token (prefer --token-file).
     #[arg(long, env = "LANES_CLIENT_TOKEN", hide_env_values = true)]
     token: Option<String>,
+    /// A file holding the client role's token (its first line is used).
+    #[arg(long, env = "LANES_CLIENT_TOKEN_FILE")]
+    token_file: Option<PathBuf>,
     /// Use the `lanes run` data directory instead: its running API, or its store.
     #[arg(long)]
     data_dir: Option<PathBuf>,
@@ -73,13 +77,18 @@ async fn connect(url: &str, token: Option<String>) -> anyhow::Result<Client> {
 impl Target {
     pub(crate) async fn session(&self) -> anyhow::Result<Session> {
         let Some(dir) = &self.data_dir else {
+            let token = crate::tokens::presented(
+                self.token.clone(),
+                self.token_file.as_deref(),
+                lanes_coordinator::auth::Role::Client,
+            )?;
             return Ok(Session {
-                client: connect(&self.coordinator, self.token.clone()).await?,
+                client: connect(&self.coordinator, token).await?,
                 _local: None,
             });
         };
-        if let Ok(addr) = std::fs::read_to_string(crate::run::addr_file(dir))
-            && let Ok(client) = connect(addr.trim(), None).await
+        if let Some(api) = LocalApi::read(dir)
+            && let Ok(client) = connect(&api.url, Some(api.client_token)).await
         {
             return Ok(Session {
                 client,
@@ -94,7 +103,13 @@ impl Target {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let url = format!("http://{}", listener.local_addr()?);
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        // Private to this process: random tokens nobody else learns.
+        let client_token = crate::tokens::generate()?;
         let config = lanes_coordinator::CoordinatorConfig {
+            auth: lanes_coordinator::auth::AuthConfig::tokens(
+                &client_token,
+                &crate::tokens::generate()?,
+            )?,
             // A read-mostly view: never reap someone else's leases from here.
             reaper_start_delay: std::time::Duration::from_secs(365 * 24 * 3600),
             ..Default::default()
@@ -109,7 +124,7 @@ impl Target {
             },
         ));
         Ok(Session {
-            client: connect(&url, None).await?,
+            client: connect(&url, Some(client_token)).await?,
             _local: Some(tx),
         })
     }

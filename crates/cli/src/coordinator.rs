@@ -1,17 +1,18 @@
 //! `lanes coordinator`: serves the gRPC API over a Redis or embedded store.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
 use serde::Deserialize;
 
 use lanes_coordinator::CoordinatorConfig;
-use lanes_coordinator::auth::Secret;
+use lanes_coordinator::auth::{AuthConfig, Role};
 use lanes_coordinator::store::{EmbeddedStore, RedisOptions, RedisStore, Store, SystemClock};
 
 use crate::exit::Code;
+use crate::tokens;
 
 /// Flags, each also settable from the environment (`LANES_*`) or a config file.
 #[derive(clap::Args, Debug)]
@@ -19,8 +20,14 @@ pub(crate) struct Args {
     /// Address to serve on [default: 127.0.0.1:7700].
     #[arg(long, env = "LANES_LISTEN")]
     listen: Option<SocketAddr>,
-    /// The Redis store, e.g. redis://127.0.0.1:6380/.
-    #[arg(long, env = "LANES_REDIS", conflicts_with = "data_dir")]
+    /// The Redis store, e.g. redis://127.0.0.1:6380/ (its value may carry a password, so it
+    /// is never shown).
+    #[arg(
+        long,
+        env = "LANES_REDIS",
+        hide_env_values = true,
+        conflicts_with = "data_dir"
+    )]
     redis: Option<String>,
     /// The embedded store's data directory [default: .lanes].
     #[arg(long, env = "LANES_DATA_DIR")]
@@ -31,16 +38,22 @@ pub(crate) struct Args {
     /// `WAIT n` replicas after each Redis commit.
     #[arg(long, env = "LANES_REDIS_WAIT")]
     redis_wait: Option<u32>,
-    /// Bearer token of the client role (prefer the env variable or a file).
+    /// Bearer token of the client role (prefer --client-token-file).
     #[arg(long, env = "LANES_CLIENT_TOKEN", hide_env_values = true)]
     client_token: Option<String>,
-    /// Bearer token of the lane role (prefer the env variable or a file).
+    /// Bearer token of the lane role (prefer --lane-token-file).
     #[arg(long, env = "LANES_LANE_TOKEN", hide_env_values = true)]
     lane_token: Option<String>,
+    /// The client role's tokens, one per line (several at once while rotating).
     #[arg(long, env = "LANES_CLIENT_TOKEN_FILE")]
     client_token_file: Option<PathBuf>,
+    /// The lane role's tokens, one per line (several at once while rotating).
     #[arg(long, env = "LANES_LANE_TOKEN_FILE")]
     lane_token_file: Option<PathBuf>,
+    /// Serve a role that has no token to anyone who can reach the port. Without it, a
+    /// missing token is an error (exit 2).
+    #[arg(long, env = "LANES_INSECURE_NO_AUTH")]
+    insecure_no_auth: bool,
     /// Seconds the reaper waits after start and after a store outage before it takes leases
     /// back, so lanes can renew first. Keep it at least the longest lease TTL in use.
     #[arg(long, env = "LANES_REAPER_DELAY_S")]
@@ -62,6 +75,8 @@ struct FileConfig {
     redis_wait: Option<u32>,
     client_token_file: Option<PathBuf>,
     lane_token_file: Option<PathBuf>,
+    #[serde(default)]
+    insecure_no_auth: bool,
     reaper_delay_s: Option<u64>,
 }
 
@@ -69,16 +84,28 @@ struct FileConfig {
 /// run two replicas whose clocks disagree. Never set it in production.
 const CLOCK_OFFSET_ENV: &str = "LANES_TEST_CLOCK_OFFSET_MS";
 
-fn token(value: Option<String>, file: Option<&Path>, role: &str) -> anyhow::Result<Option<Secret>> {
-    let text = match (value, file) {
-        (Some(v), _) => v,
-        (None, Some(f)) => std::fs::read_to_string(f)
-            .with_context(|| format!("cannot read the {role} token file {}", f.display()))?,
-        (None, None) => return Ok(None),
+/// The tokens of both roles, checked: a role without one, a token under 16 bytes, or a
+/// token both roles share is refused before anything starts.
+fn auth_config(args: &Args, file: &FileConfig) -> anyhow::Result<AuthConfig> {
+    let auth = AuthConfig {
+        client: tokens::accepted(
+            args.client_token.clone(),
+            args.client_token_file
+                .as_deref()
+                .or(file.client_token_file.as_deref()),
+            Role::Client,
+        )?,
+        lane: tokens::accepted(
+            args.lane_token.clone(),
+            args.lane_token_file
+                .as_deref()
+                .or(file.lane_token_file.as_deref()),
+            Role::Lane,
+        )?,
+        insecure_no_auth: args.insecure_no_auth || file.insecure_no_auth,
     };
-    Secret::new(&text)
-        .map(Some)
-        .with_context(|| format!("the {role} token is empty"))
+    auth.check()?;
+    Ok(auth)
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<Code> {
@@ -97,6 +124,13 @@ pub(crate) fn run(args: Args) -> anyhow::Result<Code> {
         }
         None => FileConfig::default(),
     };
+    let auth = match auth_config(&args, &file) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("lanes: {e:#}");
+            return Ok(Code::BadInput);
+        }
+    };
     let listen = args
         .listen
         .or(file.listen)
@@ -104,20 +138,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<Code> {
     let redis = args.redis.or(file.redis);
     let data_dir = args.data_dir.or(file.data_dir);
     let config = CoordinatorConfig {
-        client_token: token(
-            args.client_token,
-            args.client_token_file
-                .as_deref()
-                .or(file.client_token_file.as_deref()),
-            "client",
-        )?,
-        lane_token: token(
-            args.lane_token,
-            args.lane_token_file
-                .as_deref()
-                .or(file.lane_token_file.as_deref()),
-            "lane",
-        )?,
+        auth,
         reaper_start_delay: args
             .reaper_delay_s
             .or(file.reaper_delay_s)

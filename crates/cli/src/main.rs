@@ -5,10 +5,12 @@ mod commands;
 mod coordinator;
 mod driver;
 mod exit;
+mod local_api;
 mod logging;
 mod progress;
 mod run;
 mod schedule;
+mod tokens;
 mod worker;
 
 use std::path::PathBuf;

@@ -2,7 +2,7 @@
 //! port (its address in `<data-dir>/lanes.addr`, so a second terminal can use the API), and N
 //! local lanes with their drivers. Running it again resumes; drift is refused.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,10 +11,13 @@ use anyhow::Context;
 use lanes_common::spec;
 use lanes_common::state::{CampaignState, StopMode, StopReason};
 use lanes_coordinator::CoordinatorConfig;
+use lanes_coordinator::auth::AuthConfig;
 use lanes_coordinator::store::{Clock, EmbeddedStore, Store, StoreError, SubmitKind, SystemClock};
 use lanes_worker::WorkerConfig;
 
 use crate::exit::Code;
+use crate::local_api::{LocalApi, addr_file, private_dir};
+use crate::tokens;
 
 /// Prints a line to stdout, ignoring a closed pipe (`lanes run … | head` is fine).
 macro_rules! out {
@@ -39,11 +42,6 @@ pub(crate) struct Args {
     artifacts: Option<PathBuf>,
 }
 
-/// The file a running `lanes run` writes its API address to.
-pub(crate) fn addr_file(data_dir: &Path) -> PathBuf {
-    data_dir.join("lanes.addr")
-}
-
 pub(crate) fn run(args: Args) -> anyhow::Result<Code> {
     crate::logging::init_quiet();
     let campaign = match spec::load_file(&args.file) {
@@ -60,6 +58,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<Code> {
 async fn run_async(args: Args, campaign: spec::Campaign) -> anyhow::Result<Code> {
     let id = campaign.spec.id.clone();
     let ttl = Duration::from_secs(u64::from(campaign.spec.ops.lease_ttl_s));
+    private_dir(&args.data_dir)?;
     let store: Arc<dyn Store> = Arc::new(
         EmbeddedStore::open(&args.data_dir)
             .with_context(|| format!("cannot open the store in {}", args.data_dir.display()))?,
@@ -101,12 +100,19 @@ async fn run_async(args: Args, campaign: spec::Campaign) -> anyhow::Result<Code>
         Err(e) => return Err(e.into()),
     }
 
-    // The API on a loopback port, for `lanes status --data-dir` and friends.
+    // The API on a loopback port, for `lanes status --data-dir` and friends, behind tokens
+    // made for this run and kept in a file only this user can read.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
-    std::fs::write(addr_file(&args.data_dir), format!("http://{addr}\n"))?;
+    let api = LocalApi {
+        url: format!("http://{addr}"),
+        client_token: tokens::generate()?,
+        lane_token: tokens::generate()?,
+    };
+    api.write(&args.data_dir)?;
     let (stop_coord, coord_stopped) = tokio::sync::oneshot::channel::<()>();
     let config = CoordinatorConfig {
+        auth: AuthConfig::tokens(&api.client_token, &api.lane_token)?,
         reaper_start_delay: ttl,
         ..CoordinatorConfig::default()
     };
@@ -128,8 +134,8 @@ async fn run_async(args: Args, campaign: spec::Campaign) -> anyhow::Result<Code>
         .map(|s| s.trim().to_owned())
         .unwrap_or_else(|_| "localhost".into());
     let worker = WorkerConfig {
-        coordinators: vec![format!("http://{addr}")],
-        token: None,
+        coordinators: vec![api.url.clone()],
+        token: Some(api.lane_token.clone()),
         worker_id: "local".into(),
         host,
         lanes: args.lanes.max(1),

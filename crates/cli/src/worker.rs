@@ -35,9 +35,12 @@ pub(crate) struct Args {
     /// Replace the campaign's driver command on this host (everything after it).
     #[arg(long, num_args = 1.., allow_hyphen_values = true, value_terminator = "--")]
     driver: Option<Vec<String>>,
-    /// The lane role's bearer token (prefer the env variable).
+    /// The lane role's bearer token (prefer --token-file).
     #[arg(long, env = "LANES_LANE_TOKEN", hide_env_values = true)]
     token: Option<String>,
+    /// A file holding the lane role's token (its first line is used).
+    #[arg(long, env = "LANES_LANE_TOKEN_FILE")]
+    token_file: Option<PathBuf>,
     /// This worker's id, stable across restarts so a restarted lane can tear down what its
     /// earlier process left behind [default: the host name]. Two workers on one host need
     /// distinct ids.
@@ -86,7 +89,11 @@ pub(crate) fn run(args: Args) -> anyhow::Result<Code> {
             .map(|a| a.trim().to_owned())
             .filter(|a| !a.is_empty())
             .collect(),
-        token: args.token,
+        token: crate::tokens::presented(
+            args.token,
+            args.token_file.as_deref(),
+            lanes_coordinator::auth::Role::Lane,
+        )?,
         worker_id,
         host,
         lanes: args.lanes.max(1),

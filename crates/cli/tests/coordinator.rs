@@ -1,4 +1,5 @@
-//! `lanes coordinator` end to end: the real binary serves, and refuses a lossy Redis.
+//! `lanes coordinator` end to end: the real binary serves, refuses to start open, and refuses
+//! a lossy Redis.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -98,6 +99,8 @@ fn refuses_a_redis_without_fsync_always_unless_allowed() {
     }
     let out = lanes()
         .args(["coordinator", "--listen", "127.0.0.1:0", "--redis", &url])
+        .env("LANES_CLIENT_TOKEN", "very-secret-client")
+        .env("LANES_LANE_TOKEN", "very-secret-lane")
         .output()
         .unwrap();
     drop(redis);
@@ -105,4 +108,97 @@ fn refuses_a_redis_without_fsync_always_unless_allowed() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("appendfsync"), "{err}");
     assert!(err.contains("--allow-lossy-store"), "{err}");
+}
+
+/// Runs `lanes coordinator` with these token settings and no others; it must refuse to start.
+fn refused(args: &[&str], envs: &[(&str, &str)]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = lanes();
+    cmd.args(["coordinator", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path())
+        .args(args)
+        .env_remove("LANES_CLIENT_TOKEN")
+        .env_remove("LANES_LANE_TOKEN")
+        .env_remove("LANES_CLIENT_TOKEN_FILE")
+        .env_remove("LANES_LANE_TOKEN_FILE")
+        .env_remove("LANES_INSECURE_NO_AUTH");
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "exit 2 for bad input");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn refuses_to_start_open_short_or_with_one_token_for_both_roles() {
+    let err = refused(&[], &[]);
+    assert!(err.contains("no client token"), "{err}");
+    assert!(err.contains("--insecure-no-auth"), "{err}");
+    let err = refused(&[], &[("LANES_CLIENT_TOKEN", "client-token-0123456789")]);
+    assert!(err.contains("no lane token"), "{err}");
+    let err = refused(
+        &[],
+        &[
+            ("LANES_CLIENT_TOKEN", "same-token-0123456789"),
+            ("LANES_LANE_TOKEN", "same-token-0123456789"),
+        ],
+    );
+    assert!(err.contains("share a token"), "{err}");
+    let err = refused(
+        &[],
+        &[
+            ("LANES_CLIENT_TOKEN", "short"),
+            ("LANES_LANE_TOKEN", "lane-token-0123456789"),
+        ],
+    );
+    assert!(err.contains("shorter than 16 bytes"), "{err}");
+    assert!(!err.contains("short\n"), "the token is not echoed");
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("lane.tokens");
+    std::fs::write(&empty, "# nothing yet\n").unwrap();
+    let err = refused(
+        &["--lane-token-file", empty.to_str().unwrap()],
+        &[("LANES_CLIENT_TOKEN", "client-token-0123456789")],
+    );
+    assert!(err.contains("has no token"), "{err}");
+}
+
+#[test]
+fn insecure_no_auth_starts_an_open_coordinator_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Killed(
+        lanes()
+            .args([
+                "coordinator",
+                "--listen",
+                "127.0.0.1:0",
+                "--insecure-no-auth",
+                "--data-dir",
+            ])
+            .arg(dir.path())
+            .env_remove("LANES_CLIENT_TOKEN")
+            .env_remove("LANES_LANE_TOKEN")
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let stderr = child.0.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut seen = Vec::new();
+    while !seen
+        .iter()
+        .any(|l: &String| l.contains("--insecure-no-auth"))
+    {
+        let line = rx
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .unwrap_or_else(|_| panic!("an open coordinator warns at start; stderr: {seen:#?}"));
+        seen.push(line);
+    }
 }

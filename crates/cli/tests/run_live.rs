@@ -35,6 +35,39 @@ fn the_progress_view_renders_in_a_pseudo_terminal() {
     assert!(!text.contains("panicked"), "{text}");
 }
 
+/// The loopback API of a running `lanes run` is private: its file is 0600 in a 0700 data
+/// directory, a call without its token is refused, and the token it holds works.
+fn api_private(data: &std::path::Path, text: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&data.join("lanes.addr")), 0o600);
+    assert_eq!(mode(data), 0o700);
+    let url = text.lines().next().unwrap();
+    let token = text
+        .lines()
+        .find_map(|l| l.strip_prefix("client_token="))
+        .unwrap();
+    assert!(token.len() >= 32, "a random token");
+    let open = lanes()
+        .args(["status", "slow", "--json", "--coordinator", url])
+        .env_remove("LANES_CLIENT_TOKEN")
+        .output()
+        .unwrap();
+    assert!(!open.status.success(), "the loopback API is not open");
+    let err = String::from_utf8_lossy(&open.stderr);
+    assert!(err.contains("missing bearer token"), "{err}");
+    let authed = lanes()
+        .args(["status", "slow", "--json", "--coordinator", url])
+        .env("LANES_CLIENT_TOKEN", token)
+        .output()
+        .unwrap();
+    assert!(
+        authed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&authed.stderr)
+    );
+}
+
 fn status(data: &std::path::Path) -> serde_json::Value {
     let out = lanes()
         .args(["status", "slow", "--json", "--data-dir"])
@@ -84,7 +117,15 @@ fn an_interrupted_run_resumes_without_rerunning_final_trials() {
         .unwrap();
     // `lanes status --data-dir` reaches the running process through lanes.addr.
     let deadline = Instant::now() + Duration::from_secs(60);
+    let mut api_checked = false;
     loop {
+        if !api_checked
+            && let Ok(text) = std::fs::read_to_string(data.join("lanes.addr"))
+            && text.contains("lane_token=")
+        {
+            api_private(&data, &text);
+            api_checked = true;
+        }
         if data.join("lanes.addr").exists() {
             let st = status(&data);
             if st["trials_final"].as_u64().unwrap_or(0) >= 12 {

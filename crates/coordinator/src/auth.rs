@@ -1,5 +1,7 @@
 //! Bearer tokens per role (`client`, `lane`), compared in constant time. A token never reaches
-//! a log line: [`Secret`] prints as `***`.
+//! a log line: [`Secret`] prints as `***`. A role may accept several tokens at once (one per
+//! line of its token file), so tokens rotate without downtime. Nothing is open unless the
+//! operator says so (`insecure_no_auth`).
 
 use std::sync::Arc;
 
@@ -14,13 +16,46 @@ pub struct Secret {
     digest: Arc<[u8; 32]>,
 }
 
+/// The shortest token accepted, in bytes.
+pub const MIN_TOKEN_BYTES: usize = 16;
+
+/// A token or a role's token set that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TokenError {
+    #[error("a token is shorter than {MIN_TOKEN_BYTES} bytes")]
+    TooShort,
+    #[error("no {role} token is configured (give one, or run with --insecure-no-auth)")]
+    Missing { role: Role },
+    #[error("the {role} token file has no token in it")]
+    EmptyFile { role: Role },
+    #[error("the client and lane roles share a token; each role needs its own")]
+    Shared,
+}
+
 impl Secret {
     /// A token from its text; surrounding whitespace (a trailing newline in a file) is dropped.
-    pub fn new(token: &str) -> Option<Self> {
+    pub fn new(token: &str) -> Result<Self, TokenError> {
         let token = token.trim();
-        (!token.is_empty()).then(|| Self {
+        if token.len() < MIN_TOKEN_BYTES {
+            return Err(TokenError::TooShort);
+        }
+        Ok(Self {
             digest: Arc::new(Sha256::digest(token.as_bytes()).into()),
         })
+    }
+
+    /// Every token of a token file: one per line; blank lines and `#` comments are skipped.
+    pub fn from_file_text(text: &str, role: Role) -> Result<Vec<Self>, TokenError> {
+        let tokens = text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .map(Self::new)
+            .collect::<Result<Vec<_>, _>>()?;
+        if tokens.is_empty() {
+            return Err(TokenError::EmptyFile { role });
+        }
+        Ok(tokens)
     }
 
     fn matches(&self, given: &str) -> bool {
@@ -53,32 +88,90 @@ impl Role {
     }
 }
 
-/// A tonic interceptor that requires `authorization: Bearer <token>` for one role. With no
-/// token configured the role is open (the coordinator warns at start).
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The tokens each role accepts. Empty sets are refused unless `insecure_no_auth` is set.
+#[derive(Debug, Clone, Default)]
+pub struct AuthConfig {
+    pub client: Vec<Secret>,
+    pub lane: Vec<Secret>,
+    /// Serve a role with no tokens to anyone (tests and throwaway setups only).
+    pub insecure_no_auth: bool,
+}
+
+impl AuthConfig {
+    /// Both roles with one token each.
+    pub fn tokens(client: &str, lane: &str) -> Result<Self, TokenError> {
+        Ok(Self {
+            client: vec![Secret::new(client)?],
+            lane: vec![Secret::new(lane)?],
+            insecure_no_auth: false,
+        })
+    }
+
+    /// Refuses a role without tokens (unless insecure) and a token both roles accept.
+    pub fn check(&self) -> Result<(), TokenError> {
+        if !self.insecure_no_auth {
+            if self.client.is_empty() {
+                return Err(TokenError::Missing { role: Role::Client });
+            }
+            if self.lane.is_empty() {
+                return Err(TokenError::Missing { role: Role::Lane });
+            }
+        }
+        let shared = self
+            .client
+            .iter()
+            .any(|c| self.lane.iter().any(|l| c.digest == l.digest));
+        if shared {
+            return Err(TokenError::Shared);
+        }
+        Ok(())
+    }
+}
+
+/// A tonic interceptor that requires `authorization: Bearer <token>` for one role. An empty
+/// set of tokens serves the role to anyone: [`AuthConfig::check`] allows that only when the
+/// operator asked for it.
 #[derive(Debug, Clone)]
 pub struct BearerAuth {
     role: Role,
-    expected: Option<Secret>,
+    expected: Arc<[Secret]>,
 }
 
 impl BearerAuth {
-    pub fn new(role: Role, expected: Option<Secret>) -> Self {
-        Self { role, expected }
+    pub fn new(role: Role, expected: Vec<Secret>) -> Self {
+        Self {
+            role,
+            expected: expected.into(),
+        }
+    }
+
+    /// Whether any accepted token matches; every one is compared, so the time taken does
+    /// not tell which (or whether one) matched.
+    fn accepts(&self, given: &str) -> bool {
+        self.expected
+            .iter()
+            .fold(false, |ok, s| s.matches(given) | ok)
     }
 }
 
 impl tonic::service::Interceptor for BearerAuth {
     fn call(&mut self, req: Request<()>) -> Result<Request<()>, Status> {
-        let Some(expected) = &self.expected else {
+        if self.expected.is_empty() {
             return Ok(req);
-        };
+        }
         let given = req
             .metadata()
             .get("authorization")
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "));
         match given {
-            Some(token) if expected.matches(token) => Ok(req),
+            Some(token) if self.accepts(token) => Ok(req),
             Some(_) => Err(Status::unauthenticated(format!(
                 "wrong {} token",
                 self.role.name()
@@ -104,19 +197,70 @@ mod tests {
         r
     }
 
+    const TOKEN: &str = "s3cret-s3cret-s3cret";
+
     #[test]
     fn tokens_are_checked_and_never_printed() {
-        let s = Secret::new("s3cret\n").unwrap();
+        let s = Secret::new(&format!("{TOKEN}\n")).unwrap();
         assert_eq!(format!("{s:?}"), "Secret(***)");
-        let mut auth = BearerAuth::new(Role::Lane, Some(s));
-        assert!(auth.call(req(Some("Bearer s3cret"))).is_ok());
-        let e = auth.call(req(Some("Bearer s3cre"))).unwrap_err();
+        let mut auth = BearerAuth::new(Role::Lane, vec![s]);
+        assert!(auth.call(req(Some(&format!("Bearer {TOKEN}")))).is_ok());
+        let e = auth
+            .call(req(Some("Bearer s3cret-s3cret-s3cre")))
+            .unwrap_err();
         assert_eq!(e.code(), tonic::Code::Unauthenticated);
         assert!(!e.message().contains("s3cre"));
         assert!(auth.call(req(None)).is_err());
-        assert!(auth.call(req(Some("Basic s3cret"))).is_err());
-        let mut open = BearerAuth::new(Role::Client, None);
+        assert!(auth.call(req(Some(&format!("Basic {TOKEN}")))).is_err());
+        let mut open = BearerAuth::new(Role::Client, Vec::new());
         assert!(open.call(req(None)).is_ok());
-        assert!(Secret::new("  \n").is_none());
+        assert_eq!(Secret::new("  \n").unwrap_err(), TokenError::TooShort);
+        assert_eq!(
+            Secret::new("fifteen-bytes!!").unwrap_err(),
+            TokenError::TooShort
+        );
+    }
+
+    #[test]
+    fn a_role_accepts_every_token_of_its_file() {
+        let text = "# rotated on 2026-12-01\nold-token-0123456789\n\n  new-token-0123456789  \n";
+        let mut auth = BearerAuth::new(
+            Role::Client,
+            Secret::from_file_text(text, Role::Client).unwrap(),
+        );
+        assert!(auth.call(req(Some("Bearer old-token-0123456789"))).is_ok());
+        assert!(auth.call(req(Some("Bearer new-token-0123456789"))).is_ok());
+        assert!(
+            auth.call(req(Some("Bearer # rotated on 2026-12-01")))
+                .is_err()
+        );
+        assert_eq!(
+            Secret::from_file_text("# only a comment\n\n", Role::Lane).unwrap_err(),
+            TokenError::EmptyFile { role: Role::Lane }
+        );
+    }
+
+    #[test]
+    fn nothing_is_open_unless_asked_and_roles_never_share_a_token() {
+        let mut c = AuthConfig::default();
+        assert_eq!(
+            c.check().unwrap_err(),
+            TokenError::Missing { role: Role::Client }
+        );
+        c.client = vec![Secret::new("client-0123456789").unwrap()];
+        assert_eq!(
+            c.check().unwrap_err(),
+            TokenError::Missing { role: Role::Lane }
+        );
+        c.insecure_no_auth = true;
+        assert!(c.check().is_ok());
+        let same = AuthConfig::tokens("same-token-0123456789", "same-token-0123456789").unwrap();
+        assert_eq!(same.check().unwrap_err(), TokenError::Shared);
+        assert!(
+            AuthConfig::tokens("client-0123456789", "lane-0123456789ab")
+                .unwrap()
+                .check()
+                .is_ok()
+        );
     }
 }

@@ -13,7 +13,7 @@ use tonic::service::interceptor::InterceptedService;
 use lanes_common::proto::campaign_service_server::CampaignServiceServer;
 use lanes_common::proto::lane_service_server::LaneServiceServer;
 
-use crate::auth::{BearerAuth, Role, Secret};
+use crate::auth::{AuthConfig, BearerAuth, Role, TokenError};
 use crate::service::Shared;
 use crate::service::campaign::CampaignSvc;
 use crate::service::lane::LaneSvc;
@@ -22,8 +22,9 @@ use crate::store::{Clock, Store};
 /// How the coordinator runs.
 #[derive(Debug, Clone)]
 pub struct CoordinatorConfig {
-    pub client_token: Option<Secret>,
-    pub lane_token: Option<Secret>,
+    /// The tokens each role accepts; [`run`] refuses to start with a role open unless
+    /// `auth.insecure_no_auth` is set.
+    pub auth: AuthConfig,
     /// Largest request a client may send (a submit carries every task).
     pub max_client_message_bytes: usize,
     /// Largest message on a lane session.
@@ -44,8 +45,7 @@ pub struct CoordinatorConfig {
 impl Default for CoordinatorConfig {
     fn default() -> Self {
         Self {
-            client_token: None,
-            lane_token: None,
+            auth: AuthConfig::default(),
             max_client_message_bytes: 256 * 1024 * 1024,
             max_lane_message_bytes: 4 * 1024 * 1024,
             max_concurrent_streams: 1024,
@@ -64,6 +64,8 @@ impl Default for CoordinatorConfig {
 pub enum ServeError {
     #[error("grpc server failed: {0}")]
     Transport(#[from] tonic::transport::Error),
+    #[error("{0}")]
+    Auth(#[from] TokenError),
 }
 
 /// Serves until `shutdown` resolves, then stops accepting, tells lanes to reconnect, and lets
@@ -75,13 +77,14 @@ pub async fn run(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
-    if config.client_token.is_none() {
-        tracing::warn!(
-            "no client token configured: CampaignService is open to anyone who can reach it"
-        );
-    }
-    if config.lane_token.is_none() {
-        tracing::warn!("no lane token configured: LaneService is open to anyone who can reach it");
+    config.auth.check()?;
+    for (role, tokens) in [
+        (Role::Client, &config.auth.client),
+        (Role::Lane, &config.auth.lane),
+    ] {
+        if tokens.is_empty() {
+            tracing::warn!(%role, "--insecure-no-auth: this role is open to anyone who can reach the coordinator");
+        }
     }
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let (up_tx, up_rx) = tokio::sync::watch::channel(true);
@@ -137,11 +140,11 @@ pub async fn run(
         .add_service(health_service)
         .add_service(InterceptedService::new(
             campaigns,
-            BearerAuth::new(Role::Client, config.client_token.clone()),
+            BearerAuth::new(Role::Client, config.auth.client.clone()),
         ))
         .add_service(InterceptedService::new(
             lanes,
-            BearerAuth::new(Role::Lane, config.lane_token.clone()),
+            BearerAuth::new(Role::Lane, config.auth.lane.clone()),
         ))
         .serve_with_incoming_shutdown(TcpListenerStream::new(listener), signal)
         .await;
