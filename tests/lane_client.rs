@@ -63,10 +63,32 @@ impl ScriptedLane {
         worker: &str,
         host: &str,
     ) -> Result<Self, Status> {
-        let mut c = LaneServiceClient::with_interceptor(
-            channel(url).await,
-            Bearer(token.map(str::to_owned)),
-        );
+        Self::connect_on(channel(url).await, token, worker, host).await
+    }
+
+    /// Opens a session over `https://` with this CA and client certificate, and registers.
+    pub async fn connect_tls(
+        url: &str,
+        tls: &lanes_common::tls::ClientTls,
+        token: Option<&str>,
+        worker: &str,
+        host: &str,
+    ) -> Result<Self, Status> {
+        let channel = lanes_common::tls::endpoint(url, tls)
+            .expect("endpoint")
+            .connect()
+            .await
+            .map_err(|e| Status::unavailable(lanes_common::tls::explain_connect_error(url, &e)))?;
+        Self::connect_on(channel, token, worker, host).await
+    }
+
+    async fn connect_on(
+        channel: Channel,
+        token: Option<&str>,
+        worker: &str,
+        host: &str,
+    ) -> Result<Self, Status> {
+        let mut c = LaneServiceClient::with_interceptor(channel, Bearer(token.map(str::to_owned)));
         let (tx, out) = mpsc::channel(64);
         let rx = c.session(ReceiverStream::new(out)).await?.into_inner();
         let mut lane = Self {

@@ -4,6 +4,7 @@
 #![allow(unreachable_pub)]
 
 pub mod campaign_watch;
+pub mod certs;
 pub mod coordinator;
 pub mod counting_store;
 pub mod fleet;

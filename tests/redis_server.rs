@@ -15,6 +15,8 @@ pub struct RedisServer {
     pub port: u16,
     pub dir: PathBuf,
     fsync: &'static str,
+    /// A TLS port beside the plain one: (port, certificate, key, CA).
+    tls: Option<(u16, PathBuf, PathBuf, PathBuf)>,
     _tmp: Option<tempfile::TempDir>,
 }
 
@@ -40,10 +42,34 @@ impl RedisServer {
             port: free_port(),
             dir,
             fsync,
+            tls: None,
             _tmp: Some(tmp),
         };
         s.spawn();
         s
+    }
+
+    /// A durable server that also serves TLS (`rediss://`, see [`Self::tls_url`]) with this
+    /// certificate and key; clients are not asked for certificates.
+    pub fn start_tls(cert: &Path, key: &Path, ca: &Path) -> Self {
+        let tmp = tempfile::tempdir().expect("temp dir");
+        let dir = tmp.path().to_owned();
+        let mut s = Self {
+            child: None,
+            port: free_port(),
+            dir,
+            fsync: "always",
+            tls: Some((free_port(), cert.to_owned(), key.to_owned(), ca.to_owned())),
+            _tmp: Some(tmp),
+        };
+        s.spawn();
+        s
+    }
+
+    /// The `rediss://` URL of a server started with [`Self::start_tls`].
+    pub fn tls_url(&self) -> String {
+        let (port, ..) = self.tls.as_ref().expect("a TLS server");
+        format!("rediss://127.0.0.1:{port}/")
     }
 
     pub fn url(&self) -> String {
@@ -51,7 +77,18 @@ impl RedisServer {
     }
 
     fn spawn(&mut self) {
-        let child = Command::new("redis-server")
+        let mut cmd = Command::new("redis-server");
+        if let Some((port, cert, key, ca)) = &self.tls {
+            cmd.args(["--tls-port", &port.to_string()])
+                .arg("--tls-cert-file")
+                .arg(cert)
+                .arg("--tls-key-file")
+                .arg(key)
+                .arg("--tls-ca-cert-file")
+                .arg(ca)
+                .args(["--tls-auth-clients", "no"]);
+        }
+        let child = cmd
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .arg("--dir")
             .arg(&self.dir)

@@ -17,6 +17,7 @@ use lanes_common::proto::campaign_service_client::CampaignServiceClient;
 
 use crate::exit::Code;
 use crate::local_api::LocalApi;
+use lanes_common::tls::{ClientTls, endpoint, explain_connect_error};
 
 /// Where client commands go.
 #[derive(clap::Args, Debug, Clone)]
@@ -34,6 +35,8 @@ pub(crate) struct Target {
     /// A file holding the client role's token (its first line is used).
     #[arg(long, env = "LANES_CLIENT_TOKEN_FILE")]
     token_file: Option<PathBuf>,
+    #[command(flatten)]
+    tls: crate::tls_args::TlsArgs,
     /// Use the `lanes run` data directory instead: its running API, or its store.
     #[arg(long)]
     data_dir: Option<PathBuf>,
@@ -50,12 +53,11 @@ pub(crate) struct Session {
     _local: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
-async fn connect(url: &str, token: Option<String>) -> anyhow::Result<Client> {
-    let channel = Channel::from_shared(url.to_owned())
-        .context("bad coordinator url")?
+async fn connect(url: &str, token: Option<String>, tls: &ClientTls) -> anyhow::Result<Client> {
+    let channel = endpoint(url, tls)?
         .connect()
         .await
-        .with_context(|| format!("cannot reach the coordinator at {url}"))?;
+        .map_err(|e| anyhow::anyhow!(explain_connect_error(url, &e)))?;
     let header: Option<MetadataValue<_>> = match token {
         Some(t) => Some(
             format!("Bearer {t}")
@@ -83,12 +85,13 @@ impl Target {
                 lanes_coordinator::auth::Role::Client,
             )?;
             return Ok(Session {
-                client: connect(&self.coordinator, token).await?,
+                client: connect(&self.coordinator, token, &self.tls.load()?).await?,
                 _local: None,
             });
         };
         if let Some(api) = LocalApi::read(dir)
-            && let Ok(client) = connect(&api.url, Some(api.client_token)).await
+            && let Ok(client) =
+                connect(&api.url, Some(api.client_token), &ClientTls::default()).await
         {
             return Ok(Session {
                 client,
@@ -124,7 +127,7 @@ impl Target {
             },
         ));
         Ok(Session {
-            client: connect(&url, Some(client_token)).await?,
+            client: connect(&url, Some(client_token), &ClientTls::default()).await?,
             _local: Some(tx),
         })
     }
@@ -132,7 +135,7 @@ impl Target {
 
 /// A gRPC failure as an exit code and a message on stderr.
 pub(crate) fn report_status(s: &tonic::Status) -> Code {
-    eprintln!("lanes: {}", s.message());
+    eprintln!("lanes: {}", lanes_common::tls::explain_status(s));
     if s.code() == tonic::Code::FailedPrecondition
         && let Ok(details) = pb::SubmitResponse::decode(s.details())
     {

@@ -10,6 +10,7 @@ use serde::Deserialize;
 use lanes_coordinator::CoordinatorConfig;
 use lanes_coordinator::auth::{AuthConfig, Role};
 use lanes_coordinator::store::{EmbeddedStore, RedisOptions, RedisStore, Store, SystemClock};
+use lanes_coordinator::tls::ServerTls;
 
 use crate::exit::Code;
 use crate::tokens;
@@ -38,6 +39,19 @@ pub(crate) struct Args {
     /// `WAIT n` replicas after each Redis commit.
     #[arg(long, env = "LANES_REDIS_WAIT")]
     redis_wait: Option<u32>,
+    /// The CA (PEM) of a rediss:// server's certificate [default: the system roots].
+    #[arg(long, env = "LANES_REDIS_TLS_CA")]
+    redis_tls_ca: Option<PathBuf>,
+    /// Serve TLS with this certificate chain (PEM); needs --tls-key.
+    #[arg(long, env = "LANES_TLS_CERT", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The key (PEM) of --tls-cert.
+    #[arg(long, env = "LANES_TLS_KEY", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Mutual TLS: lane sessions must present a certificate signed by this CA (PEM) whose
+    /// subject CN is their worker id.
+    #[arg(long, env = "LANES_TLS_CLIENT_CA", requires = "tls_cert")]
+    tls_client_ca: Option<PathBuf>,
     /// Bearer token of the client role (prefer --client-token-file).
     #[arg(long, env = "LANES_CLIENT_TOKEN", hide_env_values = true)]
     client_token: Option<String>,
@@ -73,6 +87,10 @@ struct FileConfig {
     #[serde(default)]
     allow_lossy_store: bool,
     redis_wait: Option<u32>,
+    redis_tls_ca: Option<PathBuf>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+    tls_client_ca: Option<PathBuf>,
     client_token_file: Option<PathBuf>,
     lane_token_file: Option<PathBuf>,
     #[serde(default)]
@@ -108,6 +126,31 @@ fn auth_config(args: &Args, file: &FileConfig) -> anyhow::Result<AuthConfig> {
     Ok(auth)
 }
 
+fn read_pem(path: &std::path::Path, what: &str) -> anyhow::Result<Vec<u8>> {
+    std::fs::read(path).with_context(|| format!("cannot read the {what} {}", path.display()))
+}
+
+/// The server's TLS from its files; plaintext when no certificate is given.
+fn server_tls(
+    cert: Option<PathBuf>,
+    key: Option<PathBuf>,
+    client_ca: Option<PathBuf>,
+) -> anyhow::Result<Option<ServerTls>> {
+    match (cert, key) {
+        (Some(cert), Some(key)) => Ok(Some(ServerTls {
+            cert_pem: read_pem(&cert, "TLS certificate")?,
+            key_pem: read_pem(&key, "TLS key")?,
+            client_ca_pem: client_ca
+                .map(|p| read_pem(&p, "TLS client CA"))
+                .transpose()?,
+        })),
+        (None, None) if client_ca.is_none() => Ok(None),
+        _ => {
+            anyhow::bail!("TLS needs both tls_cert and tls_key (and tls_client_ca only with them)")
+        }
+    }
+}
+
 pub(crate) fn run(args: Args) -> anyhow::Result<Code> {
     crate::logging::init();
     let file: FileConfig = match &args.config {
@@ -137,8 +180,19 @@ pub(crate) fn run(args: Args) -> anyhow::Result<Code> {
         .unwrap_or_else(|| "127.0.0.1:7700".parse().expect("valid default"));
     let redis = args.redis.or(file.redis);
     let data_dir = args.data_dir.or(file.data_dir);
+    let tls = server_tls(
+        args.tls_cert.or(file.tls_cert),
+        args.tls_key.or(file.tls_key),
+        args.tls_client_ca.or(file.tls_client_ca),
+    )?;
+    let redis_tls_ca = args
+        .redis_tls_ca
+        .or(file.redis_tls_ca)
+        .map(|p| read_pem(&p, "Redis CA file"))
+        .transpose()?;
     let config = CoordinatorConfig {
         auth,
+        tls,
         reaper_start_delay: args
             .reaper_delay_s
             .or(file.reaper_delay_s)
@@ -162,6 +216,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<Code> {
     let opts = RedisOptions {
         allow_lossy: args.allow_lossy_store || file.allow_lossy_store,
         wait_replicas: args.redis_wait.or(file.redis_wait),
+        tls_ca_pem: redis_tls_ca,
     };
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async move {

@@ -10,6 +10,7 @@ mod logging;
 mod progress;
 mod run;
 mod schedule;
+mod tls_args;
 mod tokens;
 mod worker;
 

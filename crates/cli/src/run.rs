@@ -136,6 +136,7 @@ async fn run_async(args: Args, campaign: spec::Campaign) -> anyhow::Result<Code>
     let worker = WorkerConfig {
         coordinators: vec![api.url.clone()],
         token: Some(api.lane_token.clone()),
+        tls: Default::default(),
         worker_id: "local".into(),
         host,
         lanes: args.lanes.max(1),

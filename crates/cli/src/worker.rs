@@ -41,6 +41,8 @@ pub(crate) struct Args {
     /// A file holding the lane role's token (its first line is used).
     #[arg(long, env = "LANES_LANE_TOKEN_FILE")]
     token_file: Option<PathBuf>,
+    #[command(flatten)]
+    tls: crate::tls_args::TlsArgs,
     /// This worker's id, stable across restarts so a restarted lane can tear down what its
     /// earlier process left behind [default: the host name]. Two workers on one host need
     /// distinct ids.
@@ -94,6 +96,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<Code> {
             args.token_file.as_deref(),
             lanes_coordinator::auth::Role::Lane,
         )?,
+        tls: args.tls.load()?,
         worker_id,
         host,
         lanes: args.lanes.max(1),

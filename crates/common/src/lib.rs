@@ -16,6 +16,7 @@ pub mod spec;
 pub mod spec_hash;
 pub mod state;
 pub mod stats;
+pub mod tls;
 pub mod utc;
 
 pub use ids::{ArmId, CampaignId, IdError, TaskId, Token, TrialId};

@@ -37,6 +37,7 @@ impl InProcessCoordinator {
                 shutdown: shutdown_rx,
                 workers: Default::default(),
                 store_up: store_up_rx,
+                mutual_tls: false,
                 leases: crate::service::leases::Leases::new(),
             },
             shutdown,
@@ -50,7 +51,7 @@ impl InProcessCoordinator {
     where
         S: Stream<Item = Result<pb::WorkerMessage, Status>> + Unpin + Send + 'static,
     {
-        ReceiverStream::new(serve_session(self.shared.clone(), inbound))
+        ReceiverStream::new(serve_session(self.shared.clone(), inbound, None))
     }
 
     /// Whether this replica reaches its store: while it does not, sessions get GoAway.

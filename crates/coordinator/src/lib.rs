@@ -6,6 +6,7 @@
 //!   has one, or the most telling reason why none has;
 //! - [`run`]: the gRPC server (CampaignService, LaneService, health) with the reaper and the
 //!   store watch that sends lane sessions away while the store is unreachable;
+//! - [`tls`]: the server's TLS, and mutual TLS binding a worker id to its certificate;
 //! - [`InProcessCoordinator`]: one replica's lane sessions served over channels, for tests that
 //!   run a worker in the same process.
 
@@ -19,6 +20,7 @@ mod server;
 mod service;
 pub mod store;
 mod store_health;
+pub mod tls;
 mod wire;
 
 pub use in_process::InProcessCoordinator;

@@ -40,6 +40,8 @@ pub struct CoordinatorConfig {
     pub reaper_start_delay: Duration,
     /// How the replica watches its store (lane sessions get GoAway while it is down).
     pub store_watch: crate::store_health::StoreWatch,
+    /// Serve TLS (and, with a client CA, mutual TLS for lane sessions); plaintext when `None`.
+    pub tls: Option<crate::tls::ServerTls>,
 }
 
 impl Default for CoordinatorConfig {
@@ -55,6 +57,7 @@ impl Default for CoordinatorConfig {
             reap_every: Duration::from_secs(1),
             reaper_start_delay: Duration::from_secs(30),
             store_watch: Default::default(),
+            tls: None,
         }
     }
 }
@@ -101,6 +104,10 @@ pub async fn run(
         shutdown: stop_rx.clone(),
         workers: Default::default(),
         store_up: up_rx,
+        mutual_tls: config
+            .tls
+            .as_ref()
+            .is_some_and(|t| t.client_ca_pem.is_some()),
         leases: crate::service::leases::Leases::new(),
     };
     let warm = shared.clone();
@@ -124,16 +131,23 @@ pub async fn run(
     })
     .max_decoding_message_size(config.max_client_message_bytes)
     .max_encoding_message_size(config.max_client_message_bytes);
-    let lanes = LaneServiceServer::new(LaneSvc { shared })
-        .max_decoding_message_size(config.max_lane_message_bytes)
-        .max_encoding_message_size(config.max_lane_message_bytes);
+    let lanes = LaneServiceServer::new(LaneSvc {
+        shared,
+        identity: None,
+    })
+    .max_decoding_message_size(config.max_lane_message_bytes)
+    .max_encoding_message_size(config.max_lane_message_bytes);
 
     let signal = async move {
         shutdown.await;
         tracing::info!("shutting down: telling sessions to reconnect");
         let _ = stop_tx.send(true);
     };
-    let served = tonic::transport::Server::builder()
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(tls) = &config.tls {
+        builder = builder.tls_config(tls.config())?;
+    }
+    let served = builder
         .max_concurrent_streams(Some(config.max_concurrent_streams))
         .http2_keepalive_interval(Some(config.keepalive_interval))
         .http2_keepalive_timeout(Some(config.keepalive_timeout))

@@ -34,6 +34,8 @@ const OUTCOME_RETRY_MS: u64 = 1_000;
 
 pub(crate) struct LaneSvc {
     pub(crate) shared: Shared,
+    /// The worker id this session's client certificate names, under mutual TLS.
+    pub(crate) identity: Option<String>,
 }
 
 /// What a worker said about itself.
@@ -343,6 +345,15 @@ impl LaneSvc {
             if r.host.is_empty() || r.host.len() > 256 {
                 return Err(bad_field("register.host", "must be 1 to 256 characters"));
             }
+            if let Some(cn) = &self.identity
+                && *cn != r.worker_id
+            {
+                tracing::warn!(worker = %r.worker_id.escape_debug(), certificate = %cn.escape_debug(), host = %r.host.escape_debug(), "refused: the worker id is not the one its client certificate names");
+                return Err(Status::permission_denied(format!(
+                    "worker id {:?} is not the subject of this session's client certificate ({cn:?})",
+                    r.worker_id
+                )));
+            }
             let arms = if r.arms.is_empty() {
                 None
             } else {
@@ -391,6 +402,7 @@ impl LaneSvc {
                 // would expire under load. Each credit still gets exactly one answer.
                 let svc = LaneSvc {
                     shared: self.shared.clone(),
+                    identity: self.identity.clone(),
                 };
                 let out = out.clone();
                 tokio::spawn(async move {
@@ -452,7 +464,8 @@ impl LaneService for LaneSvc {
         &self,
         request: Request<Streaming<pb::WorkerMessage>>,
     ) -> Result<Response<Self::SessionStream>, Status> {
-        let rx = serve_session(self.shared.clone(), request.into_inner());
+        let identity = crate::tls::lane_identity(&request, self.shared.mutual_tls)?;
+        let rx = serve_session(self.shared.clone(), request.into_inner(), identity);
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 }
@@ -460,15 +473,19 @@ impl LaneService for LaneSvc {
 /// Serves one lane session: reads the worker's messages from `inbound` and answers on the
 /// returned channel until either side ends it. The gRPC handler and the in-process
 /// coordinator both run sessions through here.
+///
+/// `identity` is the worker id the session's client certificate names (mutual TLS): the
+/// worker must register under it.
 pub(crate) fn serve_session<S>(
     shared: Shared,
     mut inbound: S,
+    identity: Option<String>,
 ) -> mpsc::Receiver<Result<pb::CoordinatorMessage, Status>>
 where
     S: Stream<Item = Result<pb::WorkerMessage, Status>> + Unpin + Send + 'static,
 {
     let (tx, rx) = mpsc::channel(64);
-    let svc = LaneSvc { shared };
+    let svc = LaneSvc { shared, identity };
     tokio::spawn(async move {
         let mut worker = None;
         let mut shutdown = svc.shared.shutdown.clone();

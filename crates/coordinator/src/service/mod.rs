@@ -25,6 +25,8 @@ pub(crate) struct Shared {
     pub(crate) workers: Arc<workers::Registry>,
     /// `true` while this replica reaches its store; lane sessions leave when it turns false.
     pub(crate) store_up: tokio::sync::watch::Receiver<bool>,
+    /// Lane sessions must present a client certificate naming their worker id.
+    pub(crate) mutual_tls: bool,
     /// Issues and checks the lease secrets that bind a lease to its worker.
     pub(crate) leases: Arc<leases::Leases>,
 }

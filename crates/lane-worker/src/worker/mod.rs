@@ -19,6 +19,8 @@ pub struct WorkerConfig {
     pub coordinators: Vec<String>,
     /// The lane role's bearer token. Never logged.
     pub token: Option<String>,
+    /// The CA and client certificate for `https://` coordinators.
+    pub tls: lanes_common::tls::ClientTls,
     pub worker_id: String,
     pub host: String,
     pub lanes: u32,
@@ -58,7 +60,11 @@ pub async fn run(
     config: WorkerConfig,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), WorkerError> {
-    let link = link::GrpcLink::new(config.coordinators.clone(), config.token.clone());
+    let link = link::GrpcLink::new(
+        config.coordinators.clone(),
+        config.token.clone(),
+        config.tls.clone(),
+    );
     run_with_link(config, std::sync::Arc::new(link), shutdown).await
 }
 

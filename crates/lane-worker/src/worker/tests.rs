@@ -59,6 +59,7 @@ impl Rig {
             })
             .collect();
         let config = WorkerConfig {
+            tls: Default::default(),
             coordinators: Vec::new(),
             token: None,
             worker_id: worker_id.to_owned(),

@@ -120,6 +120,8 @@ pub struct RedisOptions {
     pub allow_lossy: bool,
     /// `WAIT n` after each commit.
     pub wait_replicas: Option<u32>,
+    /// The CA (PEM) of a `rediss://` server's certificate; the system roots when `None`.
+    pub tls_ca_pem: Option<Vec<u8>>,
 }
 
 /// The store on Redis.
@@ -152,8 +154,22 @@ pub enum Durability {
 impl RedisStore {
     /// Connects, loads the commit script and checks durability.
     pub async fn connect(url: &str, opts: RedisOptions) -> Result<Self, StoreError> {
-        let client = redis::Client::open(url)
-            .map_err(|e| StoreError::Backend(format!("bad redis url: {e}")))?;
+        let client = match &opts.tls_ca_pem {
+            Some(_) if !url.starts_with("rediss://") => {
+                return Err(StoreError::Backend(
+                    "a Redis TLS CA is given but the url is not rediss://".into(),
+                ));
+            }
+            Some(ca) => redis::Client::build_with_tls(
+                url,
+                redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(ca.clone()),
+                },
+            ),
+            None => redis::Client::open(url),
+        }
+        .map_err(|e| StoreError::Backend(format!("bad redis url: {e}")))?;
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(Duration::from_secs(2)))
             .set_response_timeout(Some(Duration::from_secs(10)))

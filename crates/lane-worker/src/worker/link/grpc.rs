@@ -8,11 +8,11 @@ use tokio::sync::mpsc;
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::metadata::MetadataValue;
-use tonic::transport::Channel;
 
 use lanes_common::proto as pb;
 use lanes_common::proto::lane_service_client::LaneServiceClient;
 use lanes_common::proto::worker_message::Msg as In;
+use lanes_common::tls::{ClientTls, endpoint, explain_connect_error, explain_status};
 
 use super::{CoordinatorLink, LinkFuture, LinkSession};
 
@@ -22,28 +22,30 @@ const KEEPALIVE_EVERY: Duration = Duration::from_secs(2);
 const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(3);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Dials coordinator replicas by URL, e.g. `http://127.0.0.1:7700`.
+/// Dials coordinator replicas by URL, e.g. `http://127.0.0.1:7700` or `https://coord:7700`.
 pub struct GrpcLink {
     addrs: Vec<String>,
     /// The lane role's bearer token. Never logged.
     token: Option<String>,
+    /// The CA and client certificate for `https://` replicas.
+    tls: ClientTls,
 }
 
 impl GrpcLink {
-    pub fn new(addrs: Vec<String>, token: Option<String>) -> Self {
-        Self { addrs, token }
+    pub fn new(addrs: Vec<String>, token: Option<String>, tls: ClientTls) -> Self {
+        Self { addrs, token, tls }
     }
 
     async fn connect(&self, addr: &str, register: pb::Register) -> Result<LinkSession, String> {
-        let channel = Channel::from_shared(addr.to_owned())
-            .map_err(|e| format!("bad coordinator url: {e}"))?
+        let channel = endpoint(addr, &self.tls)
+            .map_err(|e| e.to_string())?
             .connect_timeout(CONNECT_TIMEOUT)
             .http2_keep_alive_interval(KEEPALIVE_EVERY)
             .keep_alive_timeout(KEEPALIVE_TIMEOUT)
             .keep_alive_while_idle(true)
             .connect()
             .await
-            .map_err(|e| format!("cannot connect to {addr}: {e}"))?;
+            .map_err(|e| explain_connect_error(addr, &e))?;
         let token: Option<MetadataValue<_>> = match &self.token {
             Some(t) => Some(
                 format!("Bearer {t}")
@@ -68,7 +70,7 @@ impl GrpcLink {
         let inbound = client
             .session(ReceiverStream::new(rx))
             .await
-            .map_err(|s| format!("session refused: {} ({:?})", s.message(), s.code()))?
+            .map_err(|s| format!("session refused: {} ({:?})", explain_status(&s), s.code()))?
             .into_inner()
             .map(|m| m.map_err(|s| format!("session ended: {} ({:?})", s.message(), s.code())));
         Ok(LinkSession {
