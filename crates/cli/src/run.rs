@@ -150,6 +150,7 @@ async fn run_async(args: Args, campaign: spec::Campaign) -> anyhow::Result<Code>
         cancel_grace: Duration::from_secs(30),
         guest_poll: Duration::from_secs(1),
         guest_grace: Duration::from_secs(60),
+        http: Default::default(),
     };
     let (stop_worker, worker_stopped) = tokio::sync::oneshot::channel::<()>();
     let worker = tokio::spawn(lanes_worker::run(worker, async {

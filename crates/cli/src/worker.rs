@@ -6,6 +6,7 @@ use std::time::Duration;
 use anyhow::Context;
 
 use lanes_worker::WorkerConfig;
+use lanes_worker::http::HttpOptions;
 
 use crate::exit::Code;
 
@@ -65,6 +66,20 @@ pub(crate) struct Args {
     /// `guest_lost`.
     #[arg(long, default_value_t = 60)]
     guest_grace_s: u64,
+    /// A PEM file of the CA certificates trusted for `https` task APIs (`http_agent`) and
+    /// guest health URLs. Without it, no `https` server is trusted. To trust the public
+    /// roots, give the system bundle (e.g. /etc/ssl/certs/ca-certificates.crt).
+    #[arg(long, env = "LANES_HTTP_CA")]
+    http_ca: Option<PathBuf>,
+    /// Seconds to open a connection to a task API or a health URL.
+    #[arg(long, default_value_t = 5)]
+    http_connect_timeout_s: u64,
+    /// Seconds one task API request may take, its answer included.
+    #[arg(long, default_value_t = 30)]
+    http_timeout_s: u64,
+    /// Longest task API answer read, in bytes; a longer one is a harness error.
+    #[arg(long, default_value_t = lanes_worker::http::DEFAULT_MAX_BODY)]
+    http_max_body_bytes: usize,
 }
 
 fn hostname() -> String {
@@ -112,6 +127,12 @@ pub(crate) fn run(args: Args) -> anyhow::Result<Code> {
         cancel_grace: Duration::from_secs(args.cancel_grace_s),
         guest_poll: Duration::from_secs(1),
         guest_grace: Duration::from_secs(args.guest_grace_s),
+        http: HttpOptions {
+            ca_file: args.http_ca,
+            connect_timeout: Duration::from_secs(args.http_connect_timeout_s.max(1)),
+            request_timeout: Duration::from_secs(args.http_timeout_s.max(1)),
+            max_body: args.http_max_body_bytes,
+        },
     };
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async move {

@@ -2,78 +2,112 @@
 //! `POST /api/tasks`, then `GET /api/tasks/{id}` until `completed`, `failed`, `cancelled` or
 //! `rejected_duplicate`, and `POST /api/tasks/{id}/cancel` when the lane cancels (at the task
 //! timeout, on a lost lease, on a campaign cancel). An arm chooses it with
-//! `config = { http_agent = "http://host:port" }`; boot, reset and evaluate still go to the
-//! driver.
+//! `config = { http_agent = "http://host:port" }` (or `https://`, trusted through the worker's
+//! CA file); boot, reset and evaluate still go to the driver.
 //!
 //! The API's terminal status and reason map to the row's status and `runtime_outcome`, so a
 //! budget stop stays visible as `runtime_outcome = budget_exhausted` rather than hidden as a
 //! plain completion.
+//!
+//! The API is the agent's side, so nothing it says is trusted: the task id it hands back is
+//! escaped as one path segment, a redirect is refused, and whatever of its answers reaches a
+//! row is scrubbed of the attempt's secrets and cut short.
 
 use std::time::Duration;
 
+use reqwest::{Method, Url};
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 use lanes_common::row::FailureKind;
 
 use crate::driver::protocol::{AgentParams, AgentResult, AgentStatus};
-use crate::watchdog::HealthUrl;
+use crate::http::{HttpClient, Reply, parse_url, shown};
+use crate::redact::quote;
 
 /// How long a cancelled task may take to reach a terminal status.
 const CANCEL_WAIT: Duration = Duration::from_secs(60);
-/// Longest response body read from the task API.
-const MAX_BODY: usize = 1024 * 1024;
+/// Longest piece of a response (an error body, a redirect target, a reason) quoted into a row.
+const QUOTE_MAX: usize = 1024;
+/// Longest error text the adapter puts into a row.
+const ERROR_MAX: usize = 2048;
+/// Longest task id accepted from the API.
+const ID_MAX: usize = 256;
 
-/// One HTTP/1.1 request with a JSON body; returns the status code and the parsed body.
-async fn request(
-    base: &HealthUrl,
-    method: &str,
-    path: &str,
-    body: Option<&Value>,
-) -> Result<(u16, Value), String> {
-    let io = async {
-        let mut s = TcpStream::connect((base.host.as_str(), base.port))
+/// The task API of one attempt: its client, base URL and the attempt's secrets (scrubbed from
+/// everything quoted from the API).
+struct TaskApi<'a> {
+    http: &'a HttpClient,
+    base: Url,
+    secrets: &'a [String],
+}
+
+impl TaskApi<'_> {
+    /// `base` with its path replaced by `segments`, each escaped as one path segment (a `/`,
+    /// `?` or `#` in a task id stays inside its segment).
+    fn url(&self, segments: &[&str]) -> Url {
+        let mut url = self.base.clone();
+        url.set_query(None);
+        url.set_fragment(None);
+        url.path_segments_mut()
+            .expect("http(s) urls have a path")
+            .clear()
+            .extend(segments);
+        url
+    }
+
+    /// Text from the API, scrubbed and cut for a row.
+    fn quote(&self, text: &str) -> String {
+        quote(text, self.secrets, QUOTE_MAX)
+    }
+
+    /// One call; `Ok` only for a 2xx answer, with its body parsed as JSON (empty: null).
+    async fn call(&self, method: Method, url: Url, body: Option<&Value>) -> Result<Value, String> {
+        let what = format!("task api {method} {}", shown(&url));
+        let reply = self
+            .http
+            .send(method, url, body)
             .await
-            .map_err(|e| format!("task api unreachable: {e}"))?;
-        let payload = body.map(|b| b.to_string()).unwrap_or_default();
-        let req = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{payload}",
-            base.host,
-            payload.len()
-        );
-        s.write_all(req.as_bytes())
-            .await
-            .map_err(|e| e.to_string())?;
-        let mut buf = Vec::new();
-        let mut chunk = [0u8; 8192];
-        loop {
-            let n = s.read(&mut chunk).await.map_err(|e| e.to_string())?;
-            if n == 0 {
-                break;
-            }
-            buf.extend_from_slice(&chunk[..n]);
-            if buf.len() > MAX_BODY {
-                return Err("task api answer too large".to_owned());
-            }
+            .map_err(|e| format!("{what}: {e}"))?;
+        let Reply {
+            status,
+            location,
+            body,
+        } = reply;
+        if status.is_redirection() {
+            let to = self.quote(location.as_deref().unwrap_or("nowhere"));
+            return Err(format!(
+                "{what}: http {}: a redirect to {to:?}, which is not followed; give the final url in http_agent",
+                status.as_u16()
+            ));
         }
-        let text = String::from_utf8_lossy(&buf);
-        let (head, body) = text.split_once("\r\n\r\n").ok_or("malformed http answer")?;
-        let code: u16 = head
-            .split_whitespace()
-            .nth(1)
-            .and_then(|c| c.parse().ok())
-            .ok_or("malformed http status line")?;
-        let value = if body.trim().is_empty() {
-            Value::Null
-        } else {
-            serde_json::from_str(body).map_err(|e| format!("task api answered non-json: {e}"))?
-        };
-        Ok((code, value))
+        if !status.is_success() {
+            let text = self.quote(&String::from_utf8_lossy(&body));
+            return Err(format!("{what}: http {}: {text}", status.as_u16()));
+        }
+        if body.iter().all(u8::is_ascii_whitespace) {
+            return Ok(Value::Null);
+        }
+        serde_json::from_slice(&body).map_err(|e| format!("{what}: answered non-json: {e}"))
+    }
+}
+
+/// The task id in a create answer: a string or a number, non-empty, at most [`ID_MAX`] bytes,
+/// without control characters, and not `.` or `..` (which a URL path would swallow).
+fn task_id(created: &Value) -> Result<String, &'static str> {
+    let id = match created.get("id") {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Number(n)) if n.is_u64() => n.to_string(),
+        _ => return Err("task api created a task without an id"),
     };
-    tokio::time::timeout(Duration::from_secs(30), io)
-        .await
-        .map_err(|_| "task api did not answer within 30s".to_owned())?
+    if id.is_empty()
+        || id.len() > ID_MAX
+        || id == "."
+        || id == ".."
+        || id.chars().any(char::is_control)
+    {
+        return Err("task api created a task with an unusable id");
+    }
+    Ok(id)
 }
 
 fn infra(error: String) -> AgentResult {
@@ -136,17 +170,43 @@ fn terminal(task: &Value, cancelled_by_us: bool) -> Option<AgentResult> {
     })
 }
 
-/// Runs one agent task to its end. `cancel` flips to true when the lane cancels.
+/// Runs one agent task to its end. `cancel` flips to true when the lane cancels. `secrets`
+/// are scrubbed from everything quoted from the API before it is cut for the row.
 pub async fn run(
+    http: &HttpClient,
     base: &str,
+    params: &AgentParams,
+    cancel: tokio::sync::watch::Receiver<bool>,
+    poll: Duration,
+    secrets: &[String],
+) -> AgentResult {
+    let mut result = match parse_url(base) {
+        Ok(base) => {
+            let api = TaskApi {
+                http,
+                base,
+                secrets,
+            };
+            drive(&api, params, cancel, poll).await
+        }
+        Err(e) => infra(e.to_string()),
+    };
+    if let Some(e) = result.error.as_mut() {
+        *e = quote(e, secrets, ERROR_MAX);
+    }
+    if let Some(r) = result.runtime_outcome.as_mut() {
+        *r = quote(r, secrets, QUOTE_MAX);
+    }
+    result
+}
+
+/// Creates the task, polls it to a terminal status, and cancels it when the lane says so.
+async fn drive(
+    api: &TaskApi<'_>,
     params: &AgentParams,
     mut cancel: tokio::sync::watch::Receiver<bool>,
     poll: Duration,
 ) -> AgentResult {
-    let base = match HealthUrl::parse(base) {
-        Ok(b) => b,
-        Err(e) => return infra(e),
-    };
     let body = json!({
         "task": params.task,
         "arm": params.arm,
@@ -158,32 +218,34 @@ pub async fn run(
         "max_cost_usd": params.max_cost_usd,
         "tag": params.attempt.tag,
     });
-    let id = match request(&base, "POST", "/api/tasks", Some(&body)).await {
-        Ok((code, v)) if (200..300).contains(&code) => match v.get("id").and_then(|i| {
-            i.as_str()
-                .map(str::to_owned)
-                .or_else(|| i.as_u64().map(|n| n.to_string()))
-        }) {
-            Some(id) => id,
-            None => return infra("task api created a task without an id".into()),
-        },
-        Ok((code, v)) => return infra(format!("task api refused the task: http {code}: {v}")),
+    let created = match api
+        .call(Method::POST, api.url(&["api", "tasks"]), Some(&body))
+        .await
+    {
+        Ok(v) => v,
         Err(e) => return infra(e),
     };
+    let id = match task_id(&created) {
+        Ok(id) => id,
+        Err(e) => return infra(e.to_owned()),
+    };
+    let task_url = api.url(&["api", "tasks", &id]);
     let mut cancelled: Option<tokio::time::Instant> = None;
     loop {
-        match request(&base, "GET", &format!("/api/tasks/{id}"), None).await {
-            Ok((200, task)) => {
+        match api.call(Method::GET, task_url.clone(), None).await {
+            Ok(task) => {
                 if let Some(r) = terminal(&task, cancelled.is_some()) {
                     return r;
                 }
             }
-            Ok((code, v)) => return infra(format!("task api: http {code}: {v}")),
             Err(e) => return infra(e),
         }
         if cancelled.is_some_and(|at| at.elapsed() > CANCEL_WAIT) {
             // The API never confirmed the cancel: stop waiting, say so.
-            let mut r = infra(format!("task api did not confirm the cancel of task {id}"));
+            let mut r = infra(format!(
+                "task api did not confirm the cancel of task {:?}",
+                api.quote(&id)
+            ));
             r.status = AgentStatus::Cancelled;
             r.failure_kind = None;
             r.runtime_outcome = Some("cancel_unconfirmed".into());
@@ -194,7 +256,8 @@ pub async fn run(
             changed = cancel.changed(), if cancelled.is_none() => {
                 if changed.is_ok() && *cancel.borrow() {
                     cancelled = Some(tokio::time::Instant::now());
-                    if let Err(e) = request(&base, "POST", &format!("/api/tasks/{id}/cancel"), None).await {
+                    let url = api.url(&["api", "tasks", &id, "cancel"]);
+                    if let Err(e) = api.call(Method::POST, url, None).await {
                         tracing::warn!(error = %e, "task api cancel failed");
                     }
                 }
@@ -204,38 +267,4 @@ pub async fn run(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn terminal_statuses_map_to_rows() {
-        let r = terminal(
-            &json!({"status": "completed", "reason": "budget_exhausted", "turns": 7}),
-            false,
-        )
-        .unwrap();
-        assert_eq!(r.status, AgentStatus::Completed);
-        assert_eq!(r.runtime_outcome.as_deref(), Some("budget_exhausted"));
-        assert_eq!(r.turns, Some(7));
-        let r = terminal(&json!({"status": "failed"}), false).unwrap();
-        assert_eq!(
-            (r.status, r.runtime_outcome.as_deref()),
-            (AgentStatus::AgentError, Some("failed"))
-        );
-        assert_eq!(
-            terminal(&json!({"status": "cancelled"}), true)
-                .unwrap()
-                .status,
-            AgentStatus::Cancelled
-        );
-        assert_eq!(
-            terminal(&json!({"status": "cancelled"}), false)
-                .unwrap()
-                .status,
-            AgentStatus::AgentError
-        );
-        let r = terminal(&json!({"status": "rejected_duplicate"}), false).unwrap();
-        assert_eq!(r.status, AgentStatus::InfraError);
-        assert!(terminal(&json!({"status": "running"}), false).is_none());
-    }
-}
+mod tests;

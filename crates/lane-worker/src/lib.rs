@@ -3,6 +3,8 @@
 //! - [`driver`]: the driver protocol, its line codec and the driver child process;
 //! - [`lifecycle`]: the attempt lifecycle, a pure state machine;
 //! - [`outbox`]: outcomes on disk until the coordinator acknowledges them;
+//! - [`http`]: the HTTP client of the task API adapter ([`http_agent`]) and the guest
+//!   [`watchdog`];
 //! - [`worker`]: the supervisor and lane actors, and [`run`];
 //! - [`sim`]: the built-in deterministic sim driver (`lanes driver sim`).
 
@@ -14,10 +16,12 @@ pub mod driver {
 }
 pub mod ack_log;
 pub mod artifacts;
+pub mod http;
 pub mod http_agent;
 pub mod lease_journal;
 pub mod lifecycle;
 pub mod outbox;
+pub(crate) mod redact;
 pub mod sim;
 pub mod watchdog;
 pub mod worker;

@@ -44,6 +44,8 @@ pub struct WorkerConfig {
     pub guest_poll: Duration,
     /// How long the guest may stay unreachable before the attempt is `guest_lost`.
     pub guest_grace: Duration,
+    /// The HTTP client's trust and bounds, for task APIs and guest health URLs.
+    pub http: crate::http::HttpOptions,
 }
 
 /// Why the worker could not run.
@@ -75,11 +77,14 @@ pub async fn run_with_link(
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), WorkerError> {
     use ractor::Actor;
+    let http = crate::http::HttpClient::new(&config.http)
+        .map_err(|e| WorkerError::Start(format!("http client: {e}")))?;
     let config = std::sync::Arc::new(config);
     let (sup, handle) = Actor::spawn(
         Some(format!("worker:{}", config.worker_id)),
         supervisor::Supervisor {
             config: config.clone(),
+            http,
         },
         (),
     )

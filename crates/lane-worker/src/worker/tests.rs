@@ -75,6 +75,7 @@ impl Rig {
             cancel_grace: Duration::from_secs(5),
             guest_poll: Duration::from_secs(1),
             guest_grace: Duration::from_secs(60),
+            http: Default::default(),
         };
         Self {
             config,
@@ -478,4 +479,24 @@ async fn below_the_disk_floor_no_credit_is_sent() {
         "a credit was sent below the floor"
     );
     below.stop().await;
+}
+
+/// The HTTP options reach the client when the worker starts: an unreadable CA file stops it
+/// there, naming the file, before any session or lane.
+#[tokio::test]
+async fn an_unreadable_http_ca_file_stops_the_worker_at_start() {
+    let mut rig = Rig::new("http-ca", 1, 1);
+    let missing = rig._dir.path().join("missing-ca.pem");
+    rig.config.http.ca_file = Some(missing);
+    let link = Arc::new(MemoryLink {
+        replicas: rig.replicas.clone(),
+        tap: rig.tap.clone(),
+    });
+    let run = super::run_with_link(rig.config.clone(), link, std::future::pending());
+    let err = tokio::time::timeout(Duration::from_secs(10), run)
+        .await
+        .expect("the worker did not stop at start")
+        .expect_err("a worker without its CA file runs");
+    assert!(err.to_string().contains("missing-ca.pem"), "{err}");
+    assert!(rig.tap.snapshot().is_empty(), "a session was opened");
 }

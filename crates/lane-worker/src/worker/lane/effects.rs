@@ -259,12 +259,13 @@ impl LaneActor {
                 let Some(url) = cur.health_url.clone() else {
                     return;
                 };
-                match crate::watchdog::HealthUrl::parse(&url) {
+                match crate::watchdog::health_url(&url) {
                     Ok(url) => {
                         let me = myself.clone();
                         let (every, grace) = (self.config.guest_poll, self.config.guest_grace);
+                        let http = self.http.clone();
                         let watch = tokio::spawn(async move {
-                            crate::watchdog::watch(url, every, grace).await;
+                            crate::watchdog::watch(http, url, every, grace).await;
                             let _ = me.cast(LaneMsg::Event {
                                 tag,
                                 event: Event::GuestLost,
@@ -370,8 +371,10 @@ impl LaneActor {
             http_cancel = Some(cancel_tx);
             let poll = self.config.guest_poll;
             let env = self.env_params(unit, cur);
+            let (http, secrets) = (self.http.clone(), self.secrets(unit, cur));
             self.spawn_event(myself, span, tag.clone(), async move {
-                let mut result = crate::http_agent::run(&base, &params, cancel_rx, poll).await;
+                let mut result =
+                    crate::http_agent::run(&http, &base, &params, cancel_rx, poll, &secrets).await;
                 // The driver never saw this agent: when it declared the task infeasible, the
                 // lane has the driver submit the official action, so the evaluator can score
                 // the declaration.

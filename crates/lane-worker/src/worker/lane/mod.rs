@@ -76,6 +76,7 @@ pub(crate) enum LeaseNews {
 pub(crate) struct LaneActor {
     pub(crate) name: String,
     pub(crate) config: Arc<WorkerConfig>,
+    pub(crate) http: crate::http::HttpClient,
     pub(crate) supervisor: ActorRef<SupMsg>,
 }
 

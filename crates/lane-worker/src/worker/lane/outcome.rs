@@ -8,6 +8,7 @@ use lanes_common::proto as pb;
 use lanes_common::row::{DriverIdentity, FailureKind, GateRecord, Outcome, PhaseWalls, Status};
 
 use crate::lifecycle::{ReleaseKind, Verdict};
+use crate::redact::scrub;
 
 /// Where and when the attempt ran: everything an outcome needs besides the verdict.
 #[derive(Debug, Clone)]
@@ -135,14 +136,6 @@ pub(super) fn secrets_of(spec: &pb::DriverSpec, payload: &Value) -> Vec<String> 
     }
     out.retain(|s| s.len() >= 4);
     out
-}
-
-fn scrub(text: &mut String, secrets: &[String]) {
-    for s in secrets {
-        if text.contains(s.as_str()) {
-            *text = text.replace(s.as_str(), "***");
-        }
-    }
 }
 
 /// Replaces secret values in every free-text field of an outcome.

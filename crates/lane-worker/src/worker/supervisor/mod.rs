@@ -91,6 +91,8 @@ pub(crate) enum SupMsg {
 
 pub(crate) struct Supervisor {
     pub(crate) config: Arc<WorkerConfig>,
+    /// Shared by the lanes, for task APIs and guest health URLs.
+    pub(crate) http: crate::http::HttpClient,
 }
 
 struct InFlight {
@@ -331,6 +333,7 @@ impl Actor for Supervisor {
                 LaneActor {
                     name: name.clone(),
                     config: self.config.clone(),
+                    http: self.http.clone(),
                     supervisor: myself.clone(),
                 },
                 (),
@@ -520,6 +523,7 @@ impl Actor for Supervisor {
                 LaneActor {
                     name: name.clone(),
                     config: self.config.clone(),
+                    http: self.http.clone(),
                     supervisor: myself.clone(),
                 },
                 (),
