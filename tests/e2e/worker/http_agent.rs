@@ -1,8 +1,11 @@
-//! The HTTP agent adapter against a tiny task API.
+//! The HTTP agent adapter against a tiny task API, over plain HTTP and over HTTPS trusted
+//! through the worker's `--http-ca`.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use lanes_common::proto as pb;
 use lanes_tests::campaign_watch::wait_ended;
@@ -12,20 +15,34 @@ use lanes_tests::lane_client::{client, submit_request};
 
 use crate::worker::Worker;
 
+type Cancels = Arc<std::sync::Mutex<Vec<String>>>;
+
 /// A tiny task API for the HTTP agent adapter; each task behaves as its payload's `mode`
 /// says: complete, fail, budget (a budget stop), or hang (until cancelled).
-async fn task_api() -> (String, Arc<std::sync::Mutex<Vec<String>>>) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+async fn task_api() -> (String, Cancels) {
+    task_api_on(None).await
+}
+
+/// [`task_api`], served over TLS by `tls` when given (at `https://127.0.0.1:port`).
+async fn task_api_on(tls: Option<tokio_rustls::TlsAcceptor>) -> (String, Cancels) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let url = format!("{scheme}://{}", listener.local_addr().unwrap());
     let cancels = Arc::new(std::sync::Mutex::new(Vec::new()));
     let tasks: Arc<std::sync::Mutex<BTreeMap<String, (String, bool)>>> = Default::default();
     let seen = cancels.clone();
     tokio::spawn(async move {
         let mut next = 0u64;
         loop {
-            let Ok((mut s, _)) = listener.accept().await else {
+            let Ok((tcp, _)) = listener.accept().await else {
                 return;
+            };
+            let mut s: Box<dyn Stream> = match &tls {
+                Some(acceptor) => match acceptor.accept(tcp).await {
+                    Ok(s) => Box::new(s),
+                    Err(_) => continue,
+                },
+                None => Box::new(tcp),
             };
             let mut buf = Vec::new();
             let mut chunk = [0u8; 4096];
@@ -107,9 +124,107 @@ async fn task_api() -> (String, Arc<std::sync::Mutex<Vec<String>>>) {
             let _ = s
                 .write_all(format!("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()).as_bytes())
                 .await;
+            let _ = s.shutdown().await;
         }
     });
     (url, cancels)
+}
+
+/// What a connection is served over: TCP, or TLS on TCP.
+trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Stream for T {}
+
+/// A throwaway CA (its PEM) and a TLS acceptor for a certificate it signed for 127.0.0.1.
+fn test_ca() -> (String, tokio_rustls::TlsAcceptor) {
+    use tokio_rustls::rustls;
+    let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca = rcgen::CertifiedIssuer::self_signed(ca, rcgen::KeyPair::generate().unwrap()).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let leaf = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned()])
+        .unwrap()
+        .signed_by(&key, &ca)
+        .unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![leaf.der().clone()],
+            rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+        )
+        .unwrap();
+    (ca.pem(), tokio_rustls::TlsAcceptor::from(Arc::new(config)))
+}
+
+/// An `https` task API works end to end when the worker trusts its CA through `--http-ca`
+/// (here its env variable, `LANES_HTTP_CA`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_https_task_api_works_through_the_workers_ca_file() {
+    let f = Fleet::start().await;
+    let (ca_pem, acceptor) = test_ca();
+    let ca_file = f.dir.path().join("task-api-ca.pem");
+    std::fs::write(&ca_file, ca_pem).unwrap();
+    let (api, _) = task_api_on(Some(acceptor)).await;
+    let mut c = client(&f.coord.url(), Some(CLIENT_TOKEN)).await;
+    let text = format!(
+        "id = \"https\"\nphase1_runs = 1\nschedule_seed = 5\npairing = \"none\"\nlease_ttl_s = 5\n[defaults]\ntimeout_s = 10\n[[arms]]\nid = \"api\"\nconfig = {{ http_agent = \"{api}\" }}\n[driver]\nsim = {{ default_pass_rate = 1.0 }}\n[tasks]\nitems = [\n  {{ id = \"complete\", payload = {{ mode = \"complete\" }} }},\n]\n"
+    );
+    c.submit(submit_request(&text)).await.unwrap();
+    let ca = ca_file.to_str().unwrap();
+    let _w = Worker::start_with(
+        &f.coord.url(),
+        f.dir.path(),
+        1,
+        "h",
+        &[("LANES_HTTP_CA", ca)],
+        None,
+    );
+    let st = wait_ended(&f.coord.url(), "https", Duration::from_secs(60)).await;
+    assert_eq!(st.state, pb::CampaignState::Done as i32);
+    let rows = rows(&f.store, "https").await;
+    let row = rows.iter().find(|r| r.counted).expect("a counted row");
+    assert_eq!(
+        (row.status, row.runtime_outcome.as_deref(), row.turns),
+        (
+            lanes_common::row::Status::Completed,
+            Some("completed"),
+            Some(4)
+        ),
+        "{row:#?}"
+    );
+}
+
+/// `--http-ca` is read at start: a worker whose CA file cannot be read exits at once,
+/// naming the file.
+#[tokio::test]
+async fn a_worker_with_an_unreadable_http_ca_does_not_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no-such-ca.pem");
+    let log = dir.path().join("worker.log");
+    let mut w = Worker::start_with(
+        "http://127.0.0.1:1",
+        dir.path(),
+        1,
+        "h",
+        &[("LANES_HTTP_CA", missing.to_str().unwrap())],
+        Some(&log),
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = w.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the worker kept running"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(!status.success());
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("no-such-ca.pem"), "{text}");
 }
 
 /// The HTTP agent adapter drives a task API that completes, fails, stops on its budget and
