@@ -69,14 +69,20 @@ pub fn endpoint(url: &str, tls: &ClientTls) -> Result<Endpoint, DialError> {
 /// not in the coordinator's handling.
 fn transport_failure(status: &tonic::Status) -> bool {
     let text = status.to_string();
+    // What a plaintext client sees from a TLS port depends on timing: a bare transport
+    // error, an HTTP/2 frame error (the TLS alert read as a frame), or a cancelled call.
     matches!(
         status.code(),
-        tonic::Code::Unavailable | tonic::Code::Internal | tonic::Code::Unknown
+        tonic::Code::Unavailable
+            | tonic::Code::Internal
+            | tonic::Code::Unknown
+            | tonic::Code::Cancelled
     ) && [
         "transport error",
         "h2 protocol error",
         "FRAME_SIZE_ERROR",
         "connection",
+        "operation was canceled",
     ]
     .iter()
     .any(|s| text.contains(s))
