@@ -1,6 +1,7 @@
 //! A real store seen through a counter: every call goes to the wrapped store unchanged, and
 //! `list` calls (one per work request a lane session handles) are counted, so a test can see
-//! how often workers ask for work.
+//! how often workers ask for work. Submits can be held at the door (counted while they wait),
+//! so a test can keep several in flight at once.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -17,6 +18,9 @@ use lanes_coordinator::store::*;
 pub struct CountingStore {
     inner: Arc<dyn Store>,
     lists: AtomicU64,
+    /// While `true`, submits wait before they reach the store.
+    hold: tokio::sync::watch::Sender<bool>,
+    held: AtomicU64,
 }
 
 impl CountingStore {
@@ -24,7 +28,19 @@ impl CountingStore {
         Self {
             inner,
             lists: AtomicU64::new(0),
+            hold: tokio::sync::watch::channel(false).0,
+            held: AtomicU64::new(0),
         }
+    }
+
+    /// Holds submits (`true`) until they are let through (`false`).
+    pub fn hold_submits(&self, hold: bool) {
+        self.hold.send_replace(hold);
+    }
+
+    /// Submits waiting at the door now.
+    pub fn submits_held(&self) -> u64 {
+        self.held.load(Ordering::SeqCst)
     }
 
     /// `list` calls so far.
@@ -36,6 +52,12 @@ impl CountingStore {
 #[async_trait]
 impl Store for CountingStore {
     async fn submit(&self, campaign: Campaign, now_ms: EpochMs) -> Result<Submitted, StoreError> {
+        let mut hold = self.hold.subscribe();
+        if *hold.borrow_and_update() {
+            self.held.fetch_add(1, Ordering::SeqCst);
+            let _ = hold.wait_for(|h| !*h).await;
+            self.held.fetch_sub(1, Ordering::SeqCst);
+        }
         self.inner.submit(campaign, now_ms).await
     }
     async fn claim(

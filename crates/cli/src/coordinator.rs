@@ -72,6 +72,16 @@ pub(crate) struct Args {
     /// back, so lanes can renew first. Keep it at least the longest lease TTL in use.
     #[arg(long, env = "LANES_REAPER_DELAY_S")]
     reaper_delay_s: Option<u64>,
+    /// Most trials one campaign may have; a bigger submit is refused [default: 10000000].
+    #[arg(long, env = "LANES_MAX_TRIALS")]
+    max_trials: Option<u64>,
+    /// Submits running at once; more are refused with RESOURCE_EXHAUSTED [default: 4].
+    #[arg(long, env = "LANES_MAX_CONCURRENT_SUBMITS", value_parser = clap::value_parser!(u32).range(1..))]
+    max_concurrent_submits: Option<u32>,
+    /// Watch and Rows streams one token may hold open; more are refused with
+    /// RESOURCE_EXHAUSTED [default: 64].
+    #[arg(long, env = "LANES_MAX_STREAMS_PER_TOKEN", value_parser = clap::value_parser!(u32).range(1..))]
+    max_streams_per_token: Option<u32>,
     /// A TOML file with any of these settings (flags and env win).
     #[arg(long, env = "LANES_CONFIG")]
     config: Option<PathBuf>,
@@ -96,6 +106,9 @@ struct FileConfig {
     #[serde(default)]
     insecure_no_auth: bool,
     reaper_delay_s: Option<u64>,
+    max_trials: Option<u64>,
+    max_concurrent_submits: Option<u32>,
+    max_streams_per_token: Option<u32>,
 }
 
 /// Test-only: shifts this replica's clock by this many milliseconds, so the fault suite can
@@ -190,6 +203,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<Code> {
         .or(file.redis_tls_ca)
         .map(|p| read_pem(&p, "Redis CA file"))
         .transpose()?;
+    let defaults = CoordinatorConfig::default();
     let config = CoordinatorConfig {
         auth,
         tls,
@@ -197,8 +211,20 @@ pub(crate) fn run(args: Args) -> anyhow::Result<Code> {
             .reaper_delay_s
             .or(file.reaper_delay_s)
             .map(std::time::Duration::from_secs)
-            .unwrap_or(CoordinatorConfig::default().reaper_start_delay),
-        ..CoordinatorConfig::default()
+            .unwrap_or(defaults.reaper_start_delay),
+        max_trials: args
+            .max_trials
+            .or(file.max_trials)
+            .unwrap_or(defaults.max_trials),
+        max_concurrent_submits: args
+            .max_concurrent_submits
+            .or(file.max_concurrent_submits)
+            .map_or(defaults.max_concurrent_submits, |n| n.max(1) as usize),
+        max_streams_per_token: args
+            .max_streams_per_token
+            .or(file.max_streams_per_token)
+            .map_or(defaults.max_streams_per_token, |n| n.max(1) as usize),
+        ..defaults
     };
     let clock: Arc<dyn lanes_coordinator::store::Clock> = match std::env::var(CLOCK_OFFSET_ENV) {
         Ok(v) => {

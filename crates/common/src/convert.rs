@@ -9,7 +9,7 @@ use crate::row::{
     Check, DriverIdentity, FailureKind, GateRecord, GateVerdict, InfeasibleSource, Outcome,
     OutcomeError, Phase, PhaseWalls, QuotaReading, Row, Status, TokenUsage,
 };
-use crate::spec::{Campaign, CampaignSpec, MAX_TASKS, Payload, Task};
+use crate::spec::{Campaign, CampaignSpec, Payload, Task, validate_tasks};
 use crate::state::{CampaignState, RenewState, StopMode, StopReason};
 
 /// A wire message that does not convert to the domain.
@@ -422,7 +422,8 @@ impl From<&Task> for pb::TaskSpec {
     }
 }
 
-/// Converts the `i`-th task of a submission.
+/// Converts the `i`-th task of a submission. Only what the types check (the id, the payload)
+/// is checked here; the campaign rules are `validate_tasks`'s.
 pub fn task_from_wire(i: usize, t: pb::TaskSpec) -> Result<Task, ConvertError> {
     let field = |f: &str| format!("tasks[{i}].{f}");
     let id = crate::ids::TaskId::new(t.id).map_err(|e| ConvertError::id(&field("id"), e))?;
@@ -458,32 +459,27 @@ impl TryFrom<&Campaign> for pb::SubmitRequest {
 
 impl TryFrom<pb::SubmitRequest> for Campaign {
     type Error = ConvertError;
+    /// Parses the spec and the tasks, then checks the campaign rules a campaign file is held
+    /// to (`CampaignSpec::validate`, `validate_tasks`): a submit is refused for exactly what
+    /// the loader refuses.
     fn try_from(r: pb::SubmitRequest) -> Result<Self, ConvertError> {
         let spec: CampaignSpec = serde_json::from_str(&r.spec_json)
             .map_err(|e| ConvertError::new("spec_json", e.to_string()))?;
         spec.validate()
-            .map_err(|e| ConvertError::new(format!("spec_json.{}", e.field), e.message))?;
-        if r.tasks.is_empty() || r.tasks.len() > MAX_TASKS {
-            return Err(ConvertError::new(
-                "tasks",
-                format!("between 1 and {MAX_TASKS} tasks, got {}", r.tasks.len()),
-            ));
-        }
+            .map_err(|e| ConvertError::new(format!("spec_json.{}", e.field), e.kind.to_string()))?;
         let tasks = r
             .tasks
             .into_iter()
             .enumerate()
             .map(|(i, t)| task_from_wire(i, t))
             .collect::<Result<Vec<_>, _>>()?;
-        let mut seen = std::collections::HashSet::with_capacity(tasks.len());
-        for (i, t) in tasks.iter().enumerate() {
-            if !seen.insert(t.id.as_str()) {
-                return Err(ConvertError::new(
-                    format!("tasks[{i}].id"),
-                    format!("duplicate task id {:?}", t.id.as_str()),
-                ));
-            }
-        }
+        validate_tasks(&tasks).map_err(|e| {
+            let field = match e.index {
+                Some(i) => format!("tasks[{i}].{}", e.field),
+                None => "tasks".to_owned(),
+            };
+            ConvertError::new(field, e.kind.to_string())
+        })?;
         Ok(Campaign { spec, tasks })
     }
 }

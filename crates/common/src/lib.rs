@@ -1,11 +1,13 @@
 //! Lanes' domain model, with no I/O: ids, the campaign and its file format, the schedule,
-//! rows and outcomes, the spec hash, the policy (retries, claim gates, phase 2), resume, and
-//! the generated wire contract with its conversions.
+//! rows and outcomes, the spec hash, the policy (retries, claim gates, phase 2), resume, the
+//! size limits of every message, and the generated wire contract with its conversions.
 
 pub mod canonical;
 pub mod convert;
 pub mod ids;
 pub mod lease;
+pub mod limits;
+pub mod log_safe;
 pub mod policy;
 pub mod proto;
 pub mod report;

@@ -492,7 +492,9 @@ impl Outcome {
         }
     }
 
-    /// Checks the status rules and truncates `final_text`.
+    /// Checks the status rules, truncates `final_text`, and cuts every free-text field and
+    /// list to its limit (`limits::fit_outcome`), so what a lane publishes passes the
+    /// coordinator's `limits::check_outcome`.
     pub fn validate(mut self) -> Result<Self, OutcomeError> {
         let status = self.status;
         if status == Status::NotStarted {
@@ -543,6 +545,7 @@ impl Outcome {
         if let Some(reason) = self.gate.as_mut().and_then(|g| g.reason.as_mut()) {
             truncate_chars(reason, FINAL_TEXT_MAX_CHARS);
         }
+        crate::limits::fit_outcome(&mut self);
         Ok(self)
     }
 }

@@ -315,7 +315,7 @@ fn duplicate_inline_task_ids() {
             first_line: Some(19),
         }
     );
-    assert_place(&e, Path::new(FILE), Some(20), "id");
+    assert_place(&e, Path::new(FILE), Some(20), "tasks.items[1].id");
 }
 
 #[test]

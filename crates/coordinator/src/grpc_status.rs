@@ -4,6 +4,7 @@ use prost::Message;
 use tonic::{Code, Status};
 
 use lanes_common::convert::ConvertError;
+use lanes_common::limits::LimitError;
 use lanes_common::proto as pb;
 
 use crate::store::StoreError;
@@ -54,4 +55,9 @@ pub(crate) fn from_convert(e: ConvertError) -> Status {
 /// A request field that is not a valid id.
 pub(crate) fn bad_field(field: &str, e: impl std::fmt::Display) -> Status {
     Status::invalid_argument(format!("invalid {field}: {e}"))
+}
+
+/// A request field over its size limit; the message names the field and the limit.
+pub(crate) fn from_limit(e: LimitError) -> Status {
+    Status::invalid_argument(e.to_string())
 }

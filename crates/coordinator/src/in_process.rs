@@ -39,6 +39,7 @@ impl InProcessCoordinator {
                 store_up: store_up_rx,
                 mutual_tls: false,
                 leases: crate::service::leases::Leases::new(),
+                limits: Arc::new(crate::service::limits::Limits::of(&Default::default())),
             },
             shutdown,
             store_up: Mutex::new(Some(store_up)),

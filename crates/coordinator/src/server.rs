@@ -27,8 +27,16 @@ pub struct CoordinatorConfig {
     pub auth: AuthConfig,
     /// Largest request a client may send (a submit carries every task).
     pub max_client_message_bytes: usize,
-    /// Largest message on a lane session.
+    /// Largest message on a lane session. A campaign whose largest assignment would not fit
+    /// (with 1/8 headroom) is refused at submit.
     pub max_lane_message_bytes: usize,
+    /// Most trials one campaign may have (`--max-trials`); more is refused at submit.
+    pub max_trials: u64,
+    /// Submits running at once (`--max-concurrent-submits`); more get `RESOURCE_EXHAUSTED`.
+    pub max_concurrent_submits: usize,
+    /// Watch and Rows streams one bearer token may hold open (`--max-streams-per-token`);
+    /// more get `RESOURCE_EXHAUSTED`.
+    pub max_streams_per_token: usize,
     pub max_concurrent_streams: u32,
     pub keepalive_interval: Duration,
     pub keepalive_timeout: Duration,
@@ -50,6 +58,9 @@ impl Default for CoordinatorConfig {
             auth: AuthConfig::default(),
             max_client_message_bytes: 256 * 1024 * 1024,
             max_lane_message_bytes: 4 * 1024 * 1024,
+            max_trials: lanes_common::limits::DEFAULT_MAX_TRIALS,
+            max_concurrent_submits: 4,
+            max_streams_per_token: 64,
             max_concurrent_streams: 1024,
             keepalive_interval: Duration::from_secs(20),
             keepalive_timeout: Duration::from_secs(10),
@@ -109,6 +120,7 @@ pub async fn run(
             .as_ref()
             .is_some_and(|t| t.client_ca_pem.is_some()),
         leases: crate::service::leases::Leases::new(),
+        limits: Arc::new(crate::service::limits::Limits::of(&config)),
     };
     let warm = shared.clone();
     tokio::spawn(async move { warm.leases.warm(warm.store.as_ref()).await });

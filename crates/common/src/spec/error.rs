@@ -87,6 +87,9 @@ pub enum SpecErrorKind {
     BadCutoff(UtcError),
     #[error("more than {limit} {what}")]
     TooMany { what: &'static str, limit: usize },
+    /// Free text over its size limit (`lanes_common::limits`).
+    #[error("is {bytes} bytes, over the limit of {limit} bytes")]
+    TooLong { bytes: usize, limit: usize },
     /// A value out of its range, or options that contradict each other.
     #[error("{0}")]
     Invalid(String),

@@ -8,16 +8,13 @@ use toml::Spanned;
 
 use super::error::{SpecError, SpecErrorKind};
 use super::tasks::{build_task, parse_tasks_jsonl, unknown_field};
+use super::validate::{SpecInvalid, validate_tasks};
 use super::{
-    Arm, Campaign, CampaignSpec, Defaults, DriverConfig, DriverKind, MAX_ARMS, MAX_TASKS,
-    Operational, Pairing, RetryPolicy, SimConfig, SimFault, Task,
+    Arm, Campaign, CampaignSpec, Defaults, DriverConfig, DriverKind, MAX_ARMS, Operational,
+    Pairing, RetryPolicy, SimConfig, Task,
 };
 use crate::ids::{ArmId, CampaignId};
-use crate::row::{FailureKind, Status};
 use crate::utc;
-
-/// At most this many runs per task, over both phases.
-const MAX_RUNS: u32 = 10_000;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -135,38 +132,30 @@ pub fn load_file(path: &Path) -> Result<Campaign, SpecError> {
 }
 
 /// Validates campaign text; `path` names it in errors, `base` resolves relative paths.
+///
+/// Parsing builds the typed campaign (ids, times and payloads are checked as they are built);
+/// the campaign rules are then `CampaignSpec::validate` and `validate_tasks`, the same checks a
+/// gRPC submit runs, with the line of each field looked up for the error.
 pub fn load_str(text: &str, path: &Path, base: &Path) -> Result<Campaign, SpecError> {
-    let ctx = Ctx { path, text };
+    let mut ctx = Ctx {
+        path,
+        text,
+        lines: HashMap::new(),
+        first_arm_line: HashMap::new(),
+    };
     let raw: RawCampaign = toml::from_str(text).map_err(|e| ctx.toml_error(&e))?;
 
     let id = CampaignId::new(raw.id.get_ref().clone())
         .map_err(|e| ctx.at(raw.id.span(), "id", SpecErrorKind::InvalidId(e)))?;
-    if *raw.phase1_runs.get_ref() == 0 {
-        return Err(ctx.at(
-            raw.phase1_runs.span(),
-            "phase1_runs",
-            SpecErrorKind::ZeroPhase1Runs,
-        ));
-    }
-    let total_runs = raw.phase1_runs.get_ref().saturating_add(raw.phase2_runs);
-    if total_runs > MAX_RUNS {
-        return Err(ctx.at(
-            raw.phase1_runs.span(),
-            "phase1_runs",
-            SpecErrorKind::invalid(format!(
-                "phase1_runs + phase2_runs is {total_runs}, over the limit of {MAX_RUNS}"
-            )),
-        ));
-    }
-
-    let ops = operational(&ctx, &raw)?;
-    let defaults = defaults(&ctx, raw.defaults)?;
-    let arms = arms(&ctx, raw.arms)?;
-    let retry = retry(&ctx, raw.retry)?;
+    ctx.mark("id", raw.id.span());
+    ctx.mark("phase1_runs", raw.phase1_runs.span());
+    let ops = operational(&mut ctx, &raw)?;
+    let defaults = defaults(&mut ctx, raw.defaults);
+    let arms = arms(&mut ctx, raw.arms)?;
     let (driver, expect) = match raw.driver {
         Some(d) => {
             let span = d.span();
-            driver(&ctx, span, d.into_inner())?
+            driver(&mut ctx, span, d.into_inner())?
         }
         None => {
             return Err(SpecError::in_file(
@@ -176,6 +165,21 @@ pub fn load_str(text: &str, path: &Path, base: &Path) -> Result<Campaign, SpecEr
             ));
         }
     };
+    let spec = CampaignSpec {
+        id,
+        phase1_runs: *raw.phase1_runs.get_ref(),
+        phase2_runs: raw.phase2_runs,
+        schedule_seed: raw.schedule_seed,
+        pairing: raw.pairing,
+        gate: raw.gate,
+        defaults,
+        arms,
+        retry: retry(raw.retry),
+        expect,
+        ops,
+        driver,
+    };
+    spec.validate().map_err(|e| ctx.spec_error(e))?;
     let tasks = match raw.tasks {
         Some(t) => {
             let span = t.span();
@@ -185,30 +189,17 @@ pub fn load_str(text: &str, path: &Path, base: &Path) -> Result<Campaign, SpecEr
             return Err(SpecError::in_file(path, "tasks", SpecErrorKind::NoTasks));
         }
     };
-
-    Ok(Campaign {
-        spec: CampaignSpec {
-            id,
-            phase1_runs: *raw.phase1_runs.get_ref(),
-            phase2_runs: raw.phase2_runs,
-            schedule_seed: raw.schedule_seed,
-            pairing: raw.pairing,
-            gate: raw.gate,
-            defaults,
-            arms,
-            retry,
-            expect,
-            ops,
-            driver,
-        },
-        tasks,
-    })
+    Ok(Campaign { spec, tasks })
 }
 
-/// The file being read, to turn byte spans into line numbers.
+/// The file being read, to turn byte spans into line numbers, and the line of each field.
 struct Ctx<'a> {
     path: &'a Path,
     text: &'a str,
+    /// Field (`lease_ttl_s`, `arms[1]`, `driver`) → the line it is written on.
+    lines: HashMap<String, usize>,
+    /// Arm id → the line of its first definition, for duplicate errors.
+    first_arm_line: HashMap<String, usize>,
 }
 
 impl Ctx<'_> {
@@ -223,6 +214,37 @@ impl Ctx<'_> {
 
     fn at(&self, span: std::ops::Range<usize>, field: &str, kind: SpecErrorKind) -> SpecError {
         SpecError::at(self.path, self.line_of(span.start), field, kind)
+    }
+
+    fn mark(&mut self, field: impl Into<String>, span: std::ops::Range<usize>) {
+        let line = self.line_of(span.start);
+        self.lines.insert(field.into(), line);
+    }
+
+    /// The line of `field`, or of the nearest enclosing field that has one (`arms[1].provider`
+    /// is on the line of `arms[1]`); `None` for what is missing from the whole file.
+    fn line_for(&self, field: &str) -> Option<usize> {
+        let mut f = field;
+        loop {
+            if let Some(line) = self.lines.get(f) {
+                return Some(*line);
+            }
+            f = &f[..f.rfind(['.', '['])?];
+        }
+    }
+
+    /// A rule of `CampaignSpec::validate`, placed in the file.
+    fn spec_error(&self, e: SpecInvalid) -> SpecError {
+        let mut kind = e.kind;
+        if let SpecErrorKind::Duplicate { id, first_line, .. } = &mut kind {
+            *first_line = self.first_arm_line.get(id.as_str()).copied();
+        }
+        SpecError {
+            file: self.path.to_owned(),
+            line: self.line_for(&e.field),
+            field: e.field,
+            kind: Box::new(kind),
+        }
     }
 
     fn toml_error(&self, e: &toml::de::Error) -> SpecError {
@@ -241,133 +263,67 @@ impl Ctx<'_> {
     }
 }
 
-fn positive(
-    ctx: &Ctx<'_>,
-    v: &Spanned<f64>,
-    field: &str,
-    max: Option<f64>,
-) -> Result<f64, SpecError> {
-    let x = *v.get_ref();
-    let ok = x.is_finite() && x > 0.0 && max.is_none_or(|m| x <= m);
-    if ok {
-        Ok(x)
-    } else {
-        let range = match max {
-            Some(m) => format!("must be a number in (0, {m}], got {x}"),
-            None => format!("must be a positive number, got {x}"),
-        };
-        Err(ctx.at(v.span(), field, SpecErrorKind::invalid(range)))
-    }
-}
-
-fn at_least_one(ctx: &Ctx<'_>, v: &Spanned<u32>, field: &str) -> Result<u32, SpecError> {
-    if *v.get_ref() == 0 {
-        Err(ctx.at(
-            v.span(),
-            field,
-            SpecErrorKind::invalid("must be at least 1"),
-        ))
-    } else {
-        Ok(*v.get_ref())
-    }
-}
-
-fn defaults(ctx: &Ctx<'_>, raw: RawDefaults) -> Result<Defaults, SpecError> {
+fn defaults(ctx: &mut Ctx<'_>, raw: RawDefaults) -> Defaults {
     let d = Defaults::default();
-    Ok(Defaults {
-        timeout_s: match &raw.timeout_s {
-            Some(v) => at_least_one(ctx, v, "defaults.timeout_s")?,
-            None => d.timeout_s,
-        },
-        max_turns: match &raw.max_turns {
-            Some(v) => at_least_one(ctx, v, "defaults.max_turns")?,
-            None => d.max_turns,
-        },
-        max_cost_usd: match &raw.max_cost_usd {
-            Some(v) => Some(positive(ctx, v, "defaults.max_cost_usd", None)?),
-            None => d.max_cost_usd,
-        },
-    })
+    let mut value = |field: &str, v: Option<Spanned<u32>>, default: u32| match v {
+        Some(v) => {
+            ctx.mark(field, v.span());
+            v.into_inner()
+        }
+        None => default,
+    };
+    let timeout_s = value("defaults.timeout_s", raw.timeout_s, d.timeout_s);
+    let max_turns = value("defaults.max_turns", raw.max_turns, d.max_turns);
+    let max_cost_usd = match raw.max_cost_usd {
+        Some(v) => {
+            ctx.mark("defaults.max_cost_usd", v.span());
+            Some(v.into_inner())
+        }
+        None => d.max_cost_usd,
+    };
+    Defaults {
+        timeout_s,
+        max_turns,
+        max_cost_usd,
+    }
 }
 
-fn arms(ctx: &Ctx<'_>, raw: Vec<RawArm>) -> Result<Vec<Arm>, SpecError> {
-    if raw.is_empty() {
-        return Err(SpecError::in_file(ctx.path, "arms", SpecErrorKind::NoArms));
+fn arms(ctx: &mut Ctx<'_>, raw: Vec<RawArm>) -> Result<Vec<Arm>, SpecError> {
+    if let Some(extra) = raw.get(MAX_ARMS) {
+        ctx.mark("arms", extra.id.span());
     }
-    if raw.len() > MAX_ARMS {
-        return Err(ctx.at(
-            raw[MAX_ARMS].id.span(),
-            "arms",
-            SpecErrorKind::TooMany {
-                what: "arms",
-                limit: MAX_ARMS,
-            },
-        ));
-    }
-    let mut seen: HashMap<String, usize> = HashMap::new();
     let mut arms = Vec::with_capacity(raw.len());
     for (i, a) in raw.into_iter().enumerate() {
+        let field = format!("arms[{i}]");
+        let id = ArmId::new(a.id.get_ref().clone()).map_err(|e| {
+            ctx.at(
+                a.id.span(),
+                &format!("{field}.id"),
+                SpecErrorKind::InvalidId(e),
+            )
+        })?;
         let line = ctx.line_of(a.id.span().start);
-        let field = format!("arms[{i}].id");
-        let id = ArmId::new(a.id.get_ref().clone())
-            .map_err(|e| SpecError::at(ctx.path, line, &field, SpecErrorKind::InvalidId(e)))?;
-        if let Some(first) = seen.insert(id.to_string(), line) {
-            return Err(SpecError::at(
-                ctx.path,
-                line,
-                field,
-                SpecErrorKind::Duplicate {
-                    what: "arm",
-                    id: id.to_string(),
-                    first_line: Some(first),
-                },
-            ));
+        ctx.first_arm_line.entry(id.to_string()).or_insert(line);
+        ctx.mark(&field, a.id.span());
+        if let Some(v) = &a.expected_cost_usd {
+            ctx.mark(format!("{field}.expected_cost_usd"), v.span());
         }
-        let expected_cost_usd = match &a.expected_cost_usd {
-            Some(v) => Some(positive(
-                ctx,
-                v,
-                &format!("arms[{i}].expected_cost_usd"),
-                None,
-            )?),
-            None => None,
-        };
         let config = match a.config {
             Some(v) => toml_to_json(v),
             None => serde_json::Value::Object(Default::default()),
         };
-        let provider = a.provider.unwrap_or_else(|| id.to_string());
-        if provider.is_empty() {
-            return Err(SpecError::at(
-                ctx.path,
-                line,
-                format!("arms[{i}].provider"),
-                SpecErrorKind::invalid("must not be empty"),
-            ));
-        }
         arms.push(Arm {
+            provider: a.provider.unwrap_or_else(|| id.to_string()),
             id,
             config,
-            provider,
-            expected_cost_usd,
+            expected_cost_usd: a.expected_cost_usd.map(Spanned::into_inner),
         });
     }
     Ok(arms)
 }
 
-fn operational(ctx: &Ctx<'_>, raw: &RawCampaign) -> Result<Operational, SpecError> {
+fn operational(ctx: &mut Ctx<'_>, raw: &RawCampaign) -> Result<Operational, SpecError> {
     let d = Operational::default();
-    let lease_ttl_s = match &raw.lease_ttl_s {
-        Some(v) if *v.get_ref() < 3 => {
-            return Err(ctx.at(
-                v.span(),
-                "lease_ttl_s",
-                SpecErrorKind::invalid("must be at least 3 seconds"),
-            ));
-        }
-        Some(v) => *v.get_ref(),
-        None => d.lease_ttl_s,
-    };
     let cutoff_utc = match &raw.cutoff_utc {
         Some(v) => Some(
             utc::parse_rfc3339(v.get_ref())
@@ -375,50 +331,37 @@ fn operational(ctx: &Ctx<'_>, raw: &RawCampaign) -> Result<Operational, SpecErro
         ),
         None => None,
     };
-    let budget_cap_usd = match &raw.budget_cap_usd {
-        Some(v) => Some(positive(ctx, v, "budget_cap_usd", None)?),
-        None => None,
-    };
-    let quota_wait = match &raw.quota_wait {
-        Some(v) => positive(ctx, v, "quota_wait", Some(1.0))?,
-        None => d.quota_wait,
-    };
-    let quota_stop = match &raw.quota_stop {
-        Some(v) => {
-            let stop = positive(ctx, v, "quota_stop", Some(1.0))?;
-            if stop < quota_wait {
-                return Err(ctx.at(
-                    v.span(),
-                    "quota_stop",
-                    SpecErrorKind::invalid(format!(
-                        "quota_stop ({stop}) must not be below quota_wait ({quota_wait})"
-                    )),
-                ));
-            }
-            Some(stop)
+    if let Some(v) = &raw.lease_ttl_s {
+        ctx.mark("lease_ttl_s", v.span());
+    }
+    for (field, v) in [
+        ("budget_cap_usd", &raw.budget_cap_usd),
+        ("quota_wait", &raw.quota_wait),
+        ("quota_stop", &raw.quota_stop),
+    ] {
+        if let Some(v) = v {
+            ctx.mark(field, v.span());
         }
-        None => None,
-    };
+    }
     Ok(Operational {
-        lease_ttl_s,
+        lease_ttl_s: raw
+            .lease_ttl_s
+            .as_ref()
+            .map_or(d.lease_ttl_s, |v| *v.get_ref()),
         publish_grace_s: raw.publish_grace_s.unwrap_or(d.publish_grace_s),
         cutoff_utc,
-        budget_cap_usd,
-        quota_wait,
-        quota_stop,
+        budget_cap_usd: raw.budget_cap_usd.as_ref().map(|v| *v.get_ref()),
+        quota_wait: raw
+            .quota_wait
+            .as_ref()
+            .map_or(d.quota_wait, |v| *v.get_ref()),
+        quota_stop: raw.quota_stop.as_ref().map(|v| *v.get_ref()),
         rate_limit_pause: raw.rate_limit_pause.unwrap_or(d.rate_limit_pause),
     })
 }
 
-fn retry(ctx: &Ctx<'_>, raw: RawRetry) -> Result<RetryPolicy, SpecError> {
-    if raw.preflight_limit == 0 {
-        return Err(SpecError::in_file(
-            ctx.path,
-            "retry.preflight_limit",
-            SpecErrorKind::invalid("must be at least 1"),
-        ));
-    }
-    Ok(RetryPolicy {
+fn retry(raw: RawRetry) -> RetryPolicy {
+    RetryPolicy {
         rate_limit_backoff_s: raw.rate_limit_backoff_s,
         overloaded_retries: raw.overloaded_retries,
         overloaded_backoff_s: raw.overloaded_backoff_s,
@@ -426,7 +369,7 @@ fn retry(ctx: &Ctx<'_>, raw: RawRetry) -> Result<RetryPolicy, SpecError> {
         preflight_limit: raw.preflight_limit,
         infra_retries: raw.infra_retries,
         infra_backoff_s: raw.infra_backoff_s,
-    })
+    }
 }
 
 fn is_env_name(name: &str) -> bool {
@@ -437,10 +380,11 @@ fn is_env_name(name: &str) -> bool {
 }
 
 fn driver(
-    ctx: &Ctx<'_>,
+    ctx: &mut Ctx<'_>,
     span: std::ops::Range<usize>,
     raw: RawDriver,
 ) -> Result<(DriverConfig, BTreeMap<String, String>), SpecError> {
+    ctx.mark("driver", span.clone());
     let err = |field: &str, msg: String| ctx.at(span.clone(), field, SpecErrorKind::invalid(msg));
     let kind = match (raw.command, raw.sim) {
         (Some(_), Some(_)) => {
@@ -450,16 +394,8 @@ fn driver(
             ));
         }
         (None, None) => return Err(err("driver", "set `command` or `sim`".into())),
-        (Some(cmd), None) => {
-            if cmd.is_empty() || cmd[0].is_empty() {
-                return Err(err("driver.command", "must name a program".into()));
-            }
-            DriverKind::Command(cmd)
-        }
-        (None, Some(sim)) => {
-            validate_sim(&sim).map_err(|m| err("driver.sim", m))?;
-            DriverKind::Sim(sim)
-        }
+        (Some(cmd), None) => DriverKind::Command(cmd),
+        (None, Some(sim)) => DriverKind::Sim(sim),
     };
     for name in raw.env.keys() {
         if !is_env_name(name) {
@@ -468,12 +404,6 @@ fn driver(
                 format!("{name:?} is not an environment variable name"),
             ));
         }
-    }
-    if raw.secret_payload_keys.iter().any(String::is_empty) {
-        return Err(err(
-            "driver.secret_payload_keys",
-            "keys must not be empty".into(),
-        ));
     }
     Ok((
         DriverConfig {
@@ -485,81 +415,13 @@ fn driver(
     ))
 }
 
-fn validate_sim(sim: &SimConfig) -> Result<(), String> {
-    let prob = |name: &str, p: f64| {
-        if (0.0..=1.0).contains(&p) {
-            Ok(())
-        } else {
-            Err(format!("{name} must be a probability in [0, 1], got {p}"))
-        }
-    };
-    let duration = |name: &str, s: f64| {
-        if s.is_finite() && s >= 0.0 {
-            Ok(())
-        } else {
-            Err(format!("{name} must be a non-negative number of seconds"))
-        }
-    };
-    duration("boot_s", sim.boot_s)?;
-    duration("reset_s", sim.reset_s)?;
-    duration("evaluate_s", sim.evaluate_s)?;
-    duration("rate_limit_reset_s", sim.rate_limit_reset_s)?;
-    if !(sim.gate_cost_usd.is_finite() && sim.gate_cost_usd >= 0.0) {
-        return Err("gate_cost_usd must be a non-negative number".into());
-    }
-    for (name, [lo, hi]) in [("agent_s", sim.agent_s), ("cost_usd", sim.cost_usd)] {
-        duration(name, lo)?;
-        duration(name, hi)?;
-        if lo > hi {
-            return Err(format!("{name} must be [min, max] with min <= max"));
-        }
-    }
-    if sim.turns[0] > sim.turns[1] {
-        return Err("turns must be [min, max] with min <= max".into());
-    }
-    prob("default_pass_rate", sim.default_pass_rate)?;
-    for (arm, p) in &sim.pass_rate {
-        prob(&format!("pass_rate.{arm}"), *p)?;
-    }
-    let mut total = 0.0;
-    for (fault, p) in &sim.faults {
-        match fault {
-            SimFault::Kind(FailureKind::LeaseExpired) => {
-                return Err("faults.lease_expired: only the reaper writes it".into());
-            }
-            SimFault::Kind(k) if !k.sim_injectable() => {
-                return Err(format!(
-                    "faults.{}: a sim fault must be something a driver can do",
-                    fault_name(*fault)
-                ));
-            }
-            SimFault::Status(s) if !s.is_scored() || *s == Status::Completed => {
-                return Err(format!(
-                    "faults.{s}: a status fault must be timeout, max_turns, agent_error or violation"
-                ));
-            }
-            _ => {}
-        }
-        prob(&format!("faults.{}", fault_name(*fault)), *p)?;
-        total += p;
-    }
-    if total > 1.0 + 1e-9 {
-        return Err(format!("fault rates sum to {total}, over 1"));
-    }
-    Ok(())
-}
-
-fn fault_name(f: SimFault) -> &'static str {
-    f.name()
-}
-
 fn tasks(
     ctx: &Ctx<'_>,
     base: &Path,
     span: std::ops::Range<usize>,
     raw: RawTasks,
 ) -> Result<Vec<Task>, SpecError> {
-    let (lined, file): (Vec<(usize, Task)>, PathBuf) = match (raw.file, raw.items) {
+    let (lined, file, inline): (Vec<(usize, Task)>, PathBuf, bool) = match (raw.file, raw.items) {
         (Some(_), Some(_)) => {
             return Err(ctx.at(
                 span,
@@ -580,19 +442,9 @@ fn tasks(
                     },
                 )
             })?;
-            (parse_tasks_jsonl(&path, &text)?, path)
+            (parse_tasks_jsonl(&path, &text)?, path, false)
         }
         (None, Some(items)) => {
-            if items.len() > MAX_TASKS {
-                return Err(ctx.at(
-                    span,
-                    "tasks.items",
-                    SpecErrorKind::TooMany {
-                        what: "tasks",
-                        limit: MAX_TASKS,
-                    },
-                ));
-            }
             let mut out = Vec::with_capacity(items.len());
             for (i, item) in items.into_iter().enumerate() {
                 let line = ctx.line_of(item.id.span().start);
@@ -611,29 +463,33 @@ fn tasks(
                 })?;
                 out.push((line, task));
             }
-            (out, ctx.path.to_owned())
+            (out, ctx.path.to_owned(), true)
         }
     };
-    if lined.is_empty() {
-        return Err(SpecError::in_file(&file, "tasks", SpecErrorKind::NoTasks));
-    }
-    let mut seen: HashMap<&str, usize> = HashMap::with_capacity(lined.len());
-    for (line, task) in &lined {
-        if let Some(first) = seen.insert(task.id.as_str(), *line) {
-            return Err(SpecError::at(
-                &file,
-                *line,
-                "id",
-                SpecErrorKind::Duplicate {
-                    what: "task",
-                    id: task.id.to_string(),
-                    first_line: Some(first),
-                },
-            ));
+    let (lines, tasks): (Vec<usize>, Vec<Task>) = lined.into_iter().unzip();
+    validate_tasks(&tasks).map_err(|e| {
+        let mut kind = e.kind;
+        let Some(i) = e.index else {
+            return match kind {
+                SpecErrorKind::NoTasks => SpecError::in_file(&file, "tasks", kind),
+                _ if inline => ctx.at(span.clone(), "tasks.items", kind),
+                _ => SpecError::in_file(&file, "tasks", kind),
+            };
+        };
+        if let SpecErrorKind::Duplicate { id, first_line, .. } = &mut kind {
+            *first_line = tasks
+                .iter()
+                .position(|t| t.id.as_str() == id.as_str())
+                .map(|first| lines[first]);
         }
-    }
-    drop(seen);
-    Ok(lined.into_iter().map(|(_, t)| t).collect())
+        let field = if inline {
+            format!("tasks.items[{i}].{}", e.field)
+        } else {
+            e.field
+        };
+        SpecError::at(&file, lines[i], field, kind)
+    })?;
+    Ok(tasks)
 }
 
 /// TOML values as JSON; datetimes become their RFC 3339 text.

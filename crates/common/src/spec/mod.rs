@@ -8,6 +8,7 @@
 mod error;
 mod load;
 mod tasks;
+mod validate;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -19,12 +20,10 @@ use crate::utc::EpochMs;
 
 pub use error::{SpecError, SpecErrorKind};
 pub use load::{load_file, load_str};
-pub use tasks::{MAX_PAYLOAD_BYTES, Payload, Task, parse_tasks_jsonl};
+pub use tasks::{Payload, Task, parse_tasks_jsonl};
+pub use validate::{SpecInvalid, TaskInvalid, validate_tasks};
 
-/// At most this many tasks in one campaign.
-pub const MAX_TASKS: usize = 1_000_000;
-/// At most this many arms in one campaign.
-pub const MAX_ARMS: usize = 64;
+pub use crate::limits::{MAX_ARMS, MAX_PAYLOAD_BYTES, MAX_TASKS};
 
 /// A validated campaign: its spec and its tasks, in the given order.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -53,84 +52,10 @@ pub struct CampaignSpec {
     pub driver: DriverConfig,
 }
 
-/// A spec that breaks a rule the campaign-file loader enforces.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{field}: {message}")]
-pub struct SpecInvalid {
-    pub field: String,
-    pub message: String,
-}
-
 impl CampaignSpec {
-    /// Re-checks the loader's rules, for a spec that arrives as JSON (over the wire) instead of
-    /// from a campaign file.
-    pub fn validate(&self) -> Result<(), SpecInvalid> {
-        let bad = |field: &str, message: &str| {
-            Err(SpecInvalid {
-                field: field.to_owned(),
-                message: message.to_owned(),
-            })
-        };
-        if self.phase1_runs == 0 {
-            return bad("phase1_runs", "must be at least 1");
-        }
-        if self.total_runs() > 10_000 {
-            return bad("phase1_runs", "phase1_runs + phase2_runs is over 10000");
-        }
-        if self.arms.is_empty() || self.arms.len() > MAX_ARMS {
-            return bad("arms", "a campaign needs 1 to 64 arms");
-        }
-        let mut seen = std::collections::HashSet::new();
-        for (i, a) in self.arms.iter().enumerate() {
-            if !seen.insert(a.id.as_str()) {
-                return bad(&format!("arms[{i}].id"), "duplicate arm id");
-            }
-            if a.provider.is_empty() {
-                return bad(&format!("arms[{i}].provider"), "must not be empty");
-            }
-            if a.expected_cost_usd
-                .is_some_and(|c| !(c.is_finite() && c > 0.0))
-            {
-                return bad(
-                    &format!("arms[{i}].expected_cost_usd"),
-                    "must be a positive number",
-                );
-            }
-        }
-        if self.defaults.timeout_s == 0 || self.defaults.max_turns == 0 {
-            return bad("defaults", "timeout_s and max_turns must be at least 1");
-        }
-        if self.retry.preflight_limit == 0 {
-            return bad("retry.preflight_limit", "must be at least 1");
-        }
-        let o = &self.ops;
-        if o.lease_ttl_s < 3 {
-            return bad("lease_ttl_s", "must be at least 3 seconds");
-        }
-        if o.budget_cap_usd
-            .is_some_and(|c| !(c.is_finite() && c > 0.0))
-        {
-            return bad("budget_cap_usd", "must be a positive number");
-        }
-        if !(o.quota_wait > 0.0 && o.quota_wait <= 1.0) {
-            return bad("quota_wait", "must be in (0, 1]");
-        }
-        if o.quota_stop
-            .is_some_and(|s| !(s >= o.quota_wait && s <= 1.0))
-        {
-            return bad("quota_stop", "must be in [quota_wait, 1]");
-        }
-        if let DriverKind::Command(cmd) = &self.driver.kind
-            && cmd.first().is_none_or(String::is_empty)
-        {
-            return bad("driver.command", "must name a program");
-        }
-        Ok(())
-    }
-
     /// The runs of a task: phase 1 then phase 2.
     pub fn total_runs(&self) -> u32 {
-        self.phase1_runs + self.phase2_runs
+        self.phase1_runs.saturating_add(self.phase2_runs)
     }
 
     pub fn arm(&self, id: &ArmId) -> Option<&Arm> {

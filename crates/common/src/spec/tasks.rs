@@ -7,9 +7,7 @@ use serde::{Deserialize, Serialize};
 use super::error::{SpecError, SpecErrorKind};
 use crate::canonical;
 use crate::ids::TaskId;
-
-/// A payload may be at most this many bytes in canonical JSON.
-pub const MAX_PAYLOAD_BYTES: usize = 64 * 1024;
+use crate::limits::{MAX_PAYLOAD_BYTES, MAX_TASKS};
 
 /// One task of a campaign.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -104,7 +102,8 @@ struct RawTask {
     payload: Option<serde_json::Value>,
 }
 
-/// Builds a task from its parts, naming the field that is wrong.
+/// Builds a task from its parts, naming the field whose type refuses its value (the id, the
+/// payload). The campaign rules are `Task::validate`'s, run on the whole list.
 pub(super) fn build_task(
     id: String,
     group: Option<String>,
@@ -115,20 +114,6 @@ pub(super) fn build_task(
     payload: Option<&serde_json::Value>,
 ) -> Result<Task, (&'static str, SpecErrorKind)> {
     let id = TaskId::new(id).map_err(|e| ("id", SpecErrorKind::InvalidId(e)))?;
-    if timeout_s == Some(0) {
-        return Err(("timeout_s", SpecErrorKind::invalid("must be at least 1")));
-    }
-    if max_turns == Some(0) {
-        return Err(("max_turns", SpecErrorKind::invalid("must be at least 1")));
-    }
-    if let Some(c) = max_cost_usd
-        && !(c.is_finite() && c > 0.0)
-    {
-        return Err((
-            "max_cost_usd",
-            SpecErrorKind::invalid("must be a positive number"),
-        ));
-    }
     let payload = match payload {
         Some(v) => Payload::new(v).map_err(|e| ("payload", e))?,
         None => Payload::default(),
@@ -153,14 +138,15 @@ pub fn parse_tasks_jsonl(path: &Path, text: &str) -> Result<Vec<(usize, Task)>, 
         if line.trim().is_empty() {
             continue;
         }
-        if tasks.len() == super::MAX_TASKS {
+        // Stop reading at once: a huge file is refused without holding it all.
+        if tasks.len() == MAX_TASKS {
             return Err(SpecError::at(
                 path,
                 lineno,
                 "tasks",
                 SpecErrorKind::TooMany {
                     what: "tasks",
-                    limit: super::MAX_TASKS,
+                    limit: MAX_TASKS,
                 },
             ));
         }

@@ -14,6 +14,7 @@ use lanes_common::spec::Campaign;
 use lanes_common::state::StopMode;
 
 use super::Shared;
+use super::limits::StreamSlot;
 use crate::grpc_status::{bad_field, from_convert, from_store};
 use crate::store::SubmitKind;
 use crate::wire;
@@ -38,9 +39,12 @@ impl CampaignService for CampaignSvc {
         &self,
         request: Request<pb::SubmitRequest>,
     ) -> Result<Response<pb::SubmitResponse>, Status> {
+        let s = &self.shared;
+        let _running = s.limits.submit_permit()?;
         let campaign = Campaign::try_from(request.into_inner()).map_err(from_convert)?;
         tracing::Span::current().record("campaign", campaign.spec.id.as_str());
-        let s = &self.shared;
+        // Before the store lays out the schedule: the trial cap and the assignment size.
+        s.limits.check_campaign(&campaign)?;
         let done = s
             .store
             .submit(campaign, s.now())
@@ -89,6 +93,7 @@ impl CampaignService for CampaignSvc {
         &self,
         request: Request<pb::WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
+        let slot = self.shared.limits.stream_slot(request.metadata())?;
         let req = request.into_inner();
         let id = campaign_id("id", &req.id)?;
         let s = self.shared.clone();
@@ -117,6 +122,7 @@ impl CampaignService for CampaignSvc {
             |e| e.seq,
             |e| Ok(wire::event(e)),
             Some(first),
+            slot,
         );
         Ok(Response::new(Box::pin(stream)))
     }
@@ -146,6 +152,7 @@ impl CampaignService for CampaignSvc {
         &self,
         request: Request<pb::RowsRequest>,
     ) -> Result<Response<Self::RowsStream>, Status> {
+        let slot = self.shared.limits.stream_slot(request.metadata())?;
         let req = request.into_inner();
         let id = campaign_id("id", &req.id)?;
         let s = self.shared.clone();
@@ -163,6 +170,7 @@ impl CampaignService for CampaignSvc {
             |r| r.seq,
             |r| pb::Row::try_from(&r).map_err(from_convert),
             None,
+            slot,
         );
         Ok(Response::new(Box::pin(stream)))
     }
@@ -194,7 +202,7 @@ impl CampaignService for CampaignSvc {
 /// are, then, while `keep_following`, whatever is appended, polling every `poll`. Reading the
 /// store rather than a local channel is what makes Watch and Rows work across replicas. Ends
 /// when the client goes away, the store fails (the error is the last item) or the coordinator
-/// shuts down.
+/// shuts down; then `slot`, the caller's place among its token's open streams, is freed.
 #[allow(clippy::too_many_arguments)]
 fn follow<T, M, F, Fut>(
     s: Shared,
@@ -204,6 +212,7 @@ fn follow<T, M, F, Fut>(
     seq: fn(&T) -> u64,
     to_msg: fn(T) -> Result<M, Status>,
     first: Option<M>,
+    slot: StreamSlot,
 ) -> ReceiverStream<Result<M, Status>>
 where
     T: Send + 'static,
@@ -213,6 +222,7 @@ where
 {
     let (tx, rx) = mpsc::channel(256);
     tokio::spawn(async move {
+        let _slot = slot;
         let mut next = from;
         let mut shutdown = s.shutdown.clone();
         if let Some(m) = first

@@ -13,6 +13,8 @@ use tonic::{Request, Response, Status, Streaming};
 
 use lanes_common::convert::{lease_of, no_work, token, wire_enum};
 use lanes_common::ids::{ArmId, CampaignId, LaneName, Token};
+use lanes_common::limits::{check_outcome, check_register, check_release};
+use lanes_common::log_safe::LogSafe;
 use lanes_common::proto as pb;
 use lanes_common::proto::coordinator_message::Msg as Out;
 use lanes_common::proto::lane_service_server::LaneService;
@@ -22,7 +24,7 @@ use lanes_common::row::{FailureKind, Outcome, Phase};
 use super::Shared;
 use super::leases::LeaseRefused;
 use super::workers::Member;
-use crate::grpc_status::{bad_field, from_convert};
+use crate::grpc_status::{bad_field, from_convert, from_limit};
 use crate::scheduler::{self, Scheduled, WorkRequest};
 use crate::store::{CompleteAck, Release, ReleaseReason, StoreError};
 use crate::wire;
@@ -68,6 +70,18 @@ fn ack(campaign: &CampaignId, a: CompleteAck) -> pb::OutcomeAck {
     }
 }
 
+/// An outcome or release refused for good (malformed, or over a size limit): the lane must not
+/// replay it, and the session goes on.
+fn refused(campaign: &CampaignId, token: Option<pb::Token>, reason: String) -> pb::OutcomeError {
+    pb::OutcomeError {
+        token,
+        retryable: false,
+        reason,
+        retry_after_ms: 0,
+        campaign: campaign.to_string(),
+    }
+}
+
 /// The store refused or could not take an outcome. Unless the request itself is bad, the
 /// lane keeps it and sends it again: the store's health never refuses an outcome for good.
 fn outcome_error(campaign: &str, t: &Token, e: &StoreError) -> pb::OutcomeError {
@@ -82,7 +96,7 @@ fn outcome_error(campaign: &str, t: &Token, e: &StoreError) -> pb::OutcomeError 
 
 /// An outcome or release refused on the lease: for good when the secret is wrong, retryable
 /// when the key could not be read.
-fn refused(campaign: &str, t: &Token, e: &LeaseRefused) -> pb::OutcomeError {
+fn lease_refused(campaign: &str, t: &Token, e: &LeaseRefused) -> pb::OutcomeError {
     match e {
         LeaseRefused::Denied { .. } => pb::OutcomeError {
             token: Some(pb::Token::from(t)),
@@ -97,7 +111,7 @@ fn refused(campaign: &str, t: &Token, e: &LeaseRefused) -> pb::OutcomeError {
 
 impl LaneSvc {
     /// A work request: converted, scheduled, answered.
-    #[tracing::instrument(skip_all, fields(worker = %w.id, lane = %lane))]
+    #[tracing::instrument(skip_all, fields(worker = %LogSafe(&w.id), lane = %lane))]
     async fn work(
         &self,
         w: &Worker,
@@ -208,7 +222,7 @@ impl LaneSvc {
         Ok(out)
     }
 
-    #[tracing::instrument(name = "complete", skip_all, fields(campaign = %o.campaign, trial, token))]
+    #[tracing::instrument(name = "complete", skip_all, fields(campaign = %LogSafe(&o.campaign), trial, token))]
     async fn outcome(&self, w: &Worker, o: pb::Outcome) -> Result<pb::CoordinatorMessage, Status> {
         let campaign = campaign_of("outcome.campaign", &o.campaign)?;
         let lease = lease_of(o.token.as_ref());
@@ -217,26 +231,18 @@ impl LaneSvc {
             lease: String::new(),
             ..t
         });
-        let outcome = match Outcome::try_from(o) {
+        let checked = check_outcome(&o).map_err(|e| e.to_string());
+        let outcome = match checked.and_then(|()| Outcome::try_from(o).map_err(|e| e.to_string())) {
             Ok(o) => o,
-            Err(e) => {
-                // The lane must not replay this forever: refuse it for good, naming the field,
-                // and keep the session.
-                return msg(Out::OutcomeError(pb::OutcomeError {
-                    token: raw_token,
-                    retryable: false,
-                    reason: e.to_string(),
-                    retry_after_ms: 0,
-                    campaign: campaign.to_string(),
-                }));
-            }
+            // The lane must not replay this forever: refuse it for good, naming the field.
+            Err(reason) => return msg(Out::OutcomeError(refused(&campaign, raw_token, reason))),
         };
         let span = tracing::Span::current();
         span.record("trial", outcome.token.trial_id.as_str());
         span.record("token", tracing::field::display(&outcome.token));
         let t = outcome.token.clone();
         if let Err(e) = self.holds(w, &campaign, &t, &lease).await {
-            return msg(Out::OutcomeError(refused(campaign.as_str(), &t, &e)));
+            return msg(Out::OutcomeError(lease_refused(campaign.as_str(), &t, &e)));
         }
         let s = &self.shared;
         match s.store.complete(&campaign, outcome, s.now()).await {
@@ -284,7 +290,7 @@ impl LaneSvc {
             match s.store.forfeit(&c, &w.id, tokens, s.now()).await {
                 Ok(taken) => {
                     if !taken.is_empty() {
-                        tracing::info!(campaign = %c, worker = %w.id, taken = taken.len(), "leases forfeited by a restarted worker taken back");
+                        tracing::info!(campaign = %c, worker = %LogSafe(&w.id), taken = taken.len(), "leases forfeited by a restarted worker taken back");
                     }
                     done.extend(items.into_iter().map(|(_, ct)| ct));
                 }
@@ -300,9 +306,16 @@ impl LaneSvc {
     async fn release(&self, w: &Worker, r: pb::Release) -> Result<pb::CoordinatorMessage, Status> {
         let campaign = campaign_of("release.campaign", &r.campaign)?;
         let lease = lease_of(r.token.as_ref());
-        let t = token("release.token", r.token).map_err(from_convert)?;
+        if let Err(e) = check_release(&r) {
+            let echoed = r.token.clone().map(|t| pb::Token {
+                lease: String::new(),
+                ..t
+            });
+            return msg(Out::OutcomeError(refused(&campaign, echoed, e.to_string())));
+        }
+        let t = token("release.token", r.token.clone()).map_err(from_convert)?;
         if let Err(e) = self.holds(w, &campaign, &t, &lease).await {
-            return msg(Out::OutcomeError(refused(campaign.as_str(), &t, &e)));
+            return msg(Out::OutcomeError(lease_refused(campaign.as_str(), &t, &e)));
         }
         let reason = match pb::ReleaseReason::try_from(r.reason) {
             Ok(pb::ReleaseReason::Cancelled) => ReleaseReason::Cancelled,
@@ -336,19 +349,11 @@ impl LaneSvc {
         out: &mpsc::Sender<Result<pb::CoordinatorMessage, Status>>,
     ) -> Result<(), Status> {
         if let In::Register(r) = m {
-            if r.worker_id.is_empty() || r.worker_id.len() > 256 {
-                return Err(bad_field(
-                    "register.worker_id",
-                    "must be 1 to 256 characters",
-                ));
-            }
-            if r.host.is_empty() || r.host.len() > 256 {
-                return Err(bad_field("register.host", "must be 1 to 256 characters"));
-            }
+            check_register(&r).map_err(from_limit)?;
             if let Some(cn) = &self.identity
                 && *cn != r.worker_id
             {
-                tracing::warn!(worker = %r.worker_id.escape_debug(), certificate = %cn.escape_debug(), host = %r.host.escape_debug(), "refused: the worker id is not the one its client certificate names");
+                tracing::warn!(worker = %LogSafe(&r.worker_id), certificate = %LogSafe(cn), host = %LogSafe(&r.host), "refused: the worker id is not the one its client certificate names");
                 return Err(Status::permission_denied(format!(
                     "worker id {:?} is not the subject of this session's client certificate ({cn:?})",
                     r.worker_id
@@ -368,7 +373,7 @@ impl LaneSvc {
                         .collect::<Result<Vec<_>, _>>()?,
                 )
             };
-            tracing::info!(worker = %r.worker_id, host = %r.host, lanes = r.lanes, "worker registered");
+            tracing::info!(worker = %LogSafe(&r.worker_id), host = %LogSafe(&r.host), lanes = r.lanes, "worker registered");
             let member = self.shared.workers.join(pb::WorkerInfo {
                 worker_id: r.worker_id.clone(),
                 host: r.host.clone(),
@@ -437,9 +442,9 @@ impl LaneSvc {
             In::Outcome(o) => self.outcome(&w, o).await?,
             In::Status(st) => {
                 if st.outbox_broken {
-                    tracing::warn!(worker = %w.id, unpersisted = st.unpersisted, detail = %st.detail, "worker outbox not writable: it takes no work");
+                    tracing::warn!(worker = %LogSafe(&w.id), unpersisted = st.unpersisted, detail = %LogSafe(&st.detail), "worker outbox not writable: it takes no work");
                 } else {
-                    tracing::info!(worker = %w.id, "worker healthy");
+                    tracing::info!(worker = %LogSafe(&w.id), "worker healthy");
                 }
                 w.member.update(&st);
                 return Ok(());

@@ -4,6 +4,7 @@
 pub(crate) mod campaign;
 pub(crate) mod lane;
 pub(crate) mod leases;
+pub(crate) mod limits;
 pub(crate) mod workers;
 
 use std::sync::Arc;
@@ -11,7 +12,8 @@ use std::time::Duration;
 
 use crate::store::{Clock, Store};
 
-/// What every handler needs: the store, the clock, and how often streams poll the store.
+/// What every handler needs: the store, the clock, how often streams poll the store, and the
+/// request limits.
 #[derive(Clone)]
 pub(crate) struct Shared {
     pub(crate) store: Arc<dyn Store>,
@@ -29,6 +31,8 @@ pub(crate) struct Shared {
     pub(crate) mutual_tls: bool,
     /// Issues and checks the lease secrets that bind a lease to its worker.
     pub(crate) leases: Arc<leases::Leases>,
+    /// The trial cap, the assignment size, concurrent Submits, streams per token.
+    pub(crate) limits: Arc<limits::Limits>,
 }
 
 impl Shared {
