@@ -59,11 +59,14 @@ fn wire_field(file_field: &str) -> String {
     }
 }
 
+/// Breaks the rule in what a client submits.
+type Submit = Box<dyn Fn(&mut Campaign, &mut pb::SubmitRequest)>;
+
 /// A rule broken in the file and on the wire.
 struct Case {
     name: &'static str,
     file: String,
-    submit: Box<dyn Fn(&mut Campaign, &mut pb::SubmitRequest)>,
+    submit: Submit,
 }
 
 fn case(

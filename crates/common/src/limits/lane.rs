@@ -176,7 +176,8 @@ mod tests {
     #[test]
     fn each_outcome_field_over_its_limit_is_named() {
         let big = |n: usize| "x".repeat(n + 1);
-        let cases: Vec<(&str, Box<dyn Fn(&mut pb::Outcome)>)> = vec![
+        type Break = Box<dyn Fn(&mut pb::Outcome)>;
+        let cases: Vec<(&str, Break)> = vec![
             (
                 "outcome.error is 16385 bytes",
                 Box::new(move |o| o.error = big(MAX_ERROR_BYTES)),
