@@ -1,14 +1,17 @@
 //! Proto ↔ domain conversions, in one place. Every conversion from the wire validates, and a
 //! failure names the field and why, so a gRPC handler can answer `InvalidArgument` precisely.
 
-use crate::ids::{IdError, Token, TrialId};
-use crate::policy::{ClaimGateInForce, NoWorkReason};
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::ids::{CampaignId, DriverName, IdError, Token, TrialId};
+use crate::policy::{ClaimGateInForce, NoWorkReason, WorkerOffer};
 use crate::proto as pb;
 use crate::resume::Conflict;
 use crate::row::{
     Check, DriverIdentity, FailureKind, GateRecord, GateVerdict, InfeasibleSource, Outcome,
     OutcomeError, Phase, PhaseWalls, QuotaReading, Row, Status, TokenUsage,
 };
+use crate::spec::env::check_name;
 use crate::spec::{Campaign, CampaignSpec, Payload, Task, validate_tasks};
 use crate::state::{CampaignState, RenewState, StopMode, StopReason};
 
@@ -172,6 +175,7 @@ impl From<&NoWorkReason> for pb::NoWorkReason {
             NoWorkReason::CutoffAdmission { .. } => pb::NoWorkReason::CutoffAdmission,
             NoWorkReason::LaneExcluded => pb::NoWorkReason::LaneExcluded,
             NoWorkReason::NoMatchingArms => pb::NoWorkReason::NoMatchingArms,
+            NoWorkReason::DriverRefused { .. } => pb::NoWorkReason::DriverRefused,
             NoWorkReason::NoCampaigns => pb::NoWorkReason::NoCampaigns,
             NoWorkReason::StoreUnavailable { .. } => pb::NoWorkReason::StoreUnavailable,
         }
@@ -186,6 +190,90 @@ pub fn no_work(lane: String, reason: &NoWorkReason, retry_after_ms: u64) -> pb::
         retry_after_ms,
         reason: pb::NoWorkReason::from(reason) as i32,
     }
+}
+
+/// At most this many entries in each list of a worker's offer.
+const MAX_OFFER_ITEMS: usize = 1024;
+
+/// Env names of an offer: variable names a campaign may use (reserved names are refused here
+/// too, so no worker can open them).
+fn offer_env(field: &str, names: &[String]) -> Result<BTreeSet<String>, ConvertError> {
+    if names.len() > MAX_OFFER_ITEMS {
+        return Err(ConvertError::new(field, "too many env names"));
+    }
+    names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            check_name(n)
+                .map(|()| n.clone())
+                .map_err(|e| ConvertError::new(format!("{field}[{i}]"), e.to_string()))
+        })
+        .collect()
+}
+
+/// What a registering worker runs.
+pub fn worker_offer(r: &pb::Register) -> Result<WorkerOffer, ConvertError> {
+    if r.drivers.len() > MAX_OFFER_ITEMS || r.campaigns.len() > MAX_OFFER_ITEMS {
+        return Err(ConvertError::new(
+            "register",
+            "too many drivers or campaigns",
+        ));
+    }
+    let mut drivers = BTreeMap::new();
+    for (i, d) in r.drivers.iter().enumerate() {
+        let name = DriverName::new(d.name.clone())
+            .map_err(|e| ConvertError::id(&format!("register.drivers[{i}].name"), e))?;
+        let env = offer_env(&format!("register.drivers[{i}].env"), &d.env)?;
+        if drivers.insert(name, env).is_some() {
+            return Err(ConvertError::new(
+                format!("register.drivers[{i}].name"),
+                "duplicate driver name",
+            ));
+        }
+    }
+    let campaigns = if r.campaigns.is_empty() {
+        None
+    } else {
+        Some(
+            r.campaigns
+                .iter()
+                .enumerate()
+                .map(|(i, c)| {
+                    CampaignId::new(c.clone())
+                        .map_err(|e| ConvertError::id(&format!("register.campaigns[{i}]"), e))
+                })
+                .collect::<Result<BTreeSet<_>, _>>()?,
+        )
+    };
+    Ok(WorkerOffer {
+        drivers,
+        campaign_commands: r.campaign_commands,
+        command_env: offer_env("register.command_env", &r.command_env)?,
+        driver_override: r.driver_override,
+        campaigns,
+    })
+}
+
+/// Writes a worker's offer into its `Register`.
+pub fn register_offer(o: &WorkerOffer, r: &mut pb::Register) {
+    r.drivers = o
+        .drivers
+        .iter()
+        .map(|(name, env)| pb::DriverOffer {
+            name: name.to_string(),
+            env: env.iter().cloned().collect(),
+        })
+        .collect();
+    r.campaign_commands = o.campaign_commands;
+    r.command_env = o.command_env.iter().cloned().collect();
+    r.driver_override = o.driver_override;
+    r.campaigns = o
+        .campaigns
+        .iter()
+        .flatten()
+        .map(ToString::to_string)
+        .collect();
 }
 
 impl From<ClaimGateInForce> for pb::GateInForce {

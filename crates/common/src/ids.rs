@@ -106,6 +106,13 @@ id_type!(
 );
 
 id_type!(
+    /// A driver name, as a campaign's `[driver] name` and a worker's drivers file spell it:
+    /// `^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`.
+    DriverName, "driver", "^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$", 64,
+    alnum, |c| alnum(c) || matches!(c, b'_' | b'-')
+);
+
+id_type!(
     /// A lane's name, `<worker id>-<slot>`: printable ASCII without spaces or `/`, up to 256
     /// characters. It names the lane in work requests, leases, rows and logs.
     LaneName, "lane", "1 to 256 printable ASCII characters, no space or '/'", 256,

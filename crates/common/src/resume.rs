@@ -1,17 +1,18 @@
 //! Resume and amendments: compare a recorded campaign with a resubmitted one.
 //!
 //! A resume is refused, with every conflict named field by field, when a measured option that
-//! applies to every trial changed, when an existing task changed or moved, or when a trial that
+//! applies to every trial changed (the driver's kind and env among them), when an existing
+//! task changed or moved, or when a trial that
 //! already has rows would now be scheduled differently. It is an amendment when the schedule
 //! only grows (tasks appended, more runs). Operational options may always change.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::schedule::{self, Trial};
-use crate::spec::{Campaign, CampaignSpec, Task};
+use crate::spec::{Campaign, CampaignSpec, DriverConfig, DriverKind, Task};
 use crate::spec_hash::{measured_header, task_line};
 
 /// One refused difference.
@@ -119,6 +120,67 @@ fn measured_conflicts(old: &CampaignSpec, new: &CampaignSpec) -> Vec<Conflict> {
     out
 }
 
+/// The driver a campaign runs under is part of what it measures: any change to its kind
+/// (`name`, `command`, `sim`) or env is refused; a new driver needs a new campaign id. Env
+/// values may be secrets, so a conflict names the variable, never its values.
+fn driver_conflicts(old: &DriverConfig, new: &DriverConfig) -> Vec<Conflict> {
+    let mut out = Vec::new();
+    let describe = |k: &DriverKind| match k {
+        DriverKind::Command(cmd) => format!("command {cmd:?}"),
+        DriverKind::Named(name) => format!("name {name:?}"),
+        DriverKind::Sim(_) => "sim".to_owned(),
+    };
+    match (&old.kind, &new.kind) {
+        (DriverKind::Command(a), DriverKind::Command(b)) => {
+            if a != b {
+                out.push(Conflict {
+                    field: "driver.command".into(),
+                    recorded: format!("{a:?}"),
+                    submitted: format!("{b:?}"),
+                });
+            }
+        }
+        (DriverKind::Named(a), DriverKind::Named(b)) => {
+            if a != b {
+                out.push(Conflict {
+                    field: "driver.name".into(),
+                    recorded: a.to_string(),
+                    submitted: b.to_string(),
+                });
+            }
+        }
+        (DriverKind::Sim(a), DriverKind::Sim(b)) => {
+            let json = |s| serde_json::to_value(s).unwrap_or(Value::Null);
+            diff_values("driver.sim", &json(a), &json(b), &mut out);
+        }
+        (a @ (DriverKind::Command(_) | DriverKind::Named(_) | DriverKind::Sim(_)), b) => {
+            out.push(Conflict {
+                field: "driver".into(),
+                recorded: describe(a),
+                submitted: describe(b),
+            });
+        }
+    }
+    let names: BTreeSet<&String> = old.env.keys().chain(new.env.keys()).collect();
+    for name in names {
+        let (a, b) = (old.env.get(name), new.env.get(name));
+        if a == b {
+            continue;
+        }
+        let (recorded, submitted) = match (a, b) {
+            (Some(_), Some(_)) => ("set", "set to another value"),
+            (Some(_), None) => ("set", "unset"),
+            (None, _) => ("unset", "set"),
+        };
+        out.push(Conflict {
+            field: format!("driver.env.{name}"),
+            recorded: recorded.to_owned(),
+            submitted: submitted.to_owned(),
+        });
+    }
+    out
+}
+
 fn task_conflicts(old: &[Task], new: &[Task]) -> Vec<Conflict> {
     let mut out = Vec::new();
     if new.len() < old.len() {
@@ -168,8 +230,8 @@ fn operational_changes(old: &CampaignSpec, new: &CampaignSpec) -> Vec<String> {
     if o.0.quota_stop != o.1.quota_stop {
         out.push("quota_stop".to_owned());
     }
-    if old.driver != new.driver {
-        out.push("driver".to_owned());
+    if old.driver.secret_payload_keys != new.driver.secret_payload_keys {
+        out.push("driver.secret_payload_keys".to_owned());
     }
     for (i, (a, b)) in old.arms.iter().zip(&new.arms).enumerate() {
         if a.provider != b.provider {
@@ -190,6 +252,7 @@ pub fn compare<'a>(
     recorded_trials: impl IntoIterator<Item = &'a Trial>,
 ) -> Result<ResumePlan, Vec<Conflict>> {
     let mut conflicts = measured_conflicts(&old.spec, &new.spec);
+    conflicts.extend(driver_conflicts(&old.spec.driver, &new.spec.driver));
     conflicts.extend(task_conflicts(&old.tasks, &new.tasks));
     if old.spec.id != new.spec.id {
         conflicts.push(Conflict {

@@ -364,19 +364,9 @@ fn operational_changes_are_free_and_listed() {
         ("quota_wait = 0.95", "quota_wait = 0.9", "quota_wait"),
         ("quota_stop = 0.99", "quota_stop = 1.0", "quota_stop"),
         (
-            r#"command = ["python3", "driver.py"]"#,
-            r#"command = ["/opt/venv/bin/python", "driver.py", "--fast"]"#,
-            "driver",
-        ),
-        (
-            r#"command = ["python3", "driver.py"]"#,
-            "sim = {}",
-            "driver",
-        ),
-        (
             r#"secret_payload_keys = ["vm_password"]"#,
             r#"secret_payload_keys = ["vm_password", "proxy"]"#,
-            "driver",
+            "driver.secret_payload_keys",
         ),
         (
             r#"provider = "anthropic""#,
@@ -405,8 +395,7 @@ fn operational_changes_are_free_and_listed() {
     }
     // All at once, each listed.
     let mut text = BASE.to_owned();
-    // (Both driver cases edit the command line: keep the first.)
-    for (from, to, _) in cases.iter().filter(|(_, t, _)| *t != "sim = {}") {
+    for (from, to, _) in cases {
         text = edit(&text, from, to);
     }
     let p = plan(&old, &load(&text), &recorded);
@@ -419,7 +408,7 @@ fn operational_changes_are_free_and_listed() {
             "budget_cap_usd",
             "quota_wait",
             "quota_stop",
-            "driver",
+            "driver.secret_payload_keys",
             "arms[0].provider",
             "arms[0].expected_cost_usd",
         ]
@@ -449,4 +438,89 @@ fn a_different_campaign_id_is_refused() {
     let old = load(BASE);
     let new = load(&edit(BASE, r#"id = "resume-test""#, r#"id = "other""#));
     assert_eq!(fields(&conflicts(&old, &new, &[])), vec!["id"]);
+}
+
+/// The driver is part of what a campaign measures: a resubmission that changes its command,
+/// its kind, its name, its sim settings or its env is refused, naming the field (and never an
+/// env value, which may be a secret). A new driver needs a new campaign id.
+#[test]
+fn a_driver_change_is_refused_naming_the_field() {
+    let old = load(BASE);
+    let cases: &[(&str, &str, &str)] = &[
+        (
+            r#"command = ["python3", "driver.py"]"#,
+            r#"command = ["/opt/venv/bin/python", "driver.py", "--fast"]"#,
+            "driver.command",
+        ),
+        (
+            r#"command = ["python3", "driver.py"]"#,
+            "sim = {}",
+            "driver",
+        ),
+        (
+            r#"command = ["python3", "driver.py"]"#,
+            r#"name = "osworld""#,
+            "driver",
+        ),
+        (
+            r#"secret_payload_keys = ["vm_password"]"#,
+            "secret_payload_keys = [\"vm_password\"]\nenv = { API_KEY = \"sk-secret-value\" }",
+            "driver.env.API_KEY",
+        ),
+    ];
+    for (from, to, field) in cases {
+        let new = load(&edit(BASE, from, to));
+        for recorded in [&[][..], &trials(&old)[..]] {
+            let c = conflicts(&old, &new, recorded);
+            assert_eq!(fields(&c), vec![*field], "changing {from:?} to {to:?}");
+            assert!(
+                c.iter().all(
+                    |c| !c.recorded.contains("sk-secret") && !c.submitted.contains("sk-secret")
+                ),
+                "{c:?}"
+            );
+        }
+    }
+    // Between named drivers, between sim settings, and between env values.
+    let named = load(&edit(
+        BASE,
+        r#"command = ["python3", "driver.py"]"#,
+        r#"name = "osworld""#,
+    ));
+    let renamed = load(&edit(
+        BASE,
+        r#"command = ["python3", "driver.py"]"#,
+        r#"name = "osworld2""#,
+    ));
+    assert_eq!(
+        fields(&conflicts(&named, &renamed, &[])),
+        vec!["driver.name"]
+    );
+    let sim = load(&edit(
+        BASE,
+        r#"command = ["python3", "driver.py"]"#,
+        "sim = { boot_s = 1.0 }",
+    ));
+    let sim2 = load(&edit(
+        BASE,
+        r#"command = ["python3", "driver.py"]"#,
+        "sim = { boot_s = 2.0 }",
+    ));
+    assert_eq!(
+        fields(&conflicts(&sim, &sim2, &[])),
+        vec!["driver.sim.boot_s"]
+    );
+    let env = |v: &str| {
+        load(&edit(
+            BASE,
+            r#"secret_payload_keys = ["vm_password"]"#,
+            &format!("env = {{ API_KEY = \"{v}\" }}"),
+        ))
+    };
+    let c = conflicts(&env("$API_KEY"), &env("$OTHER_KEY"), &[]);
+    assert_eq!(fields(&c), vec!["driver.env.API_KEY"]);
+    assert_eq!(
+        (c[0].recorded.as_str(), c[0].submitted.as_str()),
+        ("set", "set to another value")
+    );
 }

@@ -4,11 +4,12 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use super::offer::DriverRefusal;
 use crate::state::StopReason;
 use crate::utc::EpochMs;
 
-/// Why a work request got no work. A campaign's claim answers the first ten; the coordinator
-/// adds the last two, which concern no campaign in particular.
+/// Why a work request got no work. A campaign's claim answers all but `NoCampaigns` and
+/// `StoreUnavailable`, which the coordinator adds: they concern no campaign in particular.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "reason", rename_all = "snake_case")]
 pub enum NoWorkReason {
@@ -32,6 +33,8 @@ pub enum NoWorkReason {
     LaneExcluded,
     /// The arms this lane serves are not in any running campaign.
     NoMatchingArms,
+    /// The lane's worker does not run this campaign's driver (or allow its env).
+    DriverRefused { refusal: DriverRefusal },
     /// There is no campaign at all.
     NoCampaigns,
     /// The store could not list the campaigns.
@@ -52,6 +55,7 @@ impl NoWorkReason {
             | NoWorkReason::CutoffAdmission { .. }
             | NoWorkReason::LaneExcluded
             | NoWorkReason::NoMatchingArms
+            | NoWorkReason::DriverRefused { .. }
             | NoWorkReason::NoCampaigns
             | NoWorkReason::StoreUnavailable { .. } => None,
         }
@@ -102,6 +106,7 @@ impl fmt::Display for NoWorkReason {
             }
             NoWorkReason::LaneExcluded => f.write_str("lane_excluded"),
             NoWorkReason::NoMatchingArms => f.write_str("no_matching_arms"),
+            NoWorkReason::DriverRefused { refusal } => write!(f, "driver_refused: {refusal}"),
             NoWorkReason::NoCampaigns => f.write_str("no_campaigns"),
             NoWorkReason::StoreUnavailable { error } => write!(f, "store unavailable: {error}"),
         }

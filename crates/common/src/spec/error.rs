@@ -3,6 +3,7 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use super::env::EnvRefused;
 use crate::ids::IdError;
 use crate::utc::UtcError;
 
@@ -85,6 +86,9 @@ pub enum SpecErrorKind {
     BadJson(String),
     #[error("{0}")]
     BadCutoff(UtcError),
+    /// A `[driver] env` name (set or read) that is not a variable name or is reserved.
+    #[error("{0}")]
+    Env(EnvRefused),
     #[error("more than {limit} {what}")]
     TooMany { what: &'static str, limit: usize },
     /// Free text over its size limit (`lanes_common::limits`).

@@ -13,7 +13,7 @@ use super::{
     Arm, Campaign, CampaignSpec, Defaults, DriverConfig, DriverKind, MAX_ARMS, Operational,
     Pairing, RetryPolicy, SimConfig, Task,
 };
-use crate::ids::{ArmId, CampaignId};
+use crate::ids::{ArmId, CampaignId, DriverName};
 use crate::utc;
 
 #[derive(Deserialize)]
@@ -87,6 +87,7 @@ struct RawInlineTask {
 #[serde(deny_unknown_fields)]
 struct RawDriver {
     command: Option<Vec<String>>,
+    name: Option<String>,
     sim: Option<SimConfig>,
     #[serde(default)]
     secret_payload_keys: Vec<String>,
@@ -161,7 +162,7 @@ pub fn load_str(text: &str, path: &Path, base: &Path) -> Result<Campaign, SpecEr
             return Err(SpecError::in_file(
                 path,
                 "driver",
-                SpecErrorKind::invalid("missing [driver] with `command` or `sim`"),
+                SpecErrorKind::invalid("missing [driver] with `name`, `command` or `sim`"),
             ));
         }
     };
@@ -372,13 +373,6 @@ fn retry(raw: RawRetry) -> RetryPolicy {
     }
 }
 
-fn is_env_name(name: &str) -> bool {
-    let b = name.as_bytes();
-    !b.is_empty()
-        && (b[0].is_ascii_alphabetic() || b[0] == b'_')
-        && b.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'_')
-}
-
 fn driver(
     ctx: &mut Ctx<'_>,
     span: std::ops::Range<usize>,
@@ -386,25 +380,21 @@ fn driver(
 ) -> Result<(DriverConfig, BTreeMap<String, String>), SpecError> {
     ctx.mark("driver", span.clone());
     let err = |field: &str, msg: String| ctx.at(span.clone(), field, SpecErrorKind::invalid(msg));
-    let kind = match (raw.command, raw.sim) {
-        (Some(_), Some(_)) => {
+    let kind = match (raw.command, raw.name, raw.sim) {
+        (Some(cmd), None, None) => DriverKind::Command(cmd),
+        (None, Some(name), None) => DriverKind::Named(
+            DriverName::new(name)
+                .map_err(|e| ctx.at(span.clone(), "driver.name", SpecErrorKind::InvalidId(e)))?,
+        ),
+        (None, None, Some(sim)) => DriverKind::Sim(sim),
+        (None, None, None) => return Err(err("driver", "set `name`, `command` or `sim`".into())),
+        (Some(_), Some(_), _) | (Some(_), _, Some(_)) | (_, Some(_), Some(_)) => {
             return Err(err(
                 "driver",
-                "set either `command` or `sim`, not both".into(),
+                "set exactly one of `name`, `command` and `sim`".into(),
             ));
         }
-        (None, None) => return Err(err("driver", "set `command` or `sim`".into())),
-        (Some(cmd), None) => DriverKind::Command(cmd),
-        (None, Some(sim)) => DriverKind::Sim(sim),
     };
-    for name in raw.env.keys() {
-        if !is_env_name(name) {
-            return Err(err(
-                "driver.env",
-                format!("{name:?} is not an environment variable name"),
-            ));
-        }
-    }
     Ok((
         DriverConfig {
             kind,

@@ -5,6 +5,7 @@
 //! options live in [`Operational`] and in the driver's run-time fields, and the spec hash never
 //! reads them.
 
+pub mod env;
 mod error;
 mod load;
 mod tasks;
@@ -14,7 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::ids::{ArmId, CampaignId};
+use crate::ids::{ArmId, CampaignId, DriverName};
 use crate::row::{FailureKind, Status};
 use crate::utc::EpochMs;
 
@@ -162,22 +163,27 @@ impl Default for Operational {
     }
 }
 
-/// The driver: operational, resolved on each worker host.
+/// The driver: resolved on each worker host, which decides whether it runs it at all. Not in
+/// the spec hash; a resume refuses any change to its kind or env (see [`crate::resume`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DriverConfig {
     pub kind: DriverKind,
     /// Payload keys that never reach rows, logs or spans.
     pub secret_payload_keys: Vec<String>,
     /// Env variables for the driver. A value `$NAME` is read from the worker's env; values are
-    /// never logged.
+    /// never logged. Names (set and read) obey [`env::check_env`], and a worker forwards only
+    /// the names it allows.
     pub env: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum DriverKind {
-    /// A child process speaking JSON-RPC over stdio; relative paths resolve on the worker.
+    /// The campaign's own command: a child process speaking JSON-RPC over stdio; relative
+    /// paths resolve on the worker. Only workers that allow campaign commands run it.
     Command(Vec<String>),
+    /// A driver the worker defines in its drivers file, by name.
+    Named(DriverName),
     /// The built-in deterministic simulator.
     Sim(SimConfig),
 }

@@ -5,6 +5,7 @@
 use std::collections::HashSet;
 use std::fmt;
 
+use super::env::check_env;
 use super::error::SpecErrorKind;
 use super::{CampaignSpec, DriverKind, SimConfig, SimFault, Task};
 use crate::canonical;
@@ -187,6 +188,11 @@ impl CampaignSpec {
                     return invalid("driver.sim", m);
                 }
             }
+            // The name is valid by its type; whether a worker runs it is the worker's call.
+            DriverKind::Named(_) => {}
+        }
+        if let Err((field, e)) = check_env(&d.env) {
+            return bad(field, SpecErrorKind::Env(e));
         }
         let keys = &d.secret_payload_keys;
         if keys.iter().any(String::is_empty) {
