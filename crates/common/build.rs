@@ -1,7 +1,9 @@
 //! Compiles the wire contract with a vendored protoc, so the build needs no system package.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../proto");
+    // Read at run time, not with `env!`: a build script binary shared by several checkouts
+    // (one target directory) must compile the proto files of the checkout being built.
+    let root = std::path::PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?).join("../../proto");
     let protos =
         ["types.proto", "campaign.proto", "lane.proto"].map(|p| root.join("lanes/v1").join(p));
     let mut config = tonic_prost_build::Config::new();

@@ -762,6 +762,39 @@ async fn unauthenticated_calls_are_refused_for_every_rpc() {
     }
 }
 
+/// A submitted spec whose `[driver] env` sets or reads a reserved variable is refused at
+/// submit, naming the variable, and nothing is stored: the loader's rule holds for specs that
+/// never went through a campaign file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_submit_with_a_reserved_driver_env_is_refused_naming_the_variable() {
+    let e = env("embedded").await;
+    let mut c = client(&e.coord.url(), Some(CLIENT_TOKEN)).await;
+    for (name, value) in [
+        ("LD_PRELOAD", "/tmp/evil.so"),
+        ("PATH", "/tmp/evil"),
+        ("PYTHONPATH", "/tmp/evil"),
+        ("API_KEY", "$LANES_LANE_TOKEN"),
+    ] {
+        let mut req = submit_request(&small_campaign("envy", 1, ""));
+        let mut spec: serde_json::Value = serde_json::from_str(&req.spec_json).unwrap();
+        spec["driver"]["env"][name] = serde_json::json!(value);
+        req.spec_json = spec.to_string();
+        let err = c.submit(req).await.unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument, "{name}");
+        let shown = value.strip_prefix('$').unwrap_or(name);
+        assert!(
+            err.message().contains(&format!("driver.env.{name}")) && err.message().contains(shown),
+            "{}",
+            err.message()
+        );
+    }
+    let err = c
+        .get(pb::GetRequest { id: "envy".into() })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::NotFound, "{}", err.message());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn oversized_and_malformed_requests_are_refused_with_the_field_named() {
     let e = env("embedded").await;

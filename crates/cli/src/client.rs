@@ -200,6 +200,7 @@ pub(crate) fn status_json(s: &pb::CampaignStatus) -> serde_json::Value {
             "phase": pb::Phase::try_from(f.phase).map(|p| p.as_str_name()).unwrap_or("unknown"),
             "deadline_in_ms": f.deadline_in_ms,
         })).collect::<Vec<_>>(),
+        "refused_by": s.refused_by.iter().map(|r| serde_json::json!({"worker_id": r.worker_id, "reason": r.reason})).collect::<Vec<_>>(),
     })
 }
 
@@ -224,6 +225,12 @@ pub(crate) fn status_text(s: &pb::CampaignStatus) -> String {
     );
     for g in &s.gates {
         t.push_str(&format!("  gate {}: {}\n", g.gate, g.detail));
+    }
+    for r in &s.refused_by {
+        t.push_str(&format!(
+            "  not served by worker {}: {}\n",
+            r.worker_id, r.reason
+        ));
     }
     t
 }

@@ -196,6 +196,9 @@ pub(crate) fn run(cmd: ClientCmd) -> anyhow::Result<Code> {
                                 "version": w.version, "connected_utc": w.connected_utc,
                                 "outbox_broken": w.outbox_broken, "unpersisted": w.unpersisted,
                                 "detail": w.detail,
+                                "drivers": w.drivers, "campaign_commands": w.campaign_commands,
+                                "driver_override": w.driver_override, "campaigns": w.campaigns,
+                                "refused": w.refused.iter().map(|r| serde_json::json!({"campaign": r.campaign, "reason": r.reason})).collect::<Vec<_>>(),
                             }));
                         }
                     } else {
@@ -234,14 +237,15 @@ fn tok(t: &Option<pb::Token>) -> String {
         .unwrap_or_default()
 }
 
-/// One line per worker: who, how many lanes, since when, and whether it takes work.
+/// One line per worker: who, how many lanes, since when, whether it takes work and what it
+/// runs; then, indented, each running campaign it does not serve and why.
 fn workers_text(workers: &[pb::WorkerInfo]) -> String {
     if workers.is_empty() {
         return "no workers connected to this replica\n".to_owned();
     }
     let mut out = format!(
-        "{:<24} {:<24} {:>5}  {:<20}  HEALTH\n",
-        "WORKER", "HOST", "LANES", "CONNECTED"
+        "{:<24} {:<24} {:>5}  {:<20}  {:<8}  RUNS\n",
+        "WORKER", "HOST", "LANES", "CONNECTED", "HEALTH"
     );
     for w in workers {
         let health = if w.outbox_broken {
@@ -250,9 +254,33 @@ fn workers_text(workers: &[pb::WorkerInfo]) -> String {
             "ok".to_owned()
         };
         out.push_str(&format!(
-            "{:<24} {:<24} {:>5}  {:<20}  {health}\n",
-            w.worker_id, w.host, w.lanes, w.connected_utc
+            "{:<24} {:<24} {:>5}  {:<20}  {health:<8}  {}\n",
+            w.worker_id,
+            w.host,
+            w.lanes,
+            w.connected_utc,
+            runs(w)
         ));
+        for r in &w.refused {
+            out.push_str(&format!("  not serving {}: {}\n", r.campaign, r.reason));
+        }
     }
     out
+}
+
+/// What a worker runs, in a few words: `sim`, its named drivers, campaign commands.
+fn runs(w: &pb::WorkerInfo) -> String {
+    if w.driver_override {
+        return "--driver (every campaign)".to_owned();
+    }
+    let mut parts = vec!["sim".to_owned()];
+    parts.extend(w.drivers.iter().cloned());
+    if w.campaign_commands {
+        parts.push("campaign commands".to_owned());
+    }
+    let mut text = parts.join(", ");
+    if !w.campaigns.is_empty() {
+        text.push_str(&format!(" (only {})", w.campaigns.join(", ")));
+    }
+    text
 }

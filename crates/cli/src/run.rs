@@ -2,7 +2,7 @@
 //! port (its address in `<data-dir>/lanes.addr`, so a second terminal can use the API), and N
 //! local lanes with their drivers. Running it again resumes; drift is refused.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,7 +13,7 @@ use lanes_common::state::{CampaignState, StopMode, StopReason};
 use lanes_coordinator::CoordinatorConfig;
 use lanes_coordinator::auth::AuthConfig;
 use lanes_coordinator::store::{Clock, EmbeddedStore, Store, StoreError, SubmitKind, SystemClock};
-use lanes_worker::WorkerConfig;
+use lanes_worker::{Drivers, WorkerConfig, load_drivers_file};
 
 use crate::exit::Code;
 use crate::local_api::{LocalApi, addr_file, private_dir};
@@ -40,6 +40,9 @@ pub(crate) struct Args {
     /// Attempt records and driver stderr [default: <data-dir>/artifacts].
     #[arg(long)]
     artifacts: Option<PathBuf>,
+    /// A drivers file, for a campaign that names its driver (`[driver] name = ...`).
+    #[arg(long, value_name = "FILE")]
+    drivers: Option<PathBuf>,
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<Code> {
@@ -51,11 +54,46 @@ pub(crate) fn run(args: Args) -> anyhow::Result<Code> {
             return Ok(Code::BadInput);
         }
     };
+    let drivers = match local_drivers(args.drivers.as_deref(), &campaign.spec) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("lanes: {e}");
+            return Ok(Code::BadInput);
+        }
+    };
     let rt = tokio::runtime::Runtime::new()?;
-    rt.block_on(run_async(args, campaign))
+    rt.block_on(run_async(args, campaign, drivers))
 }
 
-async fn run_async(args: Args, campaign: spec::Campaign) -> anyhow::Result<Code> {
+/// What the local lanes run: the campaign file's own command and the env names it uses (its
+/// author is the one running it), a named driver from `--drivers`, and only this campaign,
+/// even when the store holds others.
+fn local_drivers(file: Option<&Path>, spec: &spec::CampaignSpec) -> anyhow::Result<Drivers> {
+    let drivers = Drivers {
+        named: match file {
+            Some(path) => load_drivers_file(path)?,
+            None => Default::default(),
+        },
+        campaign_commands: true,
+        allow_env: spec::env::names_used(&spec.driver.env)
+            .map(str::to_owned)
+            .collect(),
+        campaigns: [spec.id.clone()].into(),
+    };
+    if let Some(refusal) = drivers.offer(false).refusal(spec) {
+        anyhow::bail!(
+            "{refusal}{}",
+            if file.is_none() {
+                " (give it with --drivers FILE)"
+            } else {
+                ""
+            }
+        );
+    }
+    Ok(drivers)
+}
+
+async fn run_async(args: Args, campaign: spec::Campaign, drivers: Drivers) -> anyhow::Result<Code> {
     let id = campaign.spec.id.clone();
     let ttl = Duration::from_secs(u64::from(campaign.spec.ops.lease_ttl_s));
     private_dir(&args.data_dir)?;
@@ -143,6 +181,7 @@ async fn run_async(args: Args, campaign: spec::Campaign) -> anyhow::Result<Code>
         outbox: args.data_dir.join("outbox"),
         artifacts,
         driver_override: None,
+        drivers,
         sim_command: vec![exe.display().to_string(), "driver".into(), "sim".into()],
         disk_floor_gb: None,
         arms: Vec::new(),

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use lanes_worker::WorkerConfig;
 use lanes_worker::http::HttpOptions;
+use lanes_worker::{Drivers, WorkerConfig, load_drivers_file};
 
 use crate::exit::Code;
 
@@ -33,9 +33,23 @@ pub(crate) struct Args {
     /// Below this much free disk (GB) under --artifacts, no work is asked for.
     #[arg(long)]
     disk_floor_gb: Option<f64>,
-    /// Replace the campaign's driver command on this host (everything after it).
+    /// Replace every campaign's driver on this host (everything after it, up to `--`). It
+    /// receives only the campaign env names --allow-env lists.
     #[arg(long, num_args = 1.., allow_hyphen_values = true, value_terminator = "--")]
     driver: Option<Vec<String>>,
+    /// The drivers this worker runs, by name (a TOML file; see docs/WORKER.md). A campaign
+    /// naming a driver (`[driver] name = ...`) is served only by workers that have it.
+    #[arg(long, value_name = "FILE")]
+    drivers: Option<PathBuf>,
+    /// Run campaigns' own `[driver] command`. Off by default: a campaign submitter could
+    /// otherwise run any program on this host.
+    #[arg(long)]
+    allow_campaign_commands: bool,
+    /// Env names (comma-separated, repeatable) a campaign command or the --driver override may
+    /// set or read (`$NAME`) through the campaign's `[driver] env`. Reserved names (PATH,
+    /// LD_*, PYTHON*, LANES_*, ...) are refused.
+    #[arg(long, value_delimiter = ',', value_name = "NAME")]
+    allow_env: Vec<String>,
     /// The lane role's bearer token (prefer --token-file).
     #[arg(long, env = "LANES_LANE_TOKEN", hide_env_values = true)]
     token: Option<String>,
@@ -98,6 +112,15 @@ pub(crate) fn run(args: Args) -> anyhow::Result<Code> {
         args.coordinator.iter().any(|a| !a.trim().is_empty()),
         "--coordinator: give at least one coordinator address"
     );
+    let drivers = Drivers {
+        named: match &args.drivers {
+            Some(path) => load_drivers_file(path)?,
+            None => Default::default(),
+        },
+        campaign_commands: args.allow_campaign_commands,
+        allow_env: Drivers::allow_env(&args.allow_env)?,
+        campaigns: Default::default(),
+    };
     let exe = std::env::current_exe().context("cannot find the lanes binary for the sim driver")?;
     let config = WorkerConfig {
         coordinators: args
@@ -120,6 +143,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<Code> {
             .unwrap_or_else(|| args.artifacts.join(".outbox")),
         artifacts: args.artifacts,
         driver_override: args.driver,
+        drivers,
         sim_command: vec![exe.display().to_string(), "driver".into(), "sim".into()],
         disk_floor_gb: args.disk_floor_gb,
         arms: args.arms,

@@ -115,3 +115,79 @@ fn the_quick_start_runs_to_done_resumes_and_refuses_drift() {
     let err = String::from_utf8_lossy(&refused.stderr);
     assert!(err.contains("arms[0].config.effort"), "{err}");
 }
+
+/// A one-arm sim campaign of `tasks` tasks.
+fn sim_campaign(id: &str, tasks: usize, driver: &str) -> String {
+    let items: Vec<String> = (0..tasks).map(|i| format!("{{ id = \"T{i}\" }}")).collect();
+    format!(
+        "id = \"{id}\"\nphase1_runs = 1\nschedule_seed = 5\nlease_ttl_s = 5\n[[arms]]\nid = \"a\"\n[driver]\n{driver}\n[tasks]\nitems = [{}]\n",
+        items.join(", ")
+    )
+}
+
+/// `lanes run` serves only the campaign it was given: another campaign in the same store (one
+/// that sorts first, so it would be served first) is left untouched.
+#[test]
+fn lanes_run_takes_no_work_of_another_campaign_in_the_store() {
+    use lanes_coordinator::store::{Clock, EmbeddedStore, Store, SystemClock};
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let other = lanes_common::ids::CampaignId::new("a-other").unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let store = EmbeddedStore::open(&data).unwrap();
+        let c = lanes_common::spec::load_str(
+            &sim_campaign("a-other", 6, "sim = {}"),
+            std::path::Path::new("other.toml"),
+            std::path::Path::new("."),
+        )
+        .unwrap();
+        store.submit(c, SystemClock.now_ms()).await.unwrap();
+    });
+    let mine = dir.path().join("mine.toml");
+    std::fs::write(&mine, sim_campaign("mine", 4, "sim = {}")).unwrap();
+    let out = lanes()
+        .arg("run")
+        .arg(&mine)
+        .args(["--lanes", "2", "--data-dir"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("done: 4/4 final"), "{stdout}");
+    rt.block_on(async {
+        let store = EmbeddedStore::open(&data).unwrap();
+        let st = store.status(&other, SystemClock.now_ms()).await.unwrap();
+        assert_eq!(
+            (st.trials_final, st.rows_total, st.in_flight.len()),
+            (0, 0, 0),
+            "{st:?}"
+        );
+    });
+}
+
+/// A campaign that names a driver needs `lanes run --drivers FILE` with that driver.
+#[test]
+fn lanes_run_of_a_named_driver_needs_a_drivers_file_that_has_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("named.toml");
+    std::fs::write(&file, sim_campaign("named", 1, "name = \"osworld\"")).unwrap();
+    let out = lanes()
+        .arg("run")
+        .arg(&file)
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("`osworld`") && err.contains("--drivers"),
+        "{err}"
+    );
+}

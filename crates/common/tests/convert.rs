@@ -605,3 +605,55 @@ fn no_work_answers_carry_the_reason_and_its_words() {
         ("quota_wait", "openai", Some(7))
     );
 }
+
+/// A worker's offer travels in `Register` and back unchanged; a bad driver name, campaign id
+/// or env name (reserved ones included) is refused with the field named.
+#[test]
+fn a_worker_offer_round_trips_and_bad_entries_are_named() {
+    use lanes_common::convert::{register_offer, worker_offer};
+    use lanes_common::ids::{CampaignId, DriverName};
+    use lanes_common::policy::WorkerOffer;
+    let offer = WorkerOffer {
+        drivers: [(
+            DriverName::new("osworld").unwrap(),
+            ["OPENAI_API_KEY".to_owned()].into(),
+        )]
+        .into(),
+        campaign_commands: true,
+        command_env: ["HF_TOKEN".to_owned()].into(),
+        driver_override: false,
+        campaigns: Some([CampaignId::new("mine").unwrap()].into()),
+    };
+    let mut r = pb::Register::default();
+    register_offer(&offer, &mut r);
+    assert_eq!(worker_offer(&r).unwrap(), offer);
+    assert_eq!(
+        worker_offer(&pb::Register::default()).unwrap(),
+        WorkerOffer::default()
+    );
+
+    let refused = |edit: &dyn Fn(&mut pb::Register)| {
+        let mut bad = r.clone();
+        edit(&mut bad);
+        worker_offer(&bad).unwrap_err()
+    };
+    let e = refused(&|r| r.drivers[0].name = "os world".into());
+    assert_eq!(e.field, "register.drivers[0].name");
+    let e = refused(&|r| r.drivers[0].env.push("LD_PRELOAD".into()));
+    assert!(
+        e.field.starts_with("register.drivers[0].env") && e.reason.contains("LD_PRELOAD"),
+        "{e}"
+    );
+    let e = refused(&|r| r.command_env.push("PATH".into()));
+    assert!(
+        e.field.starts_with("register.command_env") && e.reason.contains("PATH"),
+        "{e}"
+    );
+    let e = refused(&|r| r.campaigns.push("../x".into()));
+    assert_eq!(e.field, "register.campaigns[1]");
+    let e = refused(&|r| {
+        let d = r.drivers[0].clone();
+        r.drivers.push(d);
+    });
+    assert_eq!(e.field, "register.drivers[1].name");
+}

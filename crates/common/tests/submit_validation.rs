@@ -94,7 +94,7 @@ fn spec_change(
 fn sim(c: &mut Campaign) -> &mut lanes_common::spec::SimConfig {
     match &mut c.spec.driver.kind {
         DriverKind::Sim(s) => s,
-        DriverKind::Command(_) => panic!("the valid campaign uses the sim"),
+        DriverKind::Command(_) | DriverKind::Named(_) => panic!("the valid campaign uses the sim"),
     }
 }
 

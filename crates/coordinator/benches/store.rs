@@ -49,6 +49,7 @@ async fn cycles(store: Arc<dyn Store>, id: &str, lanes: usize) -> f64 {
                     host: "bench".into(),
                     worker: "bench".into(),
                     arms: None,
+                    offer: Default::default(),
                     max_units: 1,
                 };
                 let ClaimOutcome::Assigned(a) =

@@ -71,7 +71,12 @@ impl InProcessCoordinator {
 
     /// The workers with a session on this replica.
     pub fn workers(&self) -> Vec<pb::WorkerInfo> {
-        self.shared.workers.list()
+        self.shared
+            .workers
+            .list()
+            .into_iter()
+            .map(|(info, _)| info)
+            .collect()
     }
 }
 

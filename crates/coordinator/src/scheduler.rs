@@ -1,13 +1,15 @@
 //! The scheduler: answers one lane's work request with one unit of work from the first
-//! campaign that has any, or with the most telling reason why none has and when to ask again.
+//! campaign that has any and whose driver the lane's worker runs, or with the most telling
+//! reason why none has and when to ask again.
 //! The unit comes with the driver it was leased under (read in the claim's transaction).
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use tracing::Instrument;
 
 use lanes_common::ids::{ArmId, LaneName};
-use lanes_common::policy::NoWorkReason;
+use lanes_common::policy::{NoWorkReason, WorkerOffer};
 
 use crate::store::{Assignment, ClaimOutcome, ClaimRequest, Clock, Store};
 
@@ -27,6 +29,8 @@ pub struct WorkRequest {
     pub arms: Option<Vec<ArmId>>,
     /// Campaigns this lane will not take work from (e.g. it failed their identity pins).
     pub exclude: BTreeSet<String>,
+    /// What the lane's worker runs, and the campaigns it is limited to.
+    pub offer: Arc<WorkerOffer>,
 }
 
 /// The answer to one work request.
@@ -56,6 +60,10 @@ pub async fn schedule(store: &dyn Store, clock: &dyn Clock, req: &WorkRequest) -
     };
     let mut reasons = Vec::new();
     for c in ids {
+        // A worker limited to some campaigns (`lanes run`) never hears of the others.
+        if !req.offer.takes_campaign(&c) {
+            continue;
+        }
         if req.exclude.contains(c.as_str()) {
             reasons.push((NoWorkReason::LaneExcluded, IDLE_RETRY_MS));
             continue;
@@ -65,6 +73,7 @@ pub async fn schedule(store: &dyn Store, clock: &dyn Clock, req: &WorkRequest) -
             host: req.host.clone(),
             worker: req.worker.clone(),
             arms: req.arms.clone(),
+            offer: req.offer.clone(),
             max_units: 1,
         };
         let span = tracing::info_span!(
@@ -131,7 +140,9 @@ fn rank(r: &NoWorkReason) -> u8 {
         | NoWorkReason::CutoffAdmission { .. }
         | NoWorkReason::NoCampaigns
         | NoWorkReason::StoreUnavailable { .. } => 0,
-        NoWorkReason::NoMatchingArms | NoWorkReason::LaneExcluded => 2,
+        NoWorkReason::NoMatchingArms
+        | NoWorkReason::LaneExcluded
+        | NoWorkReason::DriverRefused { .. } => 2,
         NoWorkReason::Stopped { .. } => 3,
         NoWorkReason::Done => 4,
     }

@@ -54,6 +54,8 @@ pub(crate) fn status(s: CampaignStatus, now_ms: i64) -> pb::CampaignStatus {
             })
             .collect(),
         spec_hash: s.spec_hash,
+        // Filled by the Get handler from this replica's workers.
+        refused_by: Vec::new(),
     }
 }
 
@@ -133,12 +135,18 @@ pub(crate) fn traceparent(campaign: &CampaignId, t: &Token) -> String {
 /// The driver part of an assignment. Env values are forwarded as written (`$NAME` references
 /// are resolved by the worker), never logged.
 pub(crate) fn driver(d: UnitDriver) -> pb::DriverSpec {
-    let (command, sim_json) = match &d.driver.kind {
-        DriverKind::Command(cmd) => (cmd.clone(), String::new()),
-        DriverKind::Sim(sim) => (Vec::new(), serde_json::to_string(sim).unwrap_or_default()),
+    let (command, name, sim_json) = match &d.driver.kind {
+        DriverKind::Command(cmd) => (cmd.clone(), String::new(), String::new()),
+        DriverKind::Named(name) => (Vec::new(), name.to_string(), String::new()),
+        DriverKind::Sim(sim) => (
+            Vec::new(),
+            String::new(),
+            serde_json::to_string(sim).unwrap_or_default(),
+        ),
     };
     pb::DriverSpec {
         command,
+        name,
         sim_json,
         secret_payload_keys: d.driver.secret_payload_keys,
         env: d.driver.env.into_iter().collect(),

@@ -4,10 +4,13 @@
 mod support;
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
-use lanes_common::policy::NoWorkReason;
+use lanes_common::ids::DriverName;
+use lanes_common::policy::{DriverRefusal, NoWorkReason, WorkerOffer};
 use lanes_common::row::Status;
 use lanes_common::spec::Campaign;
+use lanes_common::spec::DriverKind;
 use lanes_common::state::{StopMode, StopReason};
 use lanes_coordinator::scheduler::{IDLE_RETRY_MS, Scheduled, WorkRequest, schedule};
 use lanes_coordinator::store::{Assignment, UnitDriver};
@@ -23,6 +26,7 @@ fn request(lane: &str, exclude: &[&str]) -> WorkRequest {
             .iter()
             .map(|c| c.to_string())
             .collect::<BTreeSet<_>>(),
+        offer: Default::default(),
     }
 }
 
@@ -70,19 +74,101 @@ async fn a_unit_comes_with_the_driver_it_was_leased_under() {
     assert_eq!(a.campaign.as_str(), "c");
     assert_eq!(a.driver, UnitDriver::of(&first.spec));
 
-    // A resubmission with another driver env: units leased from now on carry it.
-    let second = campaign(
-        "c",
-        &[("a", "pa")],
-        3,
-        "",
-        "[driver.env]\nLANES_X = \"2\"\n",
-    );
+    // A resubmission that changes what may change of the driver (its secret keys): units
+    // leased from now on carry it.
+    let mut second = campaign("c", &[("a", "pa")], 3, "", "");
+    second.spec.driver.secret_payload_keys = vec!["vm_password".into()];
     assert_ne!(second.spec.driver, first.spec.driver);
     h.submit(second.clone()).await;
     let b = assigned(&h, &request("l2", &[])).await;
     assert_eq!(b.driver, UnitDriver::of(&second.spec));
-    assert_eq!(b.driver.driver.env["LANES_X"], "2");
+    assert_eq!(b.driver.driver.secret_payload_keys, vec!["vm_password"]);
+}
+
+fn named(id: &str, driver: &str) -> Campaign {
+    let mut c = single(id);
+    c.spec.driver.kind = DriverKind::Named(DriverName::new(driver).unwrap());
+    c
+}
+
+fn offering(req: WorkRequest, offer: WorkerOffer) -> WorkRequest {
+    WorkRequest {
+        offer: Arc::new(offer),
+        ..req
+    }
+}
+
+/// A lane whose worker does not run a campaign's driver is not served it, and hears why;
+/// a campaign it can run is served in the same walk.
+#[tokio::test]
+async fn a_campaign_whose_driver_the_worker_lacks_is_not_served() {
+    let h = Harness::embedded();
+    h.submit(named("c1", "osworld")).await;
+    let refused = NoWorkReason::DriverRefused {
+        refusal: DriverRefusal::MissingDriver {
+            driver: DriverName::new("osworld").unwrap(),
+        },
+    };
+    let (reason, _) = no_work(&h, &request("l", &[])).await;
+    assert_eq!(reason, refused);
+    assert!(reason.to_string().contains("`osworld`"), "{reason}");
+    let mut command = single("c2");
+    command.spec.driver.kind = DriverKind::Command(vec!["python3".into(), "d.py".into()]);
+    h.submit(command).await;
+    h.submit(single("c3")).await;
+    // Only the sim campaign is served to a worker that declares nothing.
+    assert_eq!(
+        assigned(&h, &request("l", &[])).await.campaign.as_str(),
+        "c3"
+    );
+    let (reason, _) = no_work(&h, &request("l", &[])).await;
+    assert!(
+        matches!(reason, NoWorkReason::NothingReady { .. }),
+        "{reason:?}"
+    );
+    // A worker with the driver is served it; one that runs campaign commands gets c2.
+    let with = WorkerOffer {
+        drivers: [(DriverName::new("osworld").unwrap(), BTreeSet::new())].into(),
+        ..WorkerOffer::default()
+    };
+    let a = assigned(&h, &offering(request("l", &[]), with)).await;
+    assert_eq!(a.campaign.as_str(), "c1");
+    let commands = WorkerOffer {
+        campaign_commands: true,
+        ..WorkerOffer::default()
+    };
+    let a = assigned(&h, &offering(request("l", &[]), commands)).await;
+    assert_eq!(a.campaign.as_str(), "c2");
+}
+
+/// A worker limited to one campaign (`lanes run`) never takes another's work, even when only
+/// the other has any.
+#[tokio::test]
+async fn a_lane_limited_to_a_campaign_takes_no_other_work() {
+    let h = Harness::embedded();
+    h.submit(campaign("a-other", &[("a", "pa")], 3, "", ""))
+        .await;
+    h.submit(single("mine")).await;
+    let only = || {
+        offering(
+            request("l", &[]),
+            WorkerOffer {
+                campaigns: Some([cid("mine")].into()),
+                ..WorkerOffer::default()
+            },
+        )
+    };
+    assert_eq!(assigned(&h, &only()).await.campaign.as_str(), "mine");
+    let (reason, _) = no_work(&h, &only()).await;
+    assert!(
+        matches!(reason, NoWorkReason::NothingReady { .. }),
+        "{reason:?}"
+    );
+    // Everyone else still gets the other campaign.
+    assert_eq!(
+        assigned(&h, &request("l2", &[])).await.campaign.as_str(),
+        "a-other"
+    );
 }
 
 #[tokio::test]

@@ -1304,7 +1304,63 @@ async fn an_infra_retry_prefers_another_host_then_falls_back(h: &mut Harness) {
     assert_eq!(rows_host(&h.rows(&c).await), vec!["host-a", "host-b"]);
 }
 
+/// A claim from a worker that does not run the campaign's driver leases nothing and names
+/// the driver; the same claim with the driver offered is served. A stopped campaign says
+/// it is stopped, whatever the driver.
+async fn a_claim_refuses_a_driver_the_worker_does_not_run(h: &mut Harness) {
+    use lanes_common::ids::DriverName;
+    use lanes_common::policy::{DriverRefusal, WorkerOffer};
+    let mut named = campaign("named", &[("a", "pa")], 2, "pairing = \"none\"", "");
+    let osworld = DriverName::new("osworld").unwrap();
+    named.spec.driver.kind = lanes_common::spec::DriverKind::Named(osworld.clone());
+    h.submit(named).await;
+    let c = cid("named");
+    assert_eq!(
+        no_work(
+            h.store
+                .claim(&c, request("l", "h", 1), h.now())
+                .await
+                .unwrap()
+        ),
+        NoWorkReason::DriverRefused {
+            refusal: DriverRefusal::MissingDriver {
+                driver: osworld.clone()
+            }
+        }
+    );
+    assert!(
+        h.store
+            .status(&c, h.now())
+            .await
+            .unwrap()
+            .in_flight
+            .is_empty()
+    );
+    let with = ClaimRequest {
+        offer: std::sync::Arc::new(WorkerOffer {
+            drivers: [(osworld, BTreeSet::new())].into(),
+            ..WorkerOffer::default()
+        }),
+        ..request("l", "h", 1)
+    };
+    assert!(matches!(
+        h.store.claim(&c, with, h.now()).await.unwrap(),
+        ClaimOutcome::Assigned(_)
+    ));
+    h.store.stop(&c, StopMode::Drain, h.now()).await.unwrap();
+    assert!(matches!(
+        no_work(
+            h.store
+                .claim(&c, request("l", "h", 1), h.now())
+                .await
+                .unwrap()
+        ),
+        NoWorkReason::Stopped { .. }
+    ));
+}
+
 per_backend!(embedded => Harness::embedded();
+    a_claim_refuses_a_driver_the_worker_does_not_run,
     schedule_order_and_whole_groups,
     first_scored_wins_under_32_concurrent_completions,
     complete_is_idempotent_and_unknown_tokens_are_rejected,
@@ -1339,6 +1395,7 @@ per_backend!(embedded => Harness::embedded();
 );
 
 per_backend!(redis => Harness::redis().await;
+    a_claim_refuses_a_driver_the_worker_does_not_run,
     schedule_order_and_whole_groups,
     first_scored_wins_under_32_concurrent_completions,
     complete_is_idempotent_and_unknown_tokens_are_rejected,

@@ -1,6 +1,7 @@
 //! The Lanes lane worker: runs claim → boot → reset → agent → evaluate → publish on a host.
 //!
 //! - [`driver`]: the driver protocol, its line codec and the driver child process;
+//! - [`drivers`]: what this worker runs (its drivers file and what campaigns may bring);
 //! - [`lifecycle`]: the attempt lifecycle, a pure state machine;
 //! - [`outbox`]: outcomes on disk until the coordinator acknowledges them;
 //! - [`http`]: the HTTP client of the task API adapter ([`http_agent`]) and the guest
@@ -16,6 +17,7 @@ pub mod driver {
 }
 pub mod ack_log;
 pub mod artifacts;
+pub mod drivers;
 pub mod http;
 pub mod http_agent;
 pub mod lease_journal;
@@ -26,5 +28,6 @@ pub mod sim;
 pub mod watchdog;
 pub mod worker;
 
+pub use drivers::{Drivers, DriversError, LocalDriver, load_drivers_file};
 pub use worker::link::{CoordinatorLink, GrpcLink, LinkSession};
 pub use worker::{WorkerConfig, WorkerError, run, run_with_link};

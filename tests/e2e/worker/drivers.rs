@@ -34,7 +34,7 @@ async fn secrets_never_reach_rows_logs_or_artifacts() {
     );
     text = text.replace(
         "[driver]\n",
-        "[driver]\nsecret_payload_keys = [\"vm_password\"]\nenv = { API_KEY = \"$LANES_TEST_SECRET\" }\n",
+        "[driver]\nsecret_payload_keys = [\"vm_password\"]\nenv = { API_KEY = \"$TEST_SECRET_SOURCE\" }\n",
     );
     for i in 0..6 {
         text = text.replace(
@@ -45,13 +45,24 @@ async fn secrets_never_reach_rows_logs_or_artifacts() {
     c.submit(submit_request(&text)).await.unwrap();
     let artifacts = f.dir.path().join("art");
     let log = f.dir.path().join("worker.log");
-    let _w = Worker::start_with(
+    // The built-in sim gets no campaign env; as the --driver override it does (the names
+    // --allow-env lists), so the secret reaches a driver process.
+    let _w = Worker::start_args(
         &f.coord.url(),
         &artifacts,
         2,
         "h",
-        &[("LANES_TEST_SECRET", env_secret)],
+        &[("TEST_SECRET_SOURCE", env_secret)],
         Some(&log),
+        &[
+            "--allow-env",
+            "API_KEY,TEST_SECRET_SOURCE",
+            "--driver",
+            env!("CARGO_BIN_EXE_lanes"),
+            "driver",
+            "sim",
+            "--",
+        ],
     );
     let st = wait_ended(&f.coord.url(), "secrets", Duration::from_secs(60)).await;
     assert_eq!(st.state, pb::CampaignState::Done as i32);
@@ -208,6 +219,7 @@ async fn a_guest_that_dies_mid_agent_is_guest_lost_then_retried() {
         "h",
         "--guest-grace-s",
         "1",
+        "--allow-campaign-commands",
     ])
     .arg("--artifacts")
     .arg(f.dir.path().join("art"))

@@ -7,6 +7,7 @@
 mod crashes;
 mod drivers;
 mod http_agent;
+mod policy;
 mod retries;
 mod scheduling;
 mod worker;

@@ -13,7 +13,9 @@ impl Worker {
         Self::start_with(coordinator, artifacts, lanes, host, &[], None)
     }
 
-    /// With extra env variables, and stderr (debug logs) written to `log`.
+    /// With extra env variables, and stderr (debug logs) written to `log`. Like every worker
+    /// of these suites but the policy ones, it runs campaigns' own driver commands
+    /// (`--allow-campaign-commands`).
     pub fn start_with(
         coordinator: &str,
         artifacts: &Path,
@@ -21,6 +23,27 @@ impl Worker {
         host: &str,
         env: &[(&str, &str)],
         log: Option<&Path>,
+    ) -> Self {
+        Self::start_args(
+            coordinator,
+            artifacts,
+            lanes,
+            host,
+            env,
+            log,
+            &["--allow-campaign-commands"],
+        )
+    }
+
+    /// With exactly the extra arguments given (no `--allow-campaign-commands` unless listed).
+    pub fn start_args(
+        coordinator: &str,
+        artifacts: &Path,
+        lanes: u32,
+        host: &str,
+        env: &[(&str, &str)],
+        log: Option<&Path>,
+        args: &[&str],
     ) -> Self {
         let stderr = match log {
             Some(p) => Stdio::from(std::fs::File::create(p).unwrap()),
@@ -46,6 +69,7 @@ impl Worker {
                 "--shutdown-grace-s",
                 "5",
             ])
+            .args(args)
             .env("LANES_LANE_TOKEN", LANE_TOKEN)
             .stdout(Stdio::null())
             .stderr(stderr)
@@ -67,7 +91,13 @@ impl Worker {
             ])
             .arg("--artifacts")
             .arg(artifacts)
-            .args(["--host", "h", "--cancel-grace-s", "5"])
+            .args([
+                "--host",
+                "h",
+                "--cancel-grace-s",
+                "5",
+                "--allow-campaign-commands",
+            ])
             .env("LANES_LANE_TOKEN", LANE_TOKEN)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())

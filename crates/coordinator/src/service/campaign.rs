@@ -68,7 +68,13 @@ impl CampaignService for CampaignSvc {
         let s = &self.shared;
         let now = s.now();
         let st = s.store.status(&id, now).await.map_err(from_store)?;
-        Ok(Response::new(wire::status(st, now)))
+        let running = st.state == lanes_common::state::CampaignState::Running;
+        let mut status = wire::status(st, now);
+        if running {
+            let spec = s.store.spec(&id).await.map_err(from_store)?;
+            status.refused_by = s.workers.refusals(&spec);
+        }
+        Ok(Response::new(status))
     }
 
     async fn list(
@@ -179,8 +185,9 @@ impl CampaignService for CampaignSvc {
         &self,
         _request: Request<pb::WorkersRequest>,
     ) -> Result<Response<pb::WorkersResponse>, Status> {
+        let s = &self.shared;
         Ok(Response::new(pb::WorkersResponse {
-            workers: self.shared.workers.list(),
+            workers: s.workers.describe(s.store.as_ref(), s.now()).await,
         }))
     }
 

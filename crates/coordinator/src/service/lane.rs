@@ -11,10 +11,11 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 
-use lanes_common::convert::{lease_of, no_work, token, wire_enum};
+use lanes_common::convert::{lease_of, no_work, token, wire_enum, worker_offer};
 use lanes_common::ids::{ArmId, CampaignId, LaneName, Token};
 use lanes_common::limits::{check_outcome, check_register, check_release};
 use lanes_common::log_safe::LogSafe;
+use lanes_common::policy::WorkerOffer;
 use lanes_common::proto as pb;
 use lanes_common::proto::coordinator_message::Msg as Out;
 use lanes_common::proto::lane_service_server::LaneService;
@@ -23,7 +24,7 @@ use lanes_common::row::{FailureKind, Outcome, Phase};
 
 use super::Shared;
 use super::leases::LeaseRefused;
-use super::workers::Member;
+use super::workers::{Member, describe_offer};
 use crate::grpc_status::{bad_field, from_convert, from_limit};
 use crate::scheduler::{self, Scheduled, WorkRequest};
 use crate::store::{CompleteAck, Release, ReleaseReason, StoreError};
@@ -46,6 +47,8 @@ struct Worker {
     id: String,
     host: String,
     arms: Option<Vec<ArmId>>,
+    /// What it runs: the claim path serves it only campaigns whose driver this covers.
+    offer: Arc<WorkerOffer>,
     /// Its listing in this replica's registry, for as long as the session lasts.
     member: Arc<Member>,
 }
@@ -124,6 +127,7 @@ impl LaneSvc {
             worker: w.id.clone(),
             arms: w.arms.clone(),
             exclude,
+            offer: w.offer.clone(),
         };
         let s = &self.shared;
         match scheduler::schedule(s.store.as_ref(), s.clock.as_ref(), &req).await {
@@ -373,19 +377,23 @@ impl LaneSvc {
                         .collect::<Result<Vec<_>, _>>()?,
                 )
             };
-            tracing::info!(worker = %LogSafe(&r.worker_id), host = %LogSafe(&r.host), lanes = r.lanes, "worker registered");
-            let member = self.shared.workers.join(pb::WorkerInfo {
+            let offer = Arc::new(worker_offer(&r).map_err(from_convert)?);
+            tracing::info!(worker = %LogSafe(&r.worker_id), host = %LogSafe(&r.host), lanes = r.lanes, drivers = ?offer.drivers.keys().collect::<Vec<_>>(), campaign_commands = offer.campaign_commands, "worker registered");
+            let mut info = pb::WorkerInfo {
                 worker_id: r.worker_id.clone(),
                 host: r.host.clone(),
                 lanes: r.lanes,
                 version: r.version.chars().take(64).collect(),
                 connected_utc: lanes_common::utc::format_rfc3339(self.shared.now()),
                 ..Default::default()
-            });
+            };
+            describe_offer(&mut info, &offer);
+            let member = self.shared.workers.join(info, offer.clone());
             *worker = Some(Worker {
                 id: r.worker_id.clone(),
                 host: r.host,
                 arms,
+                offer,
                 member,
             });
             let _ = out

@@ -1,11 +1,12 @@
 //! The types of the store's operations: requests, answers and errors.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
 use lanes_common::ids::{ArmId, CampaignId, LaneName, Token, TrialId};
-use lanes_common::policy::{ClaimGateInForce, NoWorkReason};
+use lanes_common::policy::{ClaimGateInForce, NoWorkReason, WorkerOffer};
 use lanes_common::resume::Conflict;
 use lanes_common::row::{ExcludedReason, FailureKind, OutcomeError, Phase, Status};
 use lanes_common::schedule::Trial;
@@ -41,6 +42,9 @@ pub struct ClaimRequest {
     pub worker: String,
     /// The arms this lane serves; `None` means every arm.
     pub arms: Option<Vec<ArmId>>,
+    /// What the lane's worker runs: a campaign whose driver it does not cover is refused in
+    /// the claim's transaction, so the check reads the driver the lease would carry.
+    pub offer: Arc<WorkerOffer>,
     /// How many units (trials or run groups) it may take.
     pub max_units: u32,
 }

@@ -153,6 +153,7 @@ pub fn request(lane: &str, host: &str, n: u32) -> ClaimRequest {
         host: host.to_owned(),
         worker: format!("worker-{host}"),
         arms: None,
+        offer: Default::default(),
         max_units: n,
     }
 }

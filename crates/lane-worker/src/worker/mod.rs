@@ -27,8 +27,11 @@ pub struct WorkerConfig {
     pub artifacts: PathBuf,
     /// The outbox directory (default `<artifacts>/.outbox`).
     pub outbox: PathBuf,
-    /// Replaces the campaign's driver command on this host.
+    /// Replaces every campaign's driver on this host (`--driver`).
     pub driver_override: Option<Vec<String>>,
+    /// What this worker runs besides the sim: its named drivers, whether campaign commands
+    /// may run, the env names they may receive, and the campaigns it is limited to.
+    pub drivers: crate::drivers::Drivers,
     /// The command that runs the built-in sim driver (normally `lanes driver sim`).
     pub sim_command: Vec<String>,
     /// Below this much free disk under `artifacts`, no work credits are sent.

@@ -99,14 +99,17 @@ async fn session(
     supervisor: &ActorRef<SupMsg>,
     stop: &mut tokio::sync::watch::Receiver<bool>,
 ) -> Result<(), String> {
-    let register = pb::Register {
+    let mut register = pb::Register {
         worker_id: config.worker_id.clone(),
         host: config.host.clone(),
         lanes: config.lanes,
         version: env!("CARGO_PKG_VERSION").into(),
         labels: Default::default(),
         arms: config.arms.clone(),
+        ..Default::default()
     };
+    let offer = config.drivers.offer(config.driver_override.is_some());
+    lanes_common::convert::register_offer(&offer, &mut register);
     let mut opened = link.open(replica, register).await?;
     // The supervisor ends the session through this when acknowledgements stop coming.
     let (end_tx, mut end_rx) = mpsc::channel::<String>(1);

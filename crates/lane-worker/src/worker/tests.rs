@@ -68,6 +68,7 @@ impl Rig {
             artifacts: dir.path().join("artifacts"),
             outbox: dir.path().join("outbox"),
             driver_override: None,
+            drivers: Default::default(),
             sim_command: vec!["/nonexistent/lanes-sim".into()],
             disk_floor_gb: None,
             arms: Vec::new(),

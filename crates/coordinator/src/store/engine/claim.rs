@@ -108,6 +108,14 @@ pub(crate) async fn claim(
         put_meta_if_changed(tx, &meta, &before).await?;
         return Ok(no_work(NoWorkReason::NoMatchingArms));
     }
+    // A worker that does not run this driver gets no lease it would have to refuse. Only a
+    // running campaign says so: a stopped or done one answers that instead.
+    if meta.state == CampaignState::Running
+        && let Some(refusal) = req.offer.refusal(&meta.spec)
+    {
+        put_meta_if_changed(tx, &meta, &before).await?;
+        return Ok(no_work(NoWorkReason::DriverRefused { refusal }));
+    }
     let all_arms = arms.len() == meta.spec.arms.len();
     let providers: Vec<String> = arms
         .iter()

@@ -19,6 +19,15 @@ pub struct DriverCommand {
     pub cwd: Option<PathBuf>,
     /// Variables added to the worker's environment.
     pub env: Vec<(String, String)>,
+    /// The account the driver runs as; `None` runs it as the worker's own.
+    pub user: Option<RunAs>,
+}
+
+/// An account to run a driver as, resolved when the worker starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunAs {
+    pub uid: u32,
+    pub gid: u32,
 }
 
 impl fmt::Debug for DriverCommand {
@@ -29,6 +38,7 @@ impl fmt::Debug for DriverCommand {
             .field("args", &self.args)
             .field("cwd", &self.cwd)
             .field("env", &env_names)
+            .field("user", &self.user)
             .finish()
     }
 }

@@ -39,7 +39,7 @@ use tokio::process::Command;
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tokio::time::Instant;
 
-pub use command::DriverCommand;
+pub use command::{DriverCommand, RunAs};
 pub use error::DriverError;
 pub use stderr::STDERR_TAIL_BYTES;
 pub use wire::Notification;
@@ -95,6 +95,11 @@ impl DriverProcess {
         }
         for (name, value) in &spec.env {
             cmd.env(name, value);
+        }
+        // Switching account also drops the worker's supplementary groups (std clears them
+        // when a uid is set and the worker may change groups, i.e. runs as root).
+        if let Some(user) = spec.user {
+            cmd.uid(user.uid).gid(user.gid);
         }
         let mut child = cmd.spawn().map_err(spawn_err)?;
         let pid = child.id();

@@ -68,6 +68,7 @@ async fn driver_with_env(body: &str, env: Vec<(String, String)>) -> Driver {
         args: vec!["-u".into(), script.display().to_string()],
         cwd: Some(dir.path().to_path_buf()),
         env,
+        user: None,
     };
     let process = DriverProcess::spawn(&spec).await.unwrap();
     Driver { process, _dir: dir }
@@ -638,6 +639,7 @@ for msg in requests():
         args: vec!["--fast".into()],
         cwd: None,
         env: vec![("API_KEY".into(), "sk-very-secret".into())],
+        user: None,
     };
     let debug = format!("{spec:?}");
     assert!(

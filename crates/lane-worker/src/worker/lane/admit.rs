@@ -2,21 +2,26 @@
 //! and check the driver's identity against the campaign's pins. Runs in a spawned task,
 //! because starting a driver can be slow; the driver slot travels with it and comes back.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
 
+use lanes_common::ids::DriverName;
+use lanes_common::policy::offer::env_refusal;
+use lanes_common::policy::{Allowlist, DriverRefusal};
 use lanes_common::proto as pb;
 use lanes_common::row::{DriverIdentity, FailureKind};
+use lanes_common::spec::env::source_of;
 
 use super::parse_json;
 use crate::artifacts;
-use crate::driver::process::{DriverCommand, DriverError, DriverProcess, Notification};
+use crate::driver::process::{DriverCommand, DriverError, DriverProcess, Notification, RunAs};
 use crate::driver::protocol::{self as proto, InitializeParams, TeardownParams, method};
 use crate::lifecycle::Event;
+use crate::worker::WorkerConfig;
 
 const INIT_DEADLINE: Duration = Duration::from_secs(60);
 const TEARDOWN_DEADLINE: Duration = Duration::from_secs(600);
@@ -43,34 +48,106 @@ impl DriverSlot {
 pub(super) struct AdmitCtx {
     pub dir: std::io::Result<PathBuf>,
     pub record: Value,
-    pub command: Vec<String>,
+    /// How to start the driver, or why this worker refuses to.
+    pub launch: Result<Launch, String>,
     pub key: Vec<String>,
     pub lane: String,
     pub host: String,
     pub spec: pb::DriverSpec,
 }
 
-/// The command for a driver spec on this host: `--driver` wins over the campaign's command,
-/// and an empty command means the built-in sim.
-pub(super) fn command(
-    spec: &pb::DriverSpec,
-    driver_override: Option<&Vec<String>>,
-    sim: &[String],
-) -> Vec<String> {
-    if let Some(cmd) = driver_override {
-        return cmd.clone();
-    }
-    if spec.command.is_empty() {
-        return sim.to_vec();
-    }
-    spec.command.clone()
+/// How this worker starts a unit's driver: the command, where, as whom, and with what env.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Launch {
+    pub command: Vec<String>,
+    pub cwd: Option<PathBuf>,
+    pub user: Option<RunAs>,
+    /// Names and values; the values are secrets.
+    pub env: Vec<(String, String)>,
 }
 
-/// What identifies a driver process: a reused driver must have been started with the same
-/// command, env and sim settings, or the campaign's settings would never reach it.
-pub(super) fn driver_key(command: Vec<String>, spec: &pb::DriverSpec) -> Vec<String> {
-    let mut key = command;
-    key.push(format!("env={:?}", spec.env));
+/// Resolves a unit's driver on this host: `--driver` wins over everything; a named driver
+/// comes from the drivers file; a campaign command runs only with `--allow-campaign-commands`;
+/// no driver at all means the built-in sim, which gets no env. The campaign's env is checked
+/// against the allowlist that applies (reserved names never pass), and `lookup` (the worker's
+/// environment) is asked only for allowed `$NAME`s. The coordinator serves a worker only
+/// campaigns its offer covers, so a refusal here is a second line of defence.
+pub(super) fn launch(
+    spec: &pb::DriverSpec,
+    config: &WorkerConfig,
+    lookup: impl Fn(&str) -> Option<String>,
+) -> Result<Launch, String> {
+    let d = &config.drivers;
+    let (command, cwd, user, allowed, allowlist) = if let Some(cmd) = &config.driver_override {
+        (cmd.clone(), None, None, &d.allow_env, Allowlist::Worker)
+    } else if !spec.name.is_empty() {
+        let name = DriverName::new(spec.name.clone()).map_err(|e| e.to_string())?;
+        let Some(local) = d.named.get(&name) else {
+            return Err(DriverRefusal::MissingDriver { driver: name }.to_string());
+        };
+        let cmd = local.command.clone();
+        (
+            cmd,
+            local.cwd.clone(),
+            local.user,
+            &local.env,
+            Allowlist::Driver(name),
+        )
+    } else if !spec.command.is_empty() {
+        if !d.campaign_commands {
+            return Err(DriverRefusal::CampaignCommand.to_string());
+        }
+        (
+            spec.command.clone(),
+            None,
+            None,
+            &d.allow_env,
+            Allowlist::Worker,
+        )
+    } else {
+        return Ok(Launch {
+            command: config.sim_command.clone(),
+            cwd: None,
+            user: None,
+            env: Vec::new(),
+        });
+    };
+    let wanted: BTreeMap<String, String> = spec.env.clone().into_iter().collect();
+    if let Some(refusal) = env_refusal(&wanted, allowed, allowlist) {
+        return Err(refusal.to_string());
+    }
+    let env = wanted
+        .into_iter()
+        .map(|(name, v)| {
+            let value = match source_of(&v) {
+                Some(source) => lookup(source).unwrap_or_default(),
+                None => v,
+            };
+            (name, value)
+        })
+        .collect();
+    Ok(Launch {
+        command,
+        cwd,
+        user,
+        env,
+    })
+}
+
+/// What identifies a driver process: a reused driver must have been started the same way
+/// (command, place, account, env as the campaign wrote it, sim settings), or the campaign's
+/// settings would never reach it.
+pub(super) fn driver_key(launch: &Result<Launch, String>, spec: &pb::DriverSpec) -> Vec<String> {
+    let mut key = match launch {
+        Ok(l) => {
+            let mut k = l.command.clone();
+            k.push(format!("cwd={:?} user={:?}", l.cwd, l.user));
+            k
+        }
+        Err(reason) => vec![format!("refused={reason}")],
+    };
+    let env: BTreeMap<&String, &String> = spec.env.iter().collect();
+    key.push(format!("env={env:?}"));
     key.push(format!("sim={}", spec.sim_json));
     key
 }
@@ -94,11 +171,14 @@ pub(super) async fn admit(ctx: AdmitCtx, slot: &mut DriverSlot) -> Event {
         Ok(Err(e)) => return preflight(format!("attempt record: {e}")),
         Err(e) => return preflight(format!("attempt record: {e}")),
     }
-    let driver =
-        match ensure_driver(slot, ctx.command, ctx.key, &ctx.lane, &ctx.host, &ctx.spec).await {
-            Ok(d) => d,
-            Err(e) => return preflight(format!("driver: {e}")),
-        };
+    let launch = match ctx.launch {
+        Ok(l) => l,
+        Err(reason) => return preflight(format!("driver refused on this worker: {reason}")),
+    };
+    let driver = match ensure_driver(slot, launch, ctx.key, &ctx.lane, &ctx.host, &ctx.spec).await {
+        Ok(d) => d,
+        Err(e) => return preflight(format!("driver: {e}")),
+    };
     driver.set_stderr_file(Some(dir.join("driver.stderr")));
     if let Some(id) = &slot.identity {
         let differing = pin_mismatches(&ctx.spec.expect, &id.pins);
@@ -134,26 +214,11 @@ fn pin_mismatches(
     differing
 }
 
-/// The driver's environment: the campaign's `[driver] env`, where `$NAME` takes the worker's
-/// variable of that name.
-fn driver_env(spec: &pb::DriverSpec) -> Vec<(String, String)> {
-    spec.env
-        .iter()
-        .map(|(k, v)| {
-            let value = match v.strip_prefix('$') {
-                Some(name) => std::env::var(name).unwrap_or_default(),
-                None => v.clone(),
-            };
-            (k.clone(), value)
-        })
-        .collect()
-}
-
 /// Starts (or reuses) the driver for a command, initializes it, and tears down what an earlier
 /// process of this lane left behind (no orphans).
 async fn ensure_driver(
     slot: &mut DriverSlot,
-    cmd: Vec<String>,
+    launch: Launch,
     want: Vec<String>,
     lane: &str,
     host: &str,
@@ -168,11 +233,18 @@ async fn ensure_driver(
     if let Some(old) = slot.driver.take() {
         old.kill().await;
     }
+    let Some((program, args)) = launch.command.split_first() else {
+        return Err(DriverError::Spawn {
+            program: String::new(),
+            source: std::io::Error::new(std::io::ErrorKind::InvalidInput, "empty command"),
+        });
+    };
     let command = DriverCommand {
-        program: cmd[0].clone(),
-        args: cmd[1..].to_vec(),
-        cwd: None,
-        env: driver_env(spec),
+        program: program.clone(),
+        args: args.to_vec(),
+        cwd: launch.cwd,
+        env: launch.env,
+        user: launch.user,
     };
     let driver = Arc::new(DriverProcess::spawn(&command).await?);
     // Progress and log notifications are logged as they come, so they never pile up.
@@ -224,6 +296,7 @@ async fn ensure_driver(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::drivers::{Drivers, LocalDriver};
 
     #[test]
     fn every_differing_pin_is_named() {
@@ -244,14 +317,160 @@ mod tests {
         );
     }
 
+    fn config() -> WorkerConfig {
+        WorkerConfig {
+            coordinators: Vec::new(),
+            token: None,
+            worker_id: "w".into(),
+            host: "h".into(),
+            lanes: 1,
+            artifacts: PathBuf::from("art"),
+            outbox: PathBuf::from("outbox"),
+            driver_override: None,
+            drivers: Drivers::default(),
+            sim_command: vec!["lanes".into(), "driver".into(), "sim".into()],
+            disk_floor_gb: None,
+            arms: Vec::new(),
+            shutdown_grace: Duration::from_secs(1),
+            cancel_grace: Duration::from_secs(1),
+            guest_poll: Duration::from_secs(1),
+            guest_grace: Duration::from_secs(1),
+            tls: Default::default(),
+            http: Default::default(),
+        }
+    }
+
+    fn osworld() -> DriverName {
+        DriverName::new("osworld").unwrap()
+    }
+
+    fn with_osworld(env: &[&str]) -> WorkerConfig {
+        let mut c = config();
+        c.drivers.named.insert(
+            osworld(),
+            LocalDriver {
+                command: vec!["/opt/osworld/driver".into()],
+                env: env.iter().map(|s| (*s).to_owned()).collect(),
+                cwd: Some(PathBuf::from("/opt/osworld")),
+                user: None,
+            },
+        );
+        c
+    }
+
+    fn spec(name: &str, command: &[&str], env: &[(&str, &str)]) -> pb::DriverSpec {
+        pb::DriverSpec {
+            name: name.into(),
+            command: command.iter().map(|s| (*s).to_owned()).collect(),
+            env: env
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    /// The worker's environment, recording every name it is asked for.
+    fn env_of<'a>(
+        vars: &'a [(&'a str, &'a str)],
+        asked: &'a std::sync::Mutex<Vec<String>>,
+    ) -> impl Fn(&str) -> Option<String> + 'a {
+        move |name| {
+            asked.lock().unwrap().push(name.to_owned());
+            vars.iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| (*v).to_owned())
+        }
+    }
+
     #[test]
-    fn the_override_wins_and_an_empty_command_is_the_sim() {
-        let sim = vec!["lanes".to_owned(), "driver".to_owned(), "sim".to_owned()];
-        let mut spec = pb::DriverSpec::default();
-        assert_eq!(command(&spec, None, &sim), sim);
-        spec.command = vec!["python3".into(), "d.py".into()];
-        assert_eq!(command(&spec, None, &sim), spec.command);
-        let over = vec!["mine".to_owned()];
-        assert_eq!(command(&spec, Some(&over), &sim), over);
+    fn the_override_wins_and_no_driver_is_the_sim() {
+        let asked = std::sync::Mutex::new(Vec::new());
+        let none = |_: &str| None;
+        let c = config();
+        let sim = launch(&spec("", &[], &[]), &c, none).unwrap();
+        assert_eq!(sim.command, c.sim_command);
+        // The sim gets no campaign env.
+        let sim = launch(
+            &spec("", &[], &[("K", "$K")]),
+            &c,
+            env_of(&[("K", "v")], &asked),
+        );
+        assert!(sim.unwrap().env.is_empty());
+        assert!(asked.lock().unwrap().is_empty());
+        let mut over = config();
+        over.driver_override = Some(vec!["mine".into()]);
+        for s in [
+            spec("", &["python3", "d.py"], &[]),
+            spec("osworld", &[], &[]),
+        ] {
+            assert_eq!(
+                launch(&s, &over, none).unwrap().command,
+                vec!["mine".to_owned()]
+            );
+        }
+    }
+
+    #[test]
+    fn a_named_driver_runs_from_the_drivers_file() {
+        let c = with_osworld(&["API_KEY"]);
+        let asked = std::sync::Mutex::new(Vec::new());
+        let l = launch(
+            &spec("osworld", &[], &[("API_KEY", "$API_KEY")]),
+            &c,
+            env_of(&[("API_KEY", "sk-1")], &asked),
+        )
+        .unwrap();
+        assert_eq!(l.command, vec!["/opt/osworld/driver".to_owned()]);
+        assert_eq!(l.cwd, Some(PathBuf::from("/opt/osworld")));
+        assert_eq!(l.env, vec![("API_KEY".to_owned(), "sk-1".to_owned())]);
+        let missing = launch(&spec("other", &[], &[]), &c, |_| None).unwrap_err();
+        assert!(missing.contains("`other`"), "{missing}");
+    }
+
+    #[test]
+    fn a_campaign_command_needs_allow_campaign_commands() {
+        let mut c = config();
+        let s = spec("", &["python3", "d.py"], &[]);
+        let refused = launch(&s, &c, |_| None).unwrap_err();
+        assert!(refused.contains("--allow-campaign-commands"), "{refused}");
+        c.drivers.campaign_commands = true;
+        assert_eq!(launch(&s, &c, |_| None).unwrap().command, s.command);
+    }
+
+    /// A `$NAME` the worker does not allow is never read from its environment, even when the
+    /// name it sets is allowed, and a reserved name is refused whatever the allowlist says.
+    #[test]
+    fn only_allowed_sources_are_read() {
+        let c = with_osworld(&["API_KEY"]);
+        let asked = std::sync::Mutex::new(Vec::new());
+        let vars = [("API_KEY", "sk-1"), ("AWS_SECRET_ACCESS_KEY", "aws-secret")];
+        let refused = launch(
+            &spec("osworld", &[], &[("API_KEY", "$AWS_SECRET_ACCESS_KEY")]),
+            &c,
+            env_of(&vars, &asked),
+        )
+        .unwrap_err();
+        assert!(refused.contains("AWS_SECRET_ACCESS_KEY"), "{refused}");
+        assert!(asked.lock().unwrap().is_empty(), "{asked:?}");
+
+        let mut open = with_osworld(&["API_KEY"]);
+        open.drivers.campaign_commands = true;
+        open.drivers.allow_env = ["LD_PRELOAD".to_owned(), "X".to_owned()].into();
+        let refused = launch(
+            &spec("", &["d"], &[("LD_PRELOAD", "/tmp/x.so")]),
+            &open,
+            env_of(&vars, &asked),
+        )
+        .unwrap_err();
+        assert!(refused.contains("LD_PRELOAD"), "{refused}");
+        let refused = launch(
+            &spec("", &["d"], &[("X", "$LANES_LANE_TOKEN")]),
+            &open,
+            env_of(&vars, &asked),
+        )
+        .unwrap_err();
+        assert!(refused.contains("LANES_LANE_TOKEN"), "{refused}");
+        assert!(asked.lock().unwrap().is_empty(), "{asked:?}");
     }
 }

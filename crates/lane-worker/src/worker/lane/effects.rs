@@ -512,8 +512,13 @@ impl LaneActor {
         }
     }
 
+    /// The secret payload values, and the env values this worker hands the driver (only names
+    /// it allows are ever read).
     fn secrets(&self, unit: &Unit, cur: &Current) -> Vec<String> {
-        outcome::secrets_of(&unit.driver, &parse_json(&cur.trial.payload_json))
+        let env = admit::launch(&unit.driver, &self.config, |name| std::env::var(name).ok())
+            .map(|l| l.env)
+            .unwrap_or_default();
+        outcome::secrets_of(&unit.driver, &parse_json(&cur.trial.payload_json), &env)
     }
 
     /// Where and when the current attempt ran, with its walls up to now.
@@ -549,16 +554,12 @@ impl LaneActor {
             "traceparent": cur.trial.traceparent,
             "payload": artifacts::redact(&parse_json(&cur.trial.payload_json), &spec.secret_payload_keys),
         });
-        let command = admit::command(
-            &spec,
-            self.config.driver_override.as_ref(),
-            &self.config.sim_command,
-        );
+        let launch = admit::launch(&spec, &self.config, |name| std::env::var(name).ok());
         AdmitCtx {
             dir: artifacts::attempt_dir(&self.config.artifacts, &unit.campaign, &cur.tag.token),
             record,
-            key: admit::driver_key(command.clone(), &spec),
-            command,
+            key: admit::driver_key(&launch, &spec),
+            launch,
             lane: self.name.clone(),
             host: self.config.host.clone(),
             spec,

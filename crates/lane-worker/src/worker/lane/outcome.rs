@@ -118,7 +118,11 @@ fn add_gate(o: &mut Outcome, gate: Option<GateRecord>) {
 
 /// The secret values of an attempt: its payload's `secret_payload_keys` and the driver env
 /// values. Very short values are skipped (they would mangle ordinary text).
-pub(super) fn secrets_of(spec: &pb::DriverSpec, payload: &Value) -> Vec<String> {
+pub(super) fn secrets_of(
+    spec: &pb::DriverSpec,
+    payload: &Value,
+    env: &[(String, String)],
+) -> Vec<String> {
     let mut out: Vec<String> = spec
         .secret_payload_keys
         .iter()
@@ -128,12 +132,7 @@ pub(super) fn secrets_of(spec: &pb::DriverSpec, payload: &Value) -> Vec<String> 
             other => other.to_string(),
         })
         .collect();
-    for v in spec.env.values() {
-        out.push(match v.strip_prefix('$') {
-            Some(name) => std::env::var(name).unwrap_or_default(),
-            None => v.clone(),
-        });
-    }
+    out.extend(env.iter().map(|(_, v)| v.clone()));
     out.retain(|s| s.len() >= 4);
     out
 }
