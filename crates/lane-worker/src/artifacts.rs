@@ -9,6 +9,8 @@ use serde_json::Value;
 
 use lanes_common::ids::{CampaignId, Token};
 
+use crate::secrets::MASK;
+
 /// The attempt's directory, checked to stay under `root`.
 pub fn attempt_dir(root: &Path, campaign: &CampaignId, token: &Token) -> io::Result<PathBuf> {
     let rel = Path::new(campaign.as_str())
@@ -26,21 +28,65 @@ pub fn attempt_dir(root: &Path, campaign: &CampaignId, token: &Token) -> io::Res
     Ok(root.join(rel))
 }
 
-/// Removes secret keys from a payload (top level) before it is written anywhere.
+/// Masks the value of every secret key, at any depth of a payload (objects inside objects and
+/// arrays), before it is written anywhere.
 pub fn redact(payload: &Value, secret_keys: &[String]) -> Value {
     match payload {
         Value::Object(map) => Value::Object(
             map.iter()
                 .map(|(k, v)| {
                     if secret_keys.iter().any(|s| s == k) {
-                        (k.clone(), Value::String("***".into()))
+                        (k.clone(), Value::String(MASK.into()))
                     } else {
-                        (k.clone(), v.clone())
+                        (k.clone(), redact(v, secret_keys))
                     }
                 })
                 .collect(),
         ),
+        Value::Array(items) => Value::Array(items.iter().map(|v| redact(v, secret_keys)).collect()),
         other => other.clone(),
+    }
+}
+
+/// The values of the secret keys at any depth of a payload, as text to scrub: a string as it
+/// is, a number as its JSON text, an object or array as its JSON text and each string and
+/// number inside it (a driver may echo any part of it).
+pub fn secret_values(payload: &Value, secret_keys: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    find_secrets(payload, secret_keys, &mut out);
+    out
+}
+
+fn find_secrets(v: &Value, secret_keys: &[String], out: &mut Vec<String>) {
+    match v {
+        Value::Object(map) => {
+            for (k, v) in map {
+                if secret_keys.iter().any(|s| s == k) {
+                    secret_text(v, out);
+                } else {
+                    find_secrets(v, secret_keys, out);
+                }
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|v| find_secrets(v, secret_keys, out)),
+        Value::String(_) | Value::Number(_) | Value::Bool(_) | Value::Null => {}
+    }
+}
+
+fn secret_text(v: &Value, out: &mut Vec<String>) {
+    match v {
+        Value::String(s) => out.push(s.clone()),
+        Value::Number(n) => out.push(n.to_string()),
+        // `true` or `null` reveal nothing worth mangling every such word for.
+        Value::Bool(_) | Value::Null => {}
+        Value::Object(map) => {
+            out.push(v.to_string());
+            map.values().for_each(|v| secret_text(v, out));
+        }
+        Value::Array(items) => {
+            out.push(v.to_string());
+            items.iter().for_each(|v| secret_text(v, out));
+        }
     }
 }
 
@@ -74,5 +120,35 @@ mod tests {
         let r = redact(&p, &["vm_password".to_owned()]);
         assert_eq!(r["vm_password"], "***");
         assert_eq!(r["x"], 1);
+    }
+
+    #[test]
+    fn secret_keys_are_found_at_any_depth_and_in_any_type() {
+        let keys = ["pw".to_owned(), "pin".to_owned(), "creds".to_owned()];
+        let p = serde_json::json!({
+            "vm": {"pw": "deep-secret", "list": [{"pin": 987654}]},
+            "creds": {"user": "alice-adm", "n": 31337, "ok": true},
+            "x": "visible",
+        });
+        let r = redact(&p, &keys);
+        assert_eq!(
+            r,
+            serde_json::json!({
+                "vm": {"pw": "***", "list": [{"pin": "***"}]},
+                "creds": "***",
+                "x": "visible",
+            })
+        );
+        let mut found = secret_values(&p, &keys);
+        found.sort();
+        let mut want = vec![
+            "deep-secret".to_owned(),
+            "987654".to_owned(),
+            r#"{"n":31337,"ok":true,"user":"alice-adm"}"#.to_owned(),
+            "alice-adm".to_owned(),
+            "31337".to_owned(),
+        ];
+        want.sort();
+        assert_eq!(found, want);
     }
 }

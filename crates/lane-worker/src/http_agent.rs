@@ -23,6 +23,7 @@ use lanes_common::row::FailureKind;
 use crate::driver::protocol::{AgentParams, AgentResult, AgentStatus};
 use crate::http::{HttpClient, Reply, parse_url, shown};
 use crate::redact::quote;
+use crate::secrets::Secrets;
 
 /// How long a cancelled task may take to reach a terminal status.
 const CANCEL_WAIT: Duration = Duration::from_secs(60);
@@ -38,7 +39,7 @@ const ID_MAX: usize = 256;
 struct TaskApi<'a> {
     http: &'a HttpClient,
     base: Url,
-    secrets: &'a [String],
+    secrets: &'a Secrets,
 }
 
 impl TaskApi<'_> {
@@ -178,7 +179,7 @@ pub async fn run(
     params: &AgentParams,
     cancel: tokio::sync::watch::Receiver<bool>,
     poll: Duration,
-    secrets: &[String],
+    secrets: &Secrets,
 ) -> AgentResult {
     let mut result = match parse_url(base) {
         Ok(base) => {

@@ -6,6 +6,7 @@
 //! - [`outbox`]: outcomes on disk until the coordinator acknowledges them;
 //! - [`http`]: the HTTP client of the task API adapter ([`http_agent`]) and the guest
 //!   [`watchdog`];
+//! - [`secrets`]: an attempt's secret values, masked in everything the lane writes;
 //! - [`worker`]: the supervisor and lane actors, and [`run`];
 //! - [`sim`]: the built-in deterministic sim driver (`lanes driver sim`).
 
@@ -24,6 +25,7 @@ pub mod lease_journal;
 pub mod lifecycle;
 pub mod outbox;
 pub(crate) mod redact;
+pub mod secrets;
 pub mod sim;
 pub mod watchdog;
 pub mod worker;

@@ -1,21 +1,13 @@
-//! Free text on its way into a row: the attempt's secret values replaced by `***`, and text
-//! quoted from a remote party (a task API's error body, say) cut to a bound.
+//! Text quoted from a remote party (a task API's error body, say) on its way into a row:
+//! the attempt's secret values masked, then cut to a bound.
 
-/// Replaces every occurrence of each secret in `text` with `***`.
-pub(crate) fn scrub(text: &mut String, secrets: &[String]) {
-    for s in secrets {
-        if !s.is_empty() && text.contains(s.as_str()) {
-            *text = text.replace(s.as_str(), "***");
-        }
-    }
-}
+use crate::secrets::Secrets;
 
 /// `text` scrubbed of `secrets`, then cut to at most `max` bytes (on a char boundary, with
 /// `…` marking the cut). Scrubbing comes first: a cut through a secret would leave a prefix
 /// of it that no longer matches.
-pub(crate) fn quote(text: &str, secrets: &[String], max: usize) -> String {
-    let mut text = text.to_owned();
-    scrub(&mut text, secrets);
+pub(crate) fn quote(text: &str, secrets: &Secrets, max: usize) -> String {
+    let mut text = secrets.scrubbed(text);
     if text.len() > max {
         let mark = if max >= 2 * '…'.len_utf8() {
             "…"
@@ -38,7 +30,7 @@ mod tests {
 
     #[test]
     fn quotes_are_scrubbed_before_they_are_cut() {
-        let secrets = ["hunter22".to_owned()];
+        let secrets = Secrets::new(["hunter22".to_owned()]);
         // The cut falls inside the secret: scrubbing first leaves no prefix of it.
         let q = quote("xxxxhunter22yyyy", &secrets, 10);
         assert!(!q.contains("hunt"), "{q}");
@@ -48,8 +40,8 @@ mod tests {
 
     #[test]
     fn cuts_respect_char_boundaries() {
-        let q = quote(&"é".repeat(100), &[], 11);
+        let q = quote(&"é".repeat(100), &Secrets::default(), 11);
         assert!(q.len() <= 11 && q.ends_with('…'), "{q}");
-        assert_eq!(quote("abc", &[], 0), "");
+        assert_eq!(quote("abc", &Secrets::default(), 0), "");
     }
 }

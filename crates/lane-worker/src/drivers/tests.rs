@@ -138,6 +138,7 @@ async fn a_driver_runs_as_its_user_without_the_worker_groups() {
         cwd: local.cwd.clone(),
         env: Vec::new(),
         user: local.user,
+        record_dir: None,
     })
     .await
     .unwrap();

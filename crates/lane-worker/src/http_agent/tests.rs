@@ -74,7 +74,7 @@ async fn run_until(
         // Held open so the adapter never sees the lane vanish.
         std::future::pending::<()>().await;
     });
-    let secrets = ["hunter22".to_owned()];
+    let secrets = crate::secrets::Secrets::new(["hunter22".to_owned()]);
     let result = tokio::time::timeout(
         Duration::from_secs(20),
         run(

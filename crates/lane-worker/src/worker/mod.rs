@@ -73,6 +73,26 @@ pub async fn run(
     run_with_link(config, std::sync::Arc::new(link), shutdown).await
 }
 
+/// Kills the drivers (and everything in their process groups) that an earlier process of
+/// this worker left running when it was killed, before this one claims anything.
+async fn sweep_orphans(config: &WorkerConfig) {
+    use crate::driver::process::{RECORDS_DIR, sweep_orphans};
+    let records = config.outbox.join(RECORDS_DIR);
+    match tokio::task::spawn_blocking(move || sweep_orphans(&records)).await {
+        Ok(Ok(0)) => {}
+        Ok(Ok(killed)) => {
+            tracing::warn!(
+                killed,
+                "killed drivers left running by an earlier worker process"
+            )
+        }
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "cannot sweep the drivers of an earlier worker process")
+        }
+        Err(e) => tracing::warn!(error = %e, "the driver sweep failed"),
+    }
+}
+
 /// [`run`], with sessions opened through `link` instead of gRPC to `config.coordinators`.
 pub async fn run_with_link(
     config: WorkerConfig,
@@ -83,6 +103,7 @@ pub async fn run_with_link(
     let http = crate::http::HttpClient::new(&config.http)
         .map_err(|e| WorkerError::Start(format!("http client: {e}")))?;
     let config = std::sync::Arc::new(config);
+    sweep_orphans(&config).await;
     let (sup, handle) = Actor::spawn(
         Some(format!("worker:{}", config.worker_id)),
         supervisor::Supervisor {

@@ -11,14 +11,20 @@ use std::path::{Path, PathBuf};
 /// directory part (`./drv`, `bin/drv`) resolves against `cwd`, or the current directory when
 /// `cwd` is `None`; a plain name (`python3`) is looked up in `PATH`.
 ///
-/// `env` values are secrets: `Debug` prints only their names, and they are never logged.
+/// The driver gets a clean environment: `env` plus the worker's `PATH`, `HOME`, `LANG` and
+/// `TMPDIR` ([`super::env`]). `env` values are secrets: `Debug` prints only their names, they
+/// are never logged, and they are masked in what the driver says.
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct DriverCommand {
     pub program: String,
     pub args: Vec<String>,
     pub cwd: Option<PathBuf>,
-    /// Variables added to the worker's environment.
+    /// The driver's variables besides the passed-through ones; worker credentials
+    /// (`LANES_*TOKEN*`, by name or value) are dropped.
     pub env: Vec<(String, String)>,
+    /// Where the running driver is recorded for [`super::sweep_orphans`] (the worker's
+    /// `<outbox>/drivers`); `None` records nothing.
+    pub record_dir: Option<PathBuf>,
     /// The account the driver runs as; `None` runs it as the worker's own.
     pub user: Option<RunAs>,
 }
@@ -39,6 +45,7 @@ impl fmt::Debug for DriverCommand {
             .field("cwd", &self.cwd)
             .field("env", &env_names)
             .field("user", &self.user)
+            .field("record_dir", &self.record_dir)
             .finish()
     }
 }

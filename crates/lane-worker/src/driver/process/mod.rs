@@ -7,16 +7,24 @@
 //!   (so they may arrive in any order), `progress` and `log` notifications go to the channel of
 //!   [`DriverProcess::take_notifications`], and anything else that is not allowed (a malformed
 //!   or oversized line, an unknown id, a request from the driver) kills the child;
-//! - a **stderr copier** appends the child's stderr to the file of
+//! - a **stderr copier** appends the child's stderr, scrubbed of its secrets, to the file of
 //!   [`DriverProcess::set_stderr_file`] and keeps its last [`STDERR_TAIL_BYTES`] in memory;
 //! - a **supervisor** owns the child, kills it on demand and reaps it.
+//!
+//! The child starts from a clean environment ([`env`]) and leads its own process group: every
+//! kill, and the child's own exit, takes the whole group, so nothing it started outlives it
+//! ([`group`], which also records running drivers for [`sweep_orphans`]).
 //!
 //! Once the child has exited, been killed or broken the protocol, the process is *dead*: every
 //! pending and future call fails at once, and [`DriverProcess::is_alive`] is false. A call that
 //! passes its deadline kills the child, so a hung driver never blocks the lane.
 
 mod command;
+pub mod env;
 mod error;
+mod group;
+#[cfg(test)]
+mod isolation_tests;
 mod state;
 mod stderr;
 mod supervise;
@@ -41,12 +49,15 @@ use tokio::time::Instant;
 
 pub use command::{DriverCommand, RunAs};
 pub use error::DriverError;
-pub use stderr::STDERR_TAIL_BYTES;
+pub use group::{RECORDS_DIR, is_gone, sweep_orphans};
+pub use stderr::{STDERR_FILE_MAX_BYTES, STDERR_TAIL_BYTES};
 pub use wire::Notification;
 
 use super::codec;
 use super::protocol::{MAX_LINE_BYTES, method};
+use crate::secrets::Secrets;
 use command::resolve;
+use group::Group;
 use state::{Dead, Shared, State, StderrState, lock};
 use stderr::copy_stderr;
 use supervise::supervise;
@@ -84,17 +95,22 @@ impl DriverProcess {
         };
         let (program, cwd) = resolve(&spec.program, spec.cwd.as_deref()).map_err(spawn_err)?;
 
+        let (env, refused) = env::driver_env(&spec.env, std::env::vars_os());
+        if !refused.is_empty() {
+            tracing::warn!(program = %spec.program, refused = ?refused, "worker credentials are never passed to a driver");
+        }
         let mut cmd = Command::new(&program);
         cmd.args(&spec.args)
+            .env_clear()
+            .envs(env)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
+            // Its own group, so one signal reaches whatever it starts.
+            .process_group(0)
             .kill_on_drop(true);
         if let Some(cwd) = &cwd {
             cmd.current_dir(cwd);
-        }
-        for (name, value) in &spec.env {
-            cmd.env(name, value);
         }
         // Switching account also drops the worker's supplementary groups (std clears them
         // when a uid is set and the worker may change groups, i.e. runs as root).
@@ -103,6 +119,7 @@ impl DriverProcess {
         }
         let mut child = cmd.spawn().map_err(spawn_err)?;
         let pid = child.id();
+        let group = Group::start(pid, spec.record_dir.as_deref());
         let (Some(stdin), Some(stdout), Some(stderr)) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take())
         else {
@@ -120,10 +137,13 @@ impl DriverProcess {
             "driver started"
         );
 
+        let env_secrets = Secrets::new(spec.env.iter().map(|(_, value)| value.clone()));
         let shared = Arc::new(Shared {
             program: spec.program.clone(),
             state: Mutex::new(State::default()),
             stderr: Mutex::new(StderrState::default()),
+            secrets: Mutex::new(env_secrets.clone()),
+            env_secrets,
             kill: Notify::new(),
         });
         let (line_tx, line_rx) = mpsc::unbounded_channel();
@@ -136,6 +156,7 @@ impl DriverProcess {
         tokio::spawn(supervise(
             shared.clone(),
             child,
+            group,
             stdout_task,
             stderr_task,
             exited_tx,
@@ -195,13 +216,14 @@ impl DriverProcess {
             Ok(Ok(Ok(Ok(result)))) => {
                 serde_json::from_value(result).map_err(|e| DriverError::BadResult {
                     method: method.to_owned(),
-                    reason: e.to_string(),
+                    // A parse error may quote the driver's value.
+                    reason: self.shared.scrubbed(&e.to_string()),
                 })
             }
             Ok(Ok(Ok(Err(rpc)))) => Err(DriverError::Rpc {
                 method: method.to_owned(),
                 code: rpc.code,
-                message: rpc.message,
+                message: self.shared.scrubbed(&rpc.message),
                 failure_kind: rpc.data.and_then(|d| d.failure_kind),
             }),
             Ok(Ok(Err(error))) => Err(error),
@@ -248,15 +270,18 @@ impl DriverProcess {
     }
 
     /// Appends the child's stderr read from now on to `path` (created, with its parent
-    /// directories, when missing), or to no file for `None`.
-    pub fn set_stderr_file(&self, path: Option<PathBuf>) {
+    /// directories, when missing), or to no file for `None`; from now on `secrets` (an
+    /// attempt's) are masked, with the driver's env values, in its stderr, its notifications
+    /// and the error messages quoting it.
+    pub fn set_stderr_file(&self, path: Option<PathBuf>, secrets: &Secrets) {
+        *lock(&self.shared.secrets) = self.shared.env_secrets.union(secrets);
         let mut st = lock(&self.shared.stderr);
         st.path = path;
         st.generation += 1;
     }
 
-    /// The last [`STDERR_TAIL_BYTES`] of the child's stderr (lossy UTF-8, trailing whitespace
-    /// trimmed).
+    /// The last [`STDERR_TAIL_BYTES`] of the child's stderr, scrubbed (lossy UTF-8, trailing
+    /// whitespace trimmed).
     pub fn stderr_tail(&self) -> String {
         self.shared.stderr_tail()
     }

@@ -1,23 +1,95 @@
-//! The child's stderr: appended to the file the lane set last, with its tail kept in memory
-//! for error messages.
+//! The child's stderr: scrubbed of the driver's secrets, appended to the file the lane set
+//! last (rotated to `<file>.1` at [`STDERR_FILE_MAX_BYTES`]), with its tail kept in memory for
+//! error messages.
 
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::ChildStderr;
 
 use super::state::{Shared, lock};
+use crate::secrets::StreamScrubber;
 
 /// How much of the child's stderr is kept in memory for error messages.
 pub const STDERR_TAIL_BYTES: usize = 4096;
+
+/// A stderr file that reaches this size is moved to `<file>.1` (replacing the one before) and
+/// a new file is started, so a driver keeps at most twice this on disk per file.
+pub const STDERR_FILE_MAX_BYTES: u64 = 16 * 1024 * 1024;
+
+/// The file stderr is appended to, and how much it holds.
+#[derive(Default)]
+struct Sink {
+    path: Option<PathBuf>,
+    file: Option<tokio::fs::File>,
+    written: u64,
+}
+
+impl Sink {
+    async fn switch(&mut self, path: Option<PathBuf>) {
+        if let Some(mut old) = self.file.take() {
+            let _ = old.flush().await;
+        }
+        self.path = path;
+        self.written = 0;
+        if let Some(path) = &self.path {
+            match open_append(path).await {
+                Ok((file, len)) => {
+                    self.file = Some(file);
+                    self.written = len;
+                }
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), "cannot open the driver's stderr file: {e}")
+                }
+            }
+        }
+    }
+
+    async fn write(&mut self, program: &str, bytes: &[u8], max: u64) {
+        if bytes.is_empty() || self.file.is_none() {
+            return;
+        }
+        if self.written > 0 && self.written + bytes.len() as u64 > max {
+            self.rotate().await;
+        }
+        let Some(f) = self.file.as_mut() else { return };
+        let written = async {
+            f.write_all(bytes).await?;
+            f.flush().await
+        };
+        match written.await {
+            Ok(()) => self.written += bytes.len() as u64,
+            Err(e) => {
+                tracing::warn!(driver = %program, "cannot write the driver's stderr file: {e}");
+                self.file = None;
+            }
+        }
+    }
+
+    /// Moves the full file to `<file>.1` and starts a new one.
+    async fn rotate(&mut self) {
+        let Some(path) = self.path.clone() else {
+            return;
+        };
+        self.file = None;
+        let mut old = path.clone().into_os_string();
+        old.push(".1");
+        if let Err(e) = tokio::fs::rename(&path, &old).await {
+            tracing::warn!(path = %path.display(), "cannot rotate the driver's stderr file: {e}");
+        }
+        self.switch(Some(path)).await;
+    }
+}
 
 /// The stderr copier task: runs until the child's stderr closes.
 pub(super) async fn copy_stderr(shared: Arc<Shared>, mut stderr: ChildStderr) {
     let mut buf = vec![0u8; 8192];
     let mut generation = 0;
-    let mut file: Option<tokio::fs::File> = None;
+    let mut sink = Sink::default();
+    let mut scrubber = StreamScrubber::default();
+    let mut secrets = shared.secrets();
     loop {
         let n = match stderr.read(&mut buf).await {
             Ok(0) => break,
@@ -27,48 +99,51 @@ pub(super) async fn copy_stderr(shared: Arc<Shared>, mut stderr: ChildStderr) {
                 break;
             }
         };
-        let chunk = &buf[..n];
-        let switch_to = {
-            let mut st = lock(&shared.stderr);
-            st.tail.extend_from_slice(chunk);
-            let excess = st.tail.len().saturating_sub(STDERR_TAIL_BYTES);
-            st.tail.drain(..excess);
-            (st.generation != generation).then(|| (st.generation, st.path.clone()))
+        let (switch_to, max) = {
+            let st = lock(&shared.stderr);
+            let switch = (st.generation != generation).then(|| (st.generation, st.path.clone()));
+            (switch, st.max_file_bytes)
         };
         if let Some((new_generation, path)) = switch_to {
             generation = new_generation;
-            if let Some(mut old) = file.take() {
-                let _ = old.flush().await;
-            }
-            if let Some(path) = path {
-                file = open_append(&path)
-                    .await
-                    .inspect_err(|e| {
-                        tracing::warn!(path = %path.display(), "cannot open the driver's stderr file: {e}");
-                    })
-                    .ok();
-            }
+            sink.switch(path).await;
         }
-        if let Some(f) = file.as_mut() {
-            let written = async {
-                f.write_all(chunk).await?;
-                f.flush().await
-            };
-            if let Err(e) = written.await {
-                tracing::warn!(driver = %shared.program, "cannot write the driver's stderr file: {e}");
-                file = None;
-            }
-        }
+        // Bytes held back under the previous attempt's secrets are checked against both.
+        let now = shared.secrets();
+        let scrub_with = if now == secrets {
+            now
+        } else {
+            std::mem::replace(&mut secrets, now).union(&secrets)
+        };
+        let out = scrubber.feed(&scrub_with, &buf[..n]);
+        emit(&shared, &mut sink, &out, max).await;
     }
+    let out = scrubber.finish(&secrets);
+    let max = lock(&shared.stderr).max_file_bytes;
+    emit(&shared, &mut sink, &out, max).await;
 }
 
-async fn open_append(path: &Path) -> io::Result<tokio::fs::File> {
+/// Keeps the tail and writes the file.
+async fn emit(shared: &Shared, sink: &mut Sink, out: &[u8], max: u64) {
+    {
+        let mut st = lock(&shared.stderr);
+        st.tail.extend_from_slice(out);
+        let excess = st.tail.len().saturating_sub(STDERR_TAIL_BYTES);
+        st.tail.drain(..excess);
+    }
+    sink.write(&shared.program, out, max).await;
+}
+
+/// Opens `path` for appending (creating it and its parents); answers it and its length.
+async fn open_append(path: &Path) -> io::Result<(tokio::fs::File, u64)> {
     if let Some(dir) = path.parent().filter(|dir| !dir.as_os_str().is_empty()) {
         tokio::fs::create_dir_all(dir).await?;
     }
-    tokio::fs::OpenOptions::new()
+    let file = tokio::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(path)
-        .await
+        .await?;
+    let len = file.metadata().await?.len();
+    Ok((file, len))
 }

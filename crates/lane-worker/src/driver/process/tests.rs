@@ -14,11 +14,12 @@ use crate::driver::protocol::{
     AgentResult, AgentStatus, CancelParams, EnvResult, HealthResult, LogParams, MAX_LINE_BYTES,
     ProgressParams, method,
 };
+use crate::secrets::Secrets;
 
-const CALL: Duration = Duration::from_secs(5);
+pub(super) const CALL: Duration = Duration::from_secs(5);
 
 /// The helpers every test driver script starts with.
-const PRELUDE: &str = r#"
+pub(super) const PRELUDE: &str = r#"
 import json, os, sys, time
 def send(o):
     o["jsonrpc"] = "2.0"
@@ -42,8 +43,8 @@ def requests():
         yield json.loads(line)
 "#;
 
-struct Driver {
-    process: DriverProcess,
+pub(super) struct Driver {
+    pub(super) process: DriverProcess,
     _dir: tempfile::TempDir,
 }
 
@@ -55,11 +56,11 @@ impl std::ops::Deref for Driver {
 }
 
 /// A python3 driver running `body` after [`PRELUDE`].
-async fn driver(body: &str) -> Driver {
+pub(super) async fn driver(body: &str) -> Driver {
     driver_with_env(body, Vec::new()).await
 }
 
-async fn driver_with_env(body: &str, env: Vec<(String, String)>) -> Driver {
+pub(super) async fn driver_with_env(body: &str, env: Vec<(String, String)>) -> Driver {
     let dir = tempfile::tempdir().unwrap();
     let script = dir.path().join("driver.py");
     std::fs::write(&script, format!("{PRELUDE}\n{body}\n")).unwrap();
@@ -69,6 +70,7 @@ async fn driver_with_env(body: &str, env: Vec<(String, String)>) -> Driver {
         cwd: Some(dir.path().to_path_buf()),
         env,
         user: None,
+        record_dir: None,
     };
     let process = DriverProcess::spawn(&spec).await.unwrap();
     Driver { process, _dir: dir }
@@ -76,7 +78,7 @@ async fn driver_with_env(body: &str, env: Vec<(String, String)>) -> Driver {
 
 /// An echo driver: answers every request with its params, `fail` with an error, and exits
 /// on `shutdown`.
-const ECHO: &str = r#"
+pub(super) const ECHO: &str = r#"
 for msg in requests():
     if "id" not in msg:
         note("progress", {"tag": "got " + msg["method"], "message": json.dumps(msg.get("params"))})
@@ -95,7 +97,7 @@ for msg in requests():
 "#;
 
 /// Polls `check` every 10 ms until it holds, at most 5 s (generous for loaded machines; it normally takes milliseconds).
-async fn eventually<F, Fut>(what: &str, mut check: F)
+pub(super) async fn eventually<F, Fut>(what: &str, mut check: F)
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,
@@ -107,7 +109,7 @@ where
     }
 }
 
-fn read(path: &Path) -> String {
+pub(super) fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_default()
 }
 
@@ -519,13 +521,13 @@ async fn stderr_goes_to_the_file_set_last() {
     })
     .await;
 
-    d.set_stderr_file(Some(first.clone()));
+    d.set_stderr_file(Some(first.clone()), &Secrets::default());
     d.call::<_, Value>("say", &json!({"text": "one\n"}), CALL)
         .await
         .unwrap();
     eventually("the first file", || async { read(&first).contains("one") }).await;
 
-    d.set_stderr_file(Some(second.clone()));
+    d.set_stderr_file(Some(second.clone()), &Secrets::default());
     d.call::<_, Value>("say", &json!({"text": "two\n"}), CALL)
         .await
         .unwrap();
@@ -534,7 +536,7 @@ async fn stderr_goes_to_the_file_set_last() {
     })
     .await;
 
-    d.set_stderr_file(None);
+    d.set_stderr_file(None, &Secrets::default());
     d.call::<_, Value>("say", &json!({"text": "three\n"}), CALL)
         .await
         .unwrap();
@@ -640,6 +642,7 @@ for msg in requests():
         cwd: None,
         env: vec![("API_KEY".into(), "sk-very-secret".into())],
         user: None,
+        record_dir: None,
     };
     let debug = format!("{spec:?}");
     assert!(

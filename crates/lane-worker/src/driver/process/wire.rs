@@ -145,14 +145,21 @@ fn notification(
     method: &str,
     params: Value,
 ) {
+    // Everything the driver says is scrubbed before anyone logs or keeps it.
     let note = match method {
-        method::PROGRESS => serde_json::from_value(params).map(Notification::Progress),
-        method::LOG => serde_json::from_value(params).map(|log: LogParams| {
+        method::PROGRESS => serde_json::from_value(params).map(|mut p: ProgressParams| {
+            p.tag = shared.scrubbed(&p.tag);
+            p.message = p.message.map(|m| shared.scrubbed(&m));
+            Notification::Progress(p)
+        }),
+        method::LOG => serde_json::from_value(params).map(|mut log: LogParams| {
+            log.level = shared.scrubbed(&log.level);
+            log.message = shared.scrubbed(&log.message);
             tracing::debug!(driver = %shared.program, level = %log.level, "driver log: {}", log.message);
             Notification::Log(log)
         }),
         _ => {
-            tracing::debug!(driver = %shared.program, method, "ignoring unknown driver notification");
+            tracing::debug!(driver = %shared.program, "ignoring unknown driver notification");
             return;
         }
     };
@@ -162,7 +169,7 @@ fn notification(
             let _ = notes.send(note);
         }
         Err(e) => {
-            tracing::debug!(driver = %shared.program, method, "ignoring malformed driver notification: {e}")
+            tracing::debug!(driver = %shared.program, method, "ignoring malformed driver notification: {}", shared.scrubbed(&e.to_string()))
         }
     }
 }

@@ -21,6 +21,7 @@ use crate::artifacts;
 use crate::driver::process::{DriverCommand, DriverError, DriverProcess, Notification, RunAs};
 use crate::driver::protocol::{self as proto, InitializeParams, TeardownParams, method};
 use crate::lifecycle::Event;
+use crate::secrets::Secrets;
 use crate::worker::WorkerConfig;
 
 const INIT_DEADLINE: Duration = Duration::from_secs(60);
@@ -54,6 +55,10 @@ pub(super) struct AdmitCtx {
     pub lane: String,
     pub host: String,
     pub spec: pb::DriverSpec,
+    /// The attempt's secrets, masked in the driver's stderr and notifications.
+    pub secrets: Secrets,
+    /// Where running drivers are recorded, for the orphan sweep of the next worker start.
+    pub driver_records: PathBuf,
 }
 
 /// How this worker starts a unit's driver: the command, where, as whom, and with what env.
@@ -153,17 +158,17 @@ pub(super) fn driver_key(launch: &Result<Launch, String>, spec: &pb::DriverSpec)
 }
 
 /// Writes the attempt record, then starts the driver and checks the identity pins.
-pub(super) async fn admit(ctx: AdmitCtx, slot: &mut DriverSlot) -> Event {
+pub(super) async fn admit(mut ctx: AdmitCtx, slot: &mut DriverSlot) -> Event {
     let preflight = |reason: String| Event::PreflightFailed {
         kind: FailureKind::Preflight,
         reason,
     };
-    let dir = match ctx.dir {
-        Ok(d) => d,
+    let dir = match &ctx.dir {
+        Ok(d) => d.clone(),
         Err(e) => return preflight(e.to_string()),
     };
     let record_dir = dir.clone();
-    let record = ctx.record;
+    let record = std::mem::take(&mut ctx.record);
     let written =
         tokio::task::spawn_blocking(move || artifacts::write_record(&record_dir, &record)).await;
     match written {
@@ -175,11 +180,20 @@ pub(super) async fn admit(ctx: AdmitCtx, slot: &mut DriverSlot) -> Event {
         Ok(l) => l,
         Err(reason) => return preflight(format!("driver refused on this worker: {reason}")),
     };
-    let driver = match ensure_driver(slot, launch, ctx.key, &ctx.lane, &ctx.host, &ctx.spec).await {
+    let started = ensure_driver(
+        slot,
+        launch,
+        ctx.key,
+        (&ctx.lane, &ctx.host),
+        &ctx.spec,
+        &ctx.driver_records,
+    )
+    .await;
+    let driver = match started {
         Ok(d) => d,
         Err(e) => return preflight(format!("driver: {e}")),
     };
-    driver.set_stderr_file(Some(dir.join("driver.stderr")));
+    driver.set_stderr_file(Some(dir.join("driver.stderr")), &ctx.secrets);
     if let Some(id) = &slot.identity {
         let differing = pin_mismatches(&ctx.spec.expect, &id.pins);
         if !differing.is_empty() {
@@ -220,9 +234,9 @@ async fn ensure_driver(
     slot: &mut DriverSlot,
     launch: Launch,
     want: Vec<String>,
-    lane: &str,
-    host: &str,
+    (lane, host): (&str, &str),
     spec: &pb::DriverSpec,
+    records: &std::path::Path,
 ) -> Result<Arc<DriverProcess>, DriverError> {
     if let (Some(d), Some(key)) = (&slot.driver, &slot.key)
         && d.is_alive()
@@ -245,6 +259,7 @@ async fn ensure_driver(
         cwd: launch.cwd,
         env: launch.env,
         user: launch.user,
+        record_dir: Some(records.to_path_buf()),
     };
     let driver = Arc::new(DriverProcess::spawn(&command).await?);
     // Progress and log notifications are logged as they come, so they never pile up.
@@ -289,7 +304,7 @@ async fn ensure_driver(
         .unwrap_or(Value::Null);
     slot.identity = Some(identity);
     slot.driver = Some(driver.clone());
-    slot.key = Some(want);
+    slot.key = Some(want.clone());
     Ok(driver)
 }
 

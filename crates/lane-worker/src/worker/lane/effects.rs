@@ -25,6 +25,7 @@ use crate::driver::protocol::{
 };
 use crate::lifecycle::{Effect, Event, ReleaseKind};
 use crate::outbox::Entry;
+use crate::secrets::Secrets;
 use crate::worker::supervisor::SupMsg;
 
 /// Deadlines of driver calls besides the agent's own timeout.
@@ -318,15 +319,17 @@ impl LaneActor {
                 self.hand_off(myself, span, tag, o, true);
             }
             Effect::Release { kind, reason, gate } => {
+                let secrets = self.secrets(unit, cur);
                 if kind == ReleaseKind::Blocked(FailureKind::IdentityMismatch) {
                     // This lane is unusable for this campaign: it stops asking for its work.
-                    tracing::warn!(lane = %self.name, campaign = %tag.campaign, reason = ?reason, "identity mismatch: this lane leaves the campaign");
+                    // The reason quotes the driver's pins, which it may have filled with secrets.
+                    let logged = reason.as_deref().map(|r| secrets.scrubbed(r));
+                    tracing::warn!(lane = %self.name, campaign = %tag.campaign, reason = ?logged, "identity mismatch: this lane leaves the campaign");
                     let _ = self.supervisor.cast(SupMsg::Exclude {
                         lane: self.name.clone(),
                         campaign: tag.campaign.clone(),
                     });
                 }
-                let secrets = self.secrets(unit, cur);
                 let mut ctx = self.outcome_ctx(state);
                 // A release carries no phase walls: nothing it did is measured.
                 ctx.walls = Default::default();
@@ -514,7 +517,7 @@ impl LaneActor {
 
     /// The secret payload values, and the env values this worker hands the driver (only names
     /// it allows are ever read).
-    fn secrets(&self, unit: &Unit, cur: &Current) -> Vec<String> {
+    fn secrets(&self, unit: &Unit, cur: &Current) -> Secrets {
         let env = admit::launch(&unit.driver, &self.config, |name| std::env::var(name).ok())
             .map(|l| l.env)
             .unwrap_or_default();
@@ -562,6 +565,8 @@ impl LaneActor {
             launch,
             lane: self.name.clone(),
             host: self.config.host.clone(),
+            secrets: self.secrets(unit, cur),
+            driver_records: self.config.outbox.join(crate::driver::process::RECORDS_DIR),
             spec,
         }
     }

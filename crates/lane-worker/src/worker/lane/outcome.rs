@@ -7,8 +7,9 @@ use lanes_common::ids::Token;
 use lanes_common::proto as pb;
 use lanes_common::row::{DriverIdentity, FailureKind, GateRecord, Outcome, PhaseWalls, Status};
 
+use crate::artifacts;
 use crate::lifecycle::{ReleaseKind, Verdict};
-use crate::redact::scrub;
+use crate::secrets::Secrets;
 
 /// Where and when the attempt ran: everything an outcome needs besides the verdict.
 #[derive(Debug, Clone)]
@@ -35,7 +36,7 @@ impl OutcomeCtx {
 }
 
 /// The outcome of an attempt that ended with a verdict.
-pub(super) fn published(ctx: &OutcomeCtx, v: Verdict, secrets: &[String]) -> Outcome {
+pub(super) fn published(ctx: &OutcomeCtx, v: Verdict, secrets: &Secrets) -> Outcome {
     let mut o = ctx.base(v.status);
     o.failure_kind = v.failure_kind;
     o.score = v.score;
@@ -70,7 +71,7 @@ pub(super) fn released(
     kind: ReleaseKind,
     reason: Option<String>,
     gate: Option<GateRecord>,
-    secrets: &[String],
+    secrets: &Secrets,
 ) -> Outcome {
     let (status, failure_kind) = match kind {
         ReleaseKind::Cancelled => (Status::Cancelled, None),
@@ -85,8 +86,9 @@ pub(super) fn released(
 
 /// Scrubs, then validates: what the store would refuse is never published; the row says why,
 /// as a harness error.
-fn finish(mut o: Outcome, secrets: &[String]) -> Outcome {
-    // Defence in depth: a driver may echo a secret into an error or its final text.
+fn finish(mut o: Outcome, secrets: &Secrets) -> Outcome {
+    // Defence in depth: a driver may echo a secret into any text it hands back, and an error
+    // may quote its stderr.
     scrub_outcome(&mut o, secrets);
     match o.clone().validate() {
         Ok(valid) => valid,
@@ -116,46 +118,50 @@ fn add_gate(o: &mut Outcome, gate: Option<GateRecord>) {
     o.gate = Some(g);
 }
 
-/// The secret values of an attempt: its payload's `secret_payload_keys` and the driver env
-/// values. Very short values are skipped (they would mangle ordinary text).
+/// The secret values of an attempt: the values of its payload's `secret_payload_keys` (at any
+/// depth, any type) and the env values this worker hands the driver. Very short values are
+/// skipped (they would mangle ordinary text).
 pub(super) fn secrets_of(
     spec: &pb::DriverSpec,
     payload: &Value,
     env: &[(String, String)],
-) -> Vec<String> {
-    let mut out: Vec<String> = spec
-        .secret_payload_keys
-        .iter()
-        .filter_map(|k| payload.get(k))
-        .map(|v| match v {
-            Value::String(s) => s.clone(),
-            other => other.to_string(),
-        })
-        .collect();
+) -> Secrets {
+    let mut out = artifacts::secret_values(payload, &spec.secret_payload_keys);
     out.extend(env.iter().map(|(_, v)| v.clone()));
-    out.retain(|s| s.len() >= 4);
-    out
+    Secrets::new(out)
 }
 
-/// Replaces secret values in every free-text field of an outcome.
-fn scrub_outcome(o: &mut Outcome, secrets: &[String]) {
+/// Replaces secret values in every text of an outcome that a driver or its stderr could
+/// have written.
+fn scrub_outcome(o: &mut Outcome, secrets: &Secrets) {
     if secrets.is_empty() {
         return;
     }
+    let scrub = |t: &mut String| secrets.scrub(t);
     for field in [&mut o.error, &mut o.final_text, &mut o.runtime_outcome]
         .into_iter()
         .flatten()
     {
-        scrub(field, secrets);
+        scrub(field);
     }
-    for e in &mut o.publication_errors {
-        scrub(e, secrets);
-    }
+    o.publication_errors.iter_mut().for_each(scrub);
     for c in &mut o.checks {
-        scrub(&mut c.detail, secrets);
+        scrub(&mut c.name);
+        scrub(&mut c.detail);
     }
     if let Some(reason) = o.gate.as_mut().and_then(|g| g.reason.as_mut()) {
-        scrub(reason, secrets);
+        scrub(reason);
+    }
+    if let Some(q) = o.quota.as_mut() {
+        scrub(&mut q.provider);
+    }
+    if let Some(d) = o.driver.as_mut() {
+        scrub(&mut d.name);
+        scrub(&mut d.version);
+        d.pins = std::mem::take(&mut d.pins)
+            .into_iter()
+            .map(|(k, v)| (secrets.scrubbed(&k), secrets.scrubbed(&v)))
+            .collect();
     }
 }
 
@@ -203,7 +209,7 @@ mod tests {
         v.failure_kind = Some(FailureKind::HarnessError);
         v.error = Some("login failed for hunter22 at vm".into());
         v.checks.push(Check {
-            name: "c".into(),
+            name: "check-hunter22".into(),
             passed: false,
             score: None,
             detail: "saw hunter22".into(),
@@ -218,13 +224,61 @@ mod tests {
             turns: None,
             tokens: None,
             cost_usd: None,
-            quota: None,
+            quota: Some(lanes_common::row::QuotaReading {
+                provider: "p-31337".into(),
+                utilisation: 0.5,
+                reset_epoch: None,
+            }),
             error: None,
         });
-        let o = published(&ctx(), v, &["hunter22".to_owned()]);
+        let mut c = ctx();
+        c.driver = Some(DriverIdentity {
+            name: "drv".into(),
+            version: "1".into(),
+            pins: [("key".to_owned(), "pin hunter22".to_owned())].into(),
+        });
+        // A number under a secret key, deep in the payload.
+        let spec = pb::DriverSpec {
+            secret_payload_keys: vec!["pw".into(), "n".into()],
+            ..Default::default()
+        };
+        let payload = serde_json::json!({"vm": {"pw": "hunter22", "n": 31337}});
+        let secrets = secrets_of(&spec, &payload, &[]);
+        let o = published(&c, v, &secrets);
         assert_eq!(o.error.as_deref(), Some("login failed for *** at vm"));
         assert_eq!(o.final_text.as_deref(), Some("the password is ***"));
+        assert_eq!(o.checks[0].name, "check-***");
         assert_eq!(o.checks[0].detail, "saw ***");
+        assert_eq!(o.quota.unwrap().provider, "p-***");
+        assert_eq!(o.driver.unwrap().pins["key"], "pin ***");
+    }
+
+    #[test]
+    fn release_and_blocked_rows_are_scrubbed_too() {
+        let secrets = Secrets::new(["hunter22".to_owned()]);
+        let stderr_error = "driver: driver exited (exit status: 1); stderr tail: pw=hunter22";
+        for kind in [
+            ReleaseKind::Cancelled,
+            ReleaseKind::Blocked(FailureKind::Preflight),
+            ReleaseKind::Blocked(FailureKind::IdentityMismatch),
+        ] {
+            let gate = GateRecord {
+                verdict: GateVerdict::Proceed,
+                reason: Some("saw hunter22".into()),
+                turns: 1,
+                cost_usd: None,
+            };
+            let o = released(
+                &ctx(),
+                kind,
+                Some(stderr_error.into()),
+                Some(gate),
+                &secrets,
+            );
+            let text = serde_json::to_string(&o).unwrap();
+            assert!(!text.contains("hunter22"), "{text}");
+            assert!(o.error.unwrap().ends_with("pw=***"));
+        }
     }
 
     #[test]
@@ -235,7 +289,13 @@ mod tests {
             turns: 2,
             cost_usd: Some(0.5),
         };
-        let o = released(&ctx(), ReleaseKind::Cancelled, None, Some(gate), &[]);
+        let o = released(
+            &ctx(),
+            ReleaseKind::Cancelled,
+            None,
+            Some(gate),
+            &Secrets::default(),
+        );
         assert_eq!(o.status, Status::Cancelled);
         assert_eq!((o.turns, o.cost_usd), (Some(2), Some(0.5)));
         let blocked = released(
@@ -243,7 +303,7 @@ mod tests {
             ReleaseKind::Blocked(FailureKind::IdentityMismatch),
             Some("pin".into()),
             None,
-            &[],
+            &Secrets::default(),
         );
         assert_eq!(
             (
@@ -264,11 +324,11 @@ mod tests {
         let mut v = verdict(Status::Completed);
         v.score = Some(1.0);
         v.failure_kind = Some(FailureKind::RateLimit);
-        let o = published(&ctx(), v, &[]);
+        let o = published(&ctx(), v, &Secrets::default());
         assert_eq!((o.status, o.failure_kind), (Status::Completed, None));
         let mut bad = verdict(Status::Completed);
         bad.score = Some(f64::NAN);
-        let o = published(&ctx(), bad, &[]);
+        let o = published(&ctx(), bad, &Secrets::default());
         assert_eq!(
             (o.status, o.failure_kind),
             (Status::InfraError, Some(FailureKind::HarnessError))
