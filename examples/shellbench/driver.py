@@ -18,8 +18,13 @@ Each task (tasks.jsonl) is a shell exercise played in a scratch directory:
             bits, and the output of commands run in the scratch dir;
 - teardown  removes one attempt's dir, or (no tag) every dir of the lane.
 
-The root is $SHELLBENCH_ROOT, or <tmp>/lanes-shellbench. Run the campaign from the repo root
-(its driver command is a relative path). To drive it by hand, write one request at a time and
+The root is $SHELLBENCH_ROOT, or <tmp>/lanes-shellbench. A driver starts with a clean
+environment, so set it through the campaign's `[driver] env` to use it. Run the campaign from
+the repo root (its driver command is a relative path).
+
+The agents' shells get a minimal environment of their own (never the driver's, which may hold
+credentials), and stay in the driver's process group, so they die with the driver whenever the
+lane kills it; a cancelled command is stopped with everything it started. To drive it by hand, write one request at a time and
 wait for each answer, as a lane does: `run_agent` answers from a thread, so an `evaluate` or
 `boot` piped right behind it would run while the agent still works.
 """
@@ -43,9 +48,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "drivers"))
 from lanes_driver import Driver, DriverError  # noqa: E402
 
 ROOT = Path(os.environ.get("SHELLBENCH_ROOT") or Path(tempfile.gettempdir()) / "lanes-shellbench")
-# The agents' shell environment: the C locale, so sort order and messages do not depend on
-# the host.
-AGENT_ENV = dict(os.environ, LC_ALL="C", LANG="C")
+# The agents' shell environment: nothing of the driver's (whose env may carry credentials) but
+# a PATH, and the C locale, so sort order and messages do not depend on the host. HOME is set
+# per command to its scratch dir.
+AGENT_ENV = {"PATH": os.environ.get("PATH") or "/usr/local/bin:/usr/bin:/bin",
+             "LC_ALL": "C", "LANG": "C"}
 POLL_S = 0.05  # how often a running command looks for cancel and the deadline
 
 # The scripted agents: for each exercise kind, the commands they run, one per turn, after a
@@ -111,6 +118,55 @@ def snapshot(work):
             content = path.read_bytes() if stat.S_ISREG(st.st_mode) else None
             found[rel] = (content, stat.S_IMODE(st.st_mode))
     return found
+
+
+def agent_env(work):
+    return dict(AGENT_ENV, HOME=str(work), TMPDIR=str(work))
+
+
+def process_tree(root):
+    """`root` and its descendants, from /proc."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    tree, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        tree.append(pid)
+        todo.extend(children.get(pid, []))
+    return tree
+
+
+def kill_tree(proc):
+    """Kills a command and everything it started. The command shares the driver's process
+    group (so that the lane's kill of the driver takes it too), so this walks the process
+    tree instead: it stops every process of it until no new one appears, then kills them."""
+    def send(pid, sig):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+    stopped = set()
+    for _ in range(10):
+        try:
+            tree = process_tree(proc.pid)
+        except OSError:  # no /proc: the command itself is all there is to reach
+            tree = [proc.pid]
+        new = [pid for pid in tree if pid not in stopped]
+        if not new:
+            break
+        for pid in new:
+            send(pid, signal.SIGSTOP)
+            stopped.add(pid)
+    for pid in stopped:
+        send(pid, signal.SIGKILL)
 
 
 def check(name, passed, detail=""):
@@ -214,9 +270,9 @@ class ShellBench(Driver):
     def shell(self, command, work, tag, deadline):
         """Run one agent command; ("exited", code), or ("cancelled"|"timeout", None)."""
         logger.info("[%s] $ %s", tag, command)
-        proc = subprocess.Popen(["bash", "-c", command], cwd=work, env=AGENT_ENV,
+        proc = subprocess.Popen(["bash", "-c", command], cwd=work, env=agent_env(work),
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                                stderr=subprocess.STDOUT, text=True)
         while True:
             try:
                 output, _ = proc.communicate(timeout=POLL_S)
@@ -225,7 +281,7 @@ class ShellBench(Driver):
                 stop = ("cancelled" if self.cancelled(tag)
                         else "timeout" if time.monotonic() > deadline else None)
                 if stop:
-                    os.killpg(proc.pid, signal.SIGKILL)  # the command and its children
+                    kill_tree(proc)  # the command and its children
                     proc.communicate()
                     logger.info("[%s] %s", tag, stop)
                     return stop, None
@@ -264,7 +320,7 @@ class ShellBench(Driver):
             checks.append(check(name, ok, "missing" if mode is None else oct(stat.S_IMODE(mode))))
         for c in spec.get("commands", []):
             try:
-                run = subprocess.run(["bash", "-c", c["run"]], cwd=work, env=AGENT_ENV,
+                run = subprocess.run(["bash", "-c", c["run"]], cwd=work, env=agent_env(work),
                                      stdin=subprocess.DEVNULL, capture_output=True, text=True,
                                      timeout=10)
                 ok, detail = run.stdout == c["stdout"], f"exit {run.returncode}: {run.stdout!r}"

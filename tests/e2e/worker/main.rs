@@ -4,6 +4,7 @@
 
 #![allow(unreachable_pub)]
 
+mod adversary;
 mod crashes;
 mod drivers;
 mod http_agent;
