@@ -53,7 +53,8 @@ fn boot_id() -> Option<String> {
 }
 
 /// The process is gone: no such process, or a zombie.
-pub fn is_gone(pid: u32) -> bool {
+#[cfg(test)]
+pub(super) fn is_gone(pid: u32) -> bool {
     stat(pid).is_none_or(|s| s.zombie)
 }
 

@@ -8,9 +8,10 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::env::PASSED_THROUGH;
+use super::group::is_gone;
 use super::state::lock;
 use super::tests::{CALL, ECHO, PRELUDE, driver, driver_with_env, eventually, read};
-use super::{DriverCommand, DriverError, DriverProcess, Notification, is_gone};
+use super::{DriverCommand, DriverError, DriverProcess, Notification};
 use crate::secrets::Secrets;
 
 fn pairs(v: &[(&str, &str)]) -> Vec<(String, String)> {

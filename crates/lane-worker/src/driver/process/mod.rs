@@ -49,7 +49,7 @@ use tokio::time::Instant;
 
 pub use command::{DriverCommand, RunAs};
 pub use error::DriverError;
-pub use group::{RECORDS_DIR, is_gone, sweep_orphans};
+pub use group::{RECORDS_DIR, sweep_orphans};
 pub use stderr::{STDERR_FILE_MAX_BYTES, STDERR_TAIL_BYTES};
 pub use wire::Notification;
 
