@@ -164,7 +164,15 @@ async fn secrets_a_driver_echoes_never_reach_rows_logs_or_artifacts() {
     }
     let artifacts = f.dir.path().join("art");
     let log = f.dir.path().join("worker.log");
-    let _w = Worker::start_with(&f.coord.url(), &artifacts, 2, "h", &[], Some(&log));
+    let _w = Worker::start_args(
+        &f.coord.url(),
+        &artifacts,
+        2,
+        "h",
+        &[],
+        Some(&log),
+        &["--allow-campaign-commands", "--allow-env", "API_KEY,MODE"],
+    );
 
     let st = wait_ended(&f.coord.url(), "echo", Duration::from_secs(90)).await;
     assert_eq!(st.state, pb::CampaignState::Done as i32);
@@ -271,7 +279,7 @@ async fn a_driver_sees_no_worker_variable_and_no_token() {
     c.submit(submit_request(&text)).await.unwrap();
     let planted = "planted-value-5a7e";
     let client_token = "client-token-in-the-worker-env";
-    let _w = Worker::start_with(
+    let _w = Worker::start_args(
         &f.coord.url(),
         &f.dir.path().join("art"),
         1,
@@ -281,6 +289,7 @@ async fn a_driver_sees_no_worker_variable_and_no_token() {
             ("LANES_CLIENT_TOKEN", client_token),
         ],
         None,
+        &["--allow-campaign-commands", "--allow-env", "API_KEY"],
     );
     let st = wait_ended(&f.coord.url(), "env", Duration::from_secs(60)).await;
     assert_eq!(st.state, pb::CampaignState::Done as i32);
