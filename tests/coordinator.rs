@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lanes_coordinator::auth::AuthConfig;
-use lanes_coordinator::store::{Clock, Store};
+use lanes_coordinator::store::{Clock, RedisOptions, RedisStore, Store};
 use lanes_coordinator::{CoordinatorConfig, run};
 
 pub const CLIENT_TOKEN: &str = "client-token-for-tests";
@@ -66,6 +66,20 @@ impl CoordinatorHandle {
             stop: Some(tx),
             task: Some(task),
         }
+    }
+
+    /// `n` replicas on one Redis (each with its own connection), sharing `clock`.
+    pub async fn redis_replicas(redis_url: &str, clock: Arc<dyn Clock>, n: usize) -> Vec<Self> {
+        let mut replicas = Vec::with_capacity(n);
+        for _ in 0..n {
+            let store: Arc<dyn Store> = Arc::new(
+                RedisStore::connect(redis_url, RedisOptions::default())
+                    .await
+                    .expect("connect to the test redis"),
+            );
+            replicas.push(Self::start(store, clock.clone()).await);
+        }
+        replicas
     }
 
     pub fn url(&self) -> String {

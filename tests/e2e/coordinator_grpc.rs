@@ -156,15 +156,8 @@ async fn redis_full_campaign_to_done() {
 async fn redis_two_replicas_sixteen_lanes() {
     let server = RedisServer::start();
     let clock = ManualClock::new(T0);
-    let mut replicas = Vec::new();
-    for _ in 0..2 {
-        let store: Arc<dyn Store> = Arc::new(
-            RedisStore::connect(&server.url(), RedisOptions::default())
-                .await
-                .unwrap(),
-        );
-        replicas.push(CoordinatorHandle::start(store, Arc::new(clock.clone())).await);
-    }
+    let replicas =
+        CoordinatorHandle::redis_replicas(&server.url(), Arc::new(clock.clone()), 2).await;
     let mut c = client(&replicas[0].url(), Some(CLIENT_TOKEN)).await;
     c.submit(submit_request(&small_campaign(
         "fleet",
@@ -898,15 +891,8 @@ async fn oversized_and_malformed_requests_are_refused_with_the_field_named() {
 async fn redis_watch_on_one_replica_sees_events_of_another() {
     let server = RedisServer::start();
     let clock = ManualClock::new(T0);
-    let mut replicas = Vec::new();
-    for _ in 0..2 {
-        let store: Arc<dyn Store> = Arc::new(
-            RedisStore::connect(&server.url(), RedisOptions::default())
-                .await
-                .unwrap(),
-        );
-        replicas.push(CoordinatorHandle::start(store, Arc::new(clock.clone())).await);
-    }
+    let replicas =
+        CoordinatorHandle::redis_replicas(&server.url(), Arc::new(clock.clone()), 2).await;
     let mut a = client(&replicas[0].url(), Some(CLIENT_TOKEN)).await;
     let mut b = client(&replicas[1].url(), Some(CLIENT_TOKEN)).await;
     a.submit(submit_request(&small_campaign("cross", 1, "")))

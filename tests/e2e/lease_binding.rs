@@ -9,7 +9,7 @@ use std::sync::Arc;
 use lanes_common::proto as pb;
 use lanes_common::proto::coordinator_message::Msg;
 use lanes_common::proto::worker_message::Msg as In;
-use lanes_coordinator::store::{ManualClock, RedisOptions, RedisStore, Store};
+use lanes_coordinator::store::ManualClock;
 use lanes_tests::coordinator::{CLIENT_TOKEN, CoordinatorHandle, LANE_TOKEN};
 use lanes_tests::lane_client::{ScriptedLane, client, small_campaign, submit_request};
 use lanes_tests::redis_server::RedisServer;
@@ -55,15 +55,8 @@ async fn counted(c: &mut lanes_tests::lane_client::Client, id: &str) -> (u64, u6
 async fn forged_outcomes_for_in_flight_trials_are_never_counted() {
     let server = RedisServer::start();
     let clock = ManualClock::new(T0);
-    let mut replicas = Vec::new();
-    for _ in 0..2 {
-        let store: Arc<dyn Store> = Arc::new(
-            RedisStore::connect(&server.url(), RedisOptions::default())
-                .await
-                .unwrap(),
-        );
-        replicas.push(CoordinatorHandle::start(store, Arc::new(clock.clone())).await);
-    }
+    let replicas =
+        CoordinatorHandle::redis_replicas(&server.url(), Arc::new(clock.clone()), 2).await;
     let (one, two) = (replicas[0].url(), replicas[1].url());
     let mut c = client(&one, Some(CLIENT_TOKEN)).await;
     c.submit(submit_request(&small_campaign("bound", 2, "")))

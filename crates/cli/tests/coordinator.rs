@@ -19,6 +19,19 @@ impl Drop for Killed {
     }
 }
 
+/// The child's stderr, line by line, read on a thread of its own so that the child never
+/// blocks on a full pipe.
+fn stderr_lines(child: &mut std::process::Child) -> std::sync::mpsc::Receiver<String> {
+    let stderr = child.stderr.take().expect("stderr is piped");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    rx
+}
+
 #[test]
 fn serves_on_the_embedded_store_and_logs_its_address_without_tokens() {
     let dir = tempfile::tempdir().unwrap();
@@ -33,13 +46,7 @@ fn serves_on_the_embedded_store_and_logs_its_address_without_tokens() {
             .spawn()
             .unwrap(),
     );
-    let stderr = child.0.stderr.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
+    let rx = stderr_lines(&mut child.0);
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut seen = Vec::new();
     let addr = loop {
@@ -183,13 +190,7 @@ fn insecure_no_auth_starts_an_open_coordinator_and_says_so() {
             .spawn()
             .unwrap(),
     );
-    let stderr = child.0.stderr.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
+    let rx = stderr_lines(&mut child.0);
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut seen = Vec::new();
     while !seen

@@ -181,6 +181,24 @@ impl Supervisor {
         }
     }
 
+    /// Starts lane `name`, linked to the supervisor so that its crash reaches
+    /// `handle_supervisor_evt`; `registered` is its name in ractor's registry.
+    async fn spawn_lane(
+        &self,
+        myself: &ActorRef<SupMsg>,
+        name: &str,
+        registered: Option<String>,
+    ) -> Result<ActorRef<LaneMsg>, ractor::SpawnErr> {
+        let lane = LaneActor {
+            name: name.to_owned(),
+            config: self.config.clone(),
+            http: self.http.clone(),
+            supervisor: myself.clone(),
+        };
+        let (lane, _) = Actor::spawn_linked(registered, lane, (), myself.get_cell()).await?;
+        Ok(lane)
+    }
+
     async fn ask_work(&self, state: &mut SupState, lane: String) {
         if !state.registered {
             return;
@@ -328,18 +346,9 @@ impl Actor for Supervisor {
         let mut idle = BTreeSet::new();
         for i in 0..self.config.lanes {
             let name = format!("{}-{i}", self.config.worker_id);
-            let (lane, _) = Actor::spawn_linked(
-                Some(format!("lane:{name}")),
-                LaneActor {
-                    name: name.clone(),
-                    config: self.config.clone(),
-                    http: self.http.clone(),
-                    supervisor: myself.clone(),
-                },
-                (),
-                myself.get_cell(),
-            )
-            .await?;
+            let lane = self
+                .spawn_lane(&myself, &name, Some(format!("lane:{name}")))
+                .await?;
             lanes.insert(name.clone(), lane);
             idle.insert(name);
         }
@@ -518,18 +527,8 @@ impl Actor for Supervisor {
             for t in abandoned {
                 Self::untrack(state, &t);
             }
-            let (lane, _) = Actor::spawn_linked(
-                None,
-                LaneActor {
-                    name: name.clone(),
-                    config: self.config.clone(),
-                    http: self.http.clone(),
-                    supervisor: myself.clone(),
-                },
-                (),
-                myself.get_cell(),
-            )
-            .await?;
+            // Unnamed: the crashed actor's registry name may not be released yet.
+            let lane = self.spawn_lane(&myself, &name, None).await?;
             state.lanes.insert(name.clone(), lane);
             state.idle.insert(name.clone());
             self.ask_work(state, name).await;
