@@ -82,29 +82,47 @@ impl ScriptedLane {
         Self::connect_on(channel, token, worker, host).await
     }
 
+    /// Opens a session and sends this `Register` as it is (a worker of another protocol, say).
+    pub async fn connect_with(
+        url: &str,
+        token: Option<&str>,
+        register: pb::Register,
+    ) -> Result<Self, Status> {
+        Self::open(channel(url).await, token, register).await
+    }
+
     async fn connect_on(
         channel: Channel,
         token: Option<&str>,
         worker: &str,
         host: &str,
     ) -> Result<Self, Status> {
-        let mut c = LaneServiceClient::with_interceptor(channel, Bearer(token.map(str::to_owned)));
-        let (tx, out) = mpsc::channel(64);
-        let rx = c.session(ReceiverStream::new(out)).await?.into_inner();
-        let mut lane = Self {
-            worker: worker.to_owned(),
-            host: host.to_owned(),
-            tx,
-            rx,
-        };
-        lane.send(pb::worker_message::Msg::Register(pb::Register {
+        let register = pb::Register {
             worker_id: worker.to_owned(),
             host: host.to_owned(),
             lanes: 1,
             version: "test".into(),
+            protocol: lanes_common::protocol::LANE_PROTOCOL,
             ..Default::default()
-        }))
-        .await;
+        };
+        Self::open(channel, token, register).await
+    }
+
+    async fn open(
+        channel: Channel,
+        token: Option<&str>,
+        register: pb::Register,
+    ) -> Result<Self, Status> {
+        let mut c = LaneServiceClient::with_interceptor(channel, Bearer(token.map(str::to_owned)));
+        let (tx, out) = mpsc::channel(64);
+        let rx = c.session(ReceiverStream::new(out)).await?.into_inner();
+        let mut lane = Self {
+            worker: register.worker_id.clone(),
+            host: register.host.clone(),
+            tx,
+            rx,
+        };
+        lane.send(pb::worker_message::Msg::Register(register)).await;
         match lane.next().await? {
             Msg::Registered(_) => Ok(lane),
             other => panic!("expected registered, got {other:?}"),

@@ -689,6 +689,37 @@ async fn stop_drain_and_cancel() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_worker_of_another_lane_protocol_is_refused_naming_the_side_to_upgrade() {
+    use lanes_common::protocol::LANE_PROTOCOL;
+    let e = env("embedded").await;
+    let register = |protocol| pb::Register {
+        worker_id: "w".into(),
+        host: "h".into(),
+        lanes: 1,
+        protocol,
+        ..Default::default()
+    };
+    for (protocol, upgrade) in [
+        (0, "upgrade the worker"),
+        (LANE_PROTOCOL + 1, "upgrade the coordinator"),
+    ] {
+        let refused =
+            match ScriptedLane::connect_with(&e.coord.url(), Some(LANE_TOKEN), register(protocol))
+                .await
+            {
+                Ok(_) => panic!("a worker of protocol {protocol} was served"),
+                Err(s) => s,
+            };
+        assert_eq!(refused.code(), Code::FailedPrecondition, "{refused:?}");
+        assert!(refused.message().contains(upgrade), "{refused:?}");
+    }
+    // This build's own protocol is served.
+    ScriptedLane::connect_with(&e.coord.url(), Some(LANE_TOKEN), register(LANE_PROTOCOL))
+        .await
+        .expect("served");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn unauthenticated_calls_are_refused_for_every_rpc() {
     let e = env("embedded").await;
     for token in [None, Some("wrong"), Some(LANE_TOKEN)] {

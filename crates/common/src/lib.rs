@@ -10,6 +10,7 @@ pub mod limits;
 pub mod log_safe;
 pub mod policy;
 pub mod proto;
+pub mod protocol;
 pub mod report;
 pub mod resume;
 pub mod row;

@@ -103,6 +103,7 @@ mod tests {
                     worker_id: "w".into(),
                     host: "h".into(),
                     lanes: 1,
+                    protocol: lanes_common::protocol::LANE_PROTOCOL,
                     ..Default::default()
                 })),
             }))

@@ -354,6 +354,10 @@ impl LaneSvc {
     ) -> Result<(), Status> {
         if let In::Register(r) = m {
             check_register(&r).map_err(from_limit)?;
+            if let Err(e) = lanes_common::protocol::check_worker(r.protocol) {
+                tracing::warn!(worker = %LogSafe(&r.worker_id), host = %LogSafe(&r.host), error = %e, "refused a worker of another lane protocol");
+                return Err(Status::failed_precondition(e.to_string()));
+            }
             if let Some(cn) = &self.identity
                 && *cn != r.worker_id
             {
@@ -399,6 +403,7 @@ impl LaneSvc {
             let _ = out
                 .send(msg(Out::Registered(pb::Registered {
                     session: r.worker_id,
+                    protocol: lanes_common::protocol::LANE_PROTOCOL,
                 })))
                 .await;
             return Ok(());

@@ -106,6 +106,7 @@ async fn session(
         version: env!("CARGO_PKG_VERSION").into(),
         labels: Default::default(),
         arms: config.arms.clone(),
+        protocol: lanes_common::protocol::LANE_PROTOCOL,
         ..Default::default()
     };
     let offer = config.drivers.offer(config.driver_override.is_some());
