@@ -43,9 +43,11 @@ pub(crate) struct Target {
 }
 
 /// Adds the bearer token to every request.
-type Auth = Box<dyn FnMut(tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> + Send>;
+pub(crate) type Auth =
+    Box<dyn FnMut(tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> + Send>;
 
-type Client = CampaignServiceClient<tonic::service::interceptor::InterceptedService<Channel, Auth>>;
+pub(crate) type Client =
+    CampaignServiceClient<tonic::service::interceptor::InterceptedService<Channel, Auth>>;
 
 /// A connected client, and what keeps a private coordinator alive.
 pub(crate) struct Session {
@@ -53,7 +55,11 @@ pub(crate) struct Session {
     _local: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
-async fn connect(url: &str, token: Option<String>, tls: &ClientTls) -> anyhow::Result<Client> {
+pub(crate) async fn connect(
+    url: &str,
+    token: Option<String>,
+    tls: &ClientTls,
+) -> anyhow::Result<Client> {
     let channel = endpoint(url, tls)?
         .connect()
         .await

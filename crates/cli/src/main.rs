@@ -1,5 +1,6 @@
 //! The `lanes` command: parses arguments and wires the libraries together.
 
+mod bench;
 mod client;
 mod commands;
 mod coordinator;
@@ -47,6 +48,10 @@ enum Command {
     Coordinator(coordinator::Args),
     /// Run lanes on this host: claim, boot, reset, agent, evaluate, publish.
     Worker(worker::Args),
+    /// Measure the scheduling path: a child coordinator, a bench campaign and simulated
+    /// lanes over real lane sessions; prints throughput, latencies, the coordinator's CPU and
+    /// memory, and the ratio to a ceiling measured on the same store.
+    Bench(bench::Args),
     /// Run a built-in driver: what a lane starts as its child process.
     Driver {
         #[command(subcommand)]
@@ -62,6 +67,7 @@ fn main() -> ExitCode {
         Command::Schedule { file, format } => schedule::run(&file, format),
         Command::Coordinator(args) => coordinator::run(args),
         Command::Worker(args) => worker::run(args),
+        Command::Bench(args) => bench::run(args),
         Command::Driver { which } => driver::run(which),
     };
     match result {

@@ -1,0 +1,353 @@
+//! `lanes bench`: the whole scheduling path under load, through the real gRPC coordinator and
+//! a real store. It starts `lanes coordinator` as a child process (`coordinator_proc`),
+//! submits one sim-driver campaign, and runs simulated lanes over real lane sessions
+//! (`lanes`) until every trial is final, `--duration` ends or Ctrl-C. Then it measures a
+//! ceiling on the same store (`ceiling`) and prints every figure (`report`), latencies as
+//! percentiles (`stats`).
+
+mod ceiling;
+mod coordinator_proc;
+mod lanes;
+mod report;
+mod stats;
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use tokio::signal::unix::{Signal, SignalKind, signal};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use lanes_common::proto as pb;
+use lanes_common::tls::ClientTls;
+
+use crate::exit::Code;
+use coordinator_proc::{CoordinatorProc, StoreTarget};
+use lanes::{LanePlan, LaneStats};
+use report::{CoordinatorFigures, Ending, Report, StoreKind};
+
+/// How long each ceiling runs.
+const CEILING_RUN: Duration = Duration::from_secs(2);
+/// How long lanes may take to finish the attempt in hand once told to stop.
+const STOP_GRACE: Duration = Duration::from_secs(3);
+/// How long a status, submit or stop call to the coordinator may take.
+const CALL_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Prints a progress line to stderr (stdout carries only the report).
+macro_rules! progress {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($t)*);
+    }};
+}
+
+#[derive(clap::Args, Debug)]
+pub(crate) struct Args {
+    /// Bench against this Redis (e.g. redis://127.0.0.1:6390/): the coordinator stores its
+    /// campaign there, and the ceiling runs there. Use a Redis no worker serves.
+    #[arg(long, value_name = "URL", conflicts_with = "embedded")]
+    redis: Option<String>,
+    /// Bench the embedded store, in a temp directory (the default).
+    #[arg(long)]
+    embedded: bool,
+    /// Let the coordinator use a Redis without `appendfsync always` (passed on to it).
+    #[arg(long, requires = "redis")]
+    allow_lossy_store: bool,
+    /// Simulated lanes.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
+    lanes: u32,
+    /// Lanes per lane session (one session stands for one worker).
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
+    lanes_per_session: u32,
+    /// Trials of the bench campaign (one arm, one run each).
+    #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u32).range(1..))]
+    trials: u32,
+    /// The longest the lanes run, in seconds (the report covers what finished).
+    #[arg(long, value_name = "S", default_value = "10", value_parser = positive_seconds)]
+    duration: Duration,
+    /// Print every figure as one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+fn positive_seconds(s: &str) -> Result<Duration, String> {
+    let v: f64 = s
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of seconds"))?;
+    if v.is_finite() && v > 0.0 && v <= 86_400.0 {
+        Ok(Duration::from_secs_f64(v))
+    } else {
+        Err("must be more than 0 and at most 86400 seconds".into())
+    }
+}
+
+pub(crate) fn run(args: Args) -> anyhow::Result<Code> {
+    crate::logging::init_quiet();
+    let store = match &args.redis {
+        Some(url) => StoreTarget::Redis {
+            url: url.clone(),
+            allow_lossy: args.allow_lossy_store,
+        },
+        None => StoreTarget::Embedded,
+    };
+    let rt = tokio::runtime::Runtime::new()?;
+    let (report, code) = rt.block_on(bench(&args, store))?;
+    if args.json {
+        println!("{}", report.to_json());
+    } else {
+        print!("{}", report.to_text());
+    }
+    Ok(code)
+}
+
+/// The bench campaign: `trials` tasks, one arm, one run, leases that outlive the run.
+fn submit_request(id: &str, trials: u32) -> anyhow::Result<pb::SubmitRequest> {
+    let mut text = format!(
+        "id = \"{id}\"\nphase1_runs = 1\nschedule_seed = 1\npairing = \"none\"\nlease_ttl_s = 3600\n\
+         [[arms]]\nid = \"a\"\n[driver]\nsim = {{}}\n[tasks]\nitems = [\n"
+    );
+    for i in 0..trials {
+        text.push_str(&format!("{{ id = \"t{i}\" }},\n"));
+    }
+    text.push_str("]\n");
+    let c = lanes_common::spec::load_str(&text, Path::new("bench.toml"), Path::new("."))
+        .context("the bench campaign")?;
+    Ok(pb::SubmitRequest::try_from(&c)?)
+}
+
+async fn call<T>(
+    what: &str,
+    f: impl Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+) -> anyhow::Result<T> {
+    match tokio::time::timeout(CALL_TIMEOUT, f).await {
+        Ok(Ok(r)) => Ok(r.into_inner()),
+        Ok(Err(s)) => anyhow::bail!("{what}: {}", lanes_common::tls::explain_status(&s)),
+        Err(_) => anyhow::bail!("{what}: no answer within {CALL_TIMEOUT:?}"),
+    }
+}
+
+async fn redis_memory(store: &StoreTarget) -> anyhow::Result<Option<u64>> {
+    match store {
+        StoreTarget::Redis { url, .. } => Ok(Some(ceiling::redis_used_memory(url).await?)),
+        StoreTarget::Embedded => Ok(None),
+    }
+}
+
+/// Waits for every lane to end.
+async fn join_all(set: &mut JoinSet<()>) {
+    while set.join_next().await.is_some() {}
+}
+
+/// SIGINT (Ctrl-C) and SIGTERM, caught from the start: the default action would end this
+/// process without killing the coordinator child, which runs in its own process group.
+struct Interrupt {
+    int: Signal,
+    term: Signal,
+}
+
+impl Interrupt {
+    fn install() -> anyhow::Result<Self> {
+        Ok(Self {
+            int: signal(SignalKind::interrupt()).context("cannot catch SIGINT")?,
+            term: signal(SignalKind::terminate()).context("cannot catch SIGTERM")?,
+        })
+    }
+
+    async fn recv(&mut self) {
+        tokio::select! {
+            _ = self.int.recv() => {}
+            _ = self.term.recv() => {}
+        }
+    }
+}
+
+/// The coordinator with the bench campaign submitted to it.
+struct Ready {
+    coord: CoordinatorProc,
+    client: crate::client::Client,
+    campaign: String,
+    submit_s: f64,
+    mem_before: Option<u64>,
+    mem_after: Option<u64>,
+}
+
+async fn setup(args: &Args, store: &StoreTarget) -> anyhow::Result<Ready> {
+    let coord = CoordinatorProc::start(store).await?;
+    progress!(
+        "lanes bench: coordinator pid {} on {}",
+        coord.pid(),
+        coord.url
+    );
+    let mut client = crate::client::connect(
+        &coord.url,
+        Some(coord.client_token.clone()),
+        &ClientTls::default(),
+    )
+    .await?;
+    let campaign = format!("bench-{}", ceiling::random_hex()?);
+    let request = submit_request(&campaign, args.trials)?;
+    let mem_before = redis_memory(store).await?;
+    let submitted = Instant::now();
+    call("submit", client.submit(request))
+        .await
+        .with_context(|| format!("the coordinator's log:\n{}", coord.log_tail()))?;
+    let submit_s = submitted.elapsed().as_secs_f64();
+    let mem_after = redis_memory(store).await?;
+    progress!(
+        "lanes bench: campaign {campaign} of {} trials submitted in {submit_s:.2} s",
+        args.trials
+    );
+    Ok(Ready {
+        coord,
+        client,
+        campaign,
+        submit_s,
+        mem_before,
+        mem_after,
+    })
+}
+
+async fn bench(args: &Args, store: StoreTarget) -> anyhow::Result<(Report, Code)> {
+    let mut interrupt = Interrupt::install()?;
+    // Interrupted here, the setup is dropped, and with it the coordinator child.
+    let Ready {
+        mut coord,
+        mut client,
+        campaign,
+        submit_s,
+        mem_before,
+        mem_after,
+    } = tokio::select! {
+        r = setup(args, &store) => r?,
+        _ = interrupt.recv() => anyhow::bail!("interrupted before the lanes started"),
+    };
+
+    let plan = LanePlan {
+        url: coord.url.clone(),
+        lane_token: coord.lane_token.clone(),
+        campaign: campaign.clone(),
+        lanes: args.lanes,
+        lanes_per_session: args.lanes_per_session,
+    };
+    let stats = Arc::new(Mutex::new(LaneStats::default()));
+    let (stop, stop_rx) = watch::channel(false);
+    let cpu_before = coord.usage()?.cpu;
+    let start = Instant::now();
+    let mut lanes = tokio::select! {
+        r = lanes::start(&plan, stats.clone(), stop_rx) => r?,
+        _ = interrupt.recv() => anyhow::bail!("interrupted before the lanes started"),
+    };
+    progress!(
+        "lanes bench: {} lanes in {} sessions running (at most {:?})",
+        plan.lanes,
+        plan.sessions(),
+        args.duration
+    );
+    let mut ending = tokio::select! {
+        _ = join_all(&mut lanes) => Ending::Done,
+        _ = tokio::time::sleep(args.duration) => Ending::Duration,
+        _ = interrupt.recv() => Ending::Interrupted,
+    };
+    // Lanes finish the attempt in hand; a second interrupt, or the grace running out, ends
+    // them where they are.
+    let _ = stop.send(true);
+    tokio::select! {
+        _ = join_all(&mut lanes) => {}
+        _ = tokio::time::sleep(STOP_GRACE) => {}
+        _ = interrupt.recv() => {}
+    }
+    lanes.abort_all();
+    join_all(&mut lanes).await;
+    let elapsed = start.elapsed();
+    let usage = coord.usage()?;
+
+    let status = call(
+        "status",
+        client.get(pb::GetRequest {
+            id: campaign.clone(),
+        }),
+    )
+    .await?;
+    if status.state == pb::CampaignState::Done as i32 {
+        ending = Ending::Done;
+    } else {
+        // A campaign left running in a shared store would be served to real workers.
+        call(
+            "stop",
+            client.stop(pb::StopRequest {
+                id: campaign.clone(),
+                mode: pb::StopMode::Cancel as i32,
+            }),
+        )
+        .await?;
+        if ending == Ending::Done {
+            ending = Ending::LanesFailed;
+        }
+    }
+    coord.kill();
+
+    let ceiling = match (&store, ending) {
+        (_, Ending::Interrupted) => None,
+        (StoreTarget::Redis { url, .. }, _) => {
+            // Not cut short by an interrupt: its keys are deleted at its end.
+            progress!("lanes bench: measuring the Redis ceiling for {CEILING_RUN:?}");
+            Some(ceiling::redis(url, args.lanes, CEILING_RUN).await?)
+        }
+        (StoreTarget::Embedded, _) => {
+            progress!("lanes bench: measuring the redb ceiling for {CEILING_RUN:?}");
+            tokio::select! {
+                c = ceiling::redb(CEILING_RUN) => Some(c?),
+                _ = interrupt.recv() => None,
+            }
+        }
+    };
+    let stats = std::mem::take(&mut *stats.lock().expect("stats"));
+    let elapsed_s = elapsed.as_secs_f64();
+    let report = Report {
+        store: match store {
+            StoreTarget::Embedded => StoreKind::Embedded,
+            StoreTarget::Redis { .. } => StoreKind::Redis,
+        },
+        lanes: args.lanes,
+        sessions: plan.sessions(),
+        trials: args.trials,
+        campaign,
+        ending,
+        elapsed_s,
+        submit_s,
+        trials_final: status.trials_final,
+        trials_counted: status.trials_counted,
+        attempts: stats.attempts,
+        attempts_per_s: stats.attempts as f64 / elapsed_s,
+        no_work: stats.no_work,
+        renew_lost: stats.renew_lost,
+        outcome_errors: stats.outcome_errors,
+        lane_errors: stats.errors,
+        claim: stats.claims.summary(),
+        renew: stats.renews.summary(),
+        outcome_ack: stats.acks.summary(),
+        coordinator: CoordinatorFigures::new(
+            coord.pid(),
+            usage.cpu.saturating_sub(cpu_before).as_secs_f64(),
+            elapsed_s,
+            usage.rss,
+            usage.peak_rss,
+        ),
+        redis_memory_per_trial_bytes: match (mem_before, mem_after) {
+            (Some(b), Some(a)) => Some((a as f64 - b as f64) / f64::from(args.trials)),
+            _ => None,
+        },
+        ceiling,
+        ratio_to_ceiling_percent: None,
+        summary: String::new(),
+    }
+    .finish();
+    let code = match ending {
+        Ending::Done | Ending::Duration => Code::Ok,
+        Ending::Interrupted => Code::Stopped,
+        Ending::LanesFailed => Code::Failure,
+    };
+    Ok((report, code))
+}
