@@ -30,6 +30,8 @@ use report::{CoordinatorFigures, Ending, Report, StoreKind};
 
 /// How long each ceiling runs.
 const CEILING_RUN: Duration = Duration::from_secs(2);
+/// The Redis ceiling uses one connection per lane, up to this many.
+const MAX_CEILING_CONNECTIONS: u32 = 256;
 /// How long lanes may take to finish the attempt in hand once told to stop.
 const STOP_GRACE: Duration = Duration::from_secs(3);
 /// How long a status, submit or stop call to the coordinator may take.
@@ -261,7 +263,8 @@ async fn bench(args: &Args, store: StoreTarget) -> anyhow::Result<(Report, Code)
     lanes.abort_all();
     join_all(&mut lanes).await;
     let elapsed = start.elapsed();
-    let usage = coord.usage()?;
+    let log = |coord: &CoordinatorProc| format!("the coordinator's log:\n{}", coord.log_tail());
+    let usage = coord.usage().with_context(|| log(&coord))?;
 
     let status = call(
         "status",
@@ -269,7 +272,8 @@ async fn bench(args: &Args, store: StoreTarget) -> anyhow::Result<(Report, Code)
             id: campaign.clone(),
         }),
     )
-    .await?;
+    .await
+    .with_context(|| log(&coord))?;
     if status.state == pb::CampaignState::Done as i32 {
         ending = Ending::Done;
     } else {
@@ -293,7 +297,8 @@ async fn bench(args: &Args, store: StoreTarget) -> anyhow::Result<(Report, Code)
         (StoreTarget::Redis { url, .. }, _) => {
             // Not cut short by an interrupt: its keys are deleted at its end.
             progress!("lanes bench: measuring the Redis ceiling for {CEILING_RUN:?}");
-            Some(ceiling::redis(url, args.lanes, CEILING_RUN).await?)
+            let connections = args.lanes.min(MAX_CEILING_CONNECTIONS);
+            Some(ceiling::redis(url, connections, CEILING_RUN).await?)
         }
         (StoreTarget::Embedded, _) => {
             progress!("lanes bench: measuring the redb ceiling for {CEILING_RUN:?}");

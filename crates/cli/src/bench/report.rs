@@ -118,6 +118,10 @@ impl Report {
 
     fn summary_line(&self) -> String {
         let ceiling = match (self.ratio_to_ceiling_percent, self.ceiling) {
+            // Small ratios keep a decimal: "0%" would say nothing.
+            (Some(r), Some(c)) if r < 10.0 => {
+                format!(" ({r:.1}% of ceiling {:.0}/s)", c.ops_per_s)
+            }
             (Some(r), Some(c)) => format!(" ({r:.0}% of ceiling {:.0}/s)", c.ops_per_s),
             _ => String::new(),
         };
