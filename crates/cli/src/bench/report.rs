@@ -282,6 +282,19 @@ mod tests {
     }
 
     #[test]
+    fn a_small_ratio_keeps_a_decimal() {
+        let mut r = report();
+        r.attempts_per_s = 57.0;
+        let r = r.finish();
+        assert!(
+            r.summary
+                .contains(": 57 attempts/s (2.9% of ceiling 1980/s)"),
+            "{}",
+            r.summary
+        );
+    }
+
+    #[test]
     fn an_unfinished_run_says_so_and_json_has_every_figure() {
         let mut r = report();
         r.ending = Ending::Duration;
