@@ -121,6 +121,7 @@ impl Session {
                 host: "bench".into(),
                 lanes,
                 version: env!("CARGO_PKG_VERSION").into(),
+                protocol: lanes_common::protocol::LANE_PROTOCOL,
                 ..Default::default()
             })),
         })?;
