@@ -1,9 +1,12 @@
 //! Store throughput: `cargo bench -p lanes-coordinator --bench store`.
 //!
 //! Prints claim+complete cycles per second for each backend with 1, 8 and 64 concurrent
-//! simulated lanes, and, as the ceiling measured in the same run, a raw `SET NX PX` loop over
-//! the same Redis connection setup, with the ratio to it. It starts its own redis-server
-//! (appendonly yes, appendfsync always) on a free loopback port.
+//! simulated lanes, and, as the ceilings measured in the same run, a raw `SET NX PX` loop over
+//! the same Redis connection setup and a raw redb loop (one small insert per durable write
+//! transaction, on a file of its own), each with the backend's ratio to it; for the embedded
+//! backend also the mean operations per durable commit (its group commit). It starts its own
+//! redis-server (appendonly yes, appendfsync always) on a free loopback port. Figures are
+//! kept in docs/PERFORMANCE.md.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -104,6 +107,37 @@ async fn set_nx_ceiling(url: &str, lanes: usize) -> f64 {
     done.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
 }
 
+/// The embedded ceiling: one small insert per durable (`Durability::Immediate`, redb's
+/// default) write transaction, in `lanes` concurrent loops on their own redb file.
+async fn redb_txn_ceiling(dir: &Path, lanes: usize) -> f64 {
+    const T: redb::TableDefinition<'static, u64, &'static [u8]> =
+        redb::TableDefinition::new("bench");
+    let db = Arc::new(redb::Database::create(dir.join(format!("ceiling-{lanes}.redb"))).unwrap());
+    let done = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for l in 0..lanes {
+        let (db, done) = (db.clone(), done.clone());
+        tasks.push(tokio::task::spawn_blocking(move || {
+            let mut i = 0u64;
+            while start.elapsed() < RUN {
+                let txn = db.begin_write().unwrap();
+                txn.open_table(T)
+                    .unwrap()
+                    .insert((l as u64) << 32 | i, b"x".as_slice())
+                    .unwrap();
+                txn.commit().unwrap();
+                i += 1;
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    done.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
+}
+
 fn main() {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -117,21 +151,36 @@ fn main() {
                 .unwrap(),
         );
         let dir = tempfile::tempdir().unwrap();
-        let embedded: Arc<dyn Store> = Arc::new(EmbeddedStore::open(dir.path()).unwrap());
+        let embedded_store = EmbeddedStore::open(dir.path()).unwrap();
+        let embedded: Arc<dyn Store> = Arc::new(embedded_store.clone());
         println!(
             "claim+complete cycles per second ({}s per figure)",
             RUN.as_secs()
         );
         println!(
-            "{:>6} {:>14} {:>14} {:>16} {:>14}",
-            "lanes", "embedded", "redis", "SET NX PX ceil", "redis/ceiling"
+            "{:>6} {:>10} {:>11} {:>14} {:>12} {:>10} {:>16} {:>14}",
+            "lanes",
+            "embedded",
+            "ops/commit",
+            "redb txn ceil",
+            "emb/ceiling",
+            "redis",
+            "SET NX PX ceil",
+            "redis/ceiling"
         );
         for lanes in [1, 8, 64] {
+            let before = embedded_store.write_stats();
             let e = cycles(embedded.clone(), &format!("bench-e{lanes}"), lanes).await;
+            let after = embedded_store.write_stats();
+            // The submit is one of them; it hardly moves the average.
+            let per_commit =
+                (after.ops - before.ops) as f64 / (after.commits - before.commits).max(1) as f64;
+            let e_ceil = redb_txn_ceiling(dir.path(), lanes).await;
             let r = cycles(redis.clone(), &format!("bench-r{lanes}"), lanes).await;
             let ceil = set_nx_ceiling(&server.url(), lanes).await;
             println!(
-                "{lanes:>6} {e:>14.0} {r:>14.0} {ceil:>16.0} {:>13.4}x",
+                "{lanes:>6} {e:>10.0} {per_commit:>11.1} {e_ceil:>14.0} {:>11.4}x {r:>10.0} {ceil:>16.0} {:>13.4}x",
+                e / e_ceil,
                 r / ceil
             );
         }

@@ -98,7 +98,7 @@ impl FromStr for Queue {
 }
 
 /// A campaign's state and counters.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Meta {
     pub spec: CampaignSpec,
     pub spec_hash: String,

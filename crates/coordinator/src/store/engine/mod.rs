@@ -33,15 +33,17 @@ async fn meta_of(tx: &mut impl Tx, c: &CampaignId) -> R<Meta> {
 }
 
 /// The meta as last read, to write it back only if an operation changed it.
-fn snapshot(meta: &Meta) -> R<Vec<u8>> {
-    serde_json::to_vec(meta).map_err(|e| StoreError::Backend(e.to_string()))
+fn snapshot(meta: &Meta) -> R<Meta> {
+    // A copy compares far cheaper than an encoding: the meta carries the spec and the recent
+    // cost and wall-time lists, and a claim would otherwise encode it twice only to compare.
+    Ok(meta.clone())
 }
 
 /// Writes the meta back only if it changed: an operation that changes nothing (a claim that
 /// answers wait or done, a reap that takes nothing) then commits no write at all, so it never
 /// conflicts with, or slows, the operations that do.
-async fn put_meta_if_changed(tx: &mut impl Tx, meta: &Meta, before: &[u8]) -> R<()> {
-    if snapshot(meta)? != before {
+async fn put_meta_if_changed(tx: &mut impl Tx, meta: &Meta, before: &Meta) -> R<()> {
+    if meta != before {
         tx.put_meta(meta).await?;
     }
     Ok(())

@@ -1,0 +1,103 @@
+//! One batch's write transaction as its operations see it: every table held open for the
+//! whole batch (opening and closing a redb table per access costs more than most of the
+//! accesses), and each campaign's meta kept decoded. The meta is the one value every
+//! operation reads and most write, and it is large (it carries the spec and the recent
+//! cost and wall-time lists): the batch decodes it once, hands each operation a copy, and
+//! encodes it once, when the batch ends, instead of once per operation.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use redb::{ReadableTable, TableHandle, WriteTransaction};
+
+use super::staged::Staged;
+use super::{ALL, META, Table, backend, corrupt};
+use crate::store::model::Meta;
+use crate::store::tx::R;
+
+type Open<'t> = redb::Table<'t, &'static [u8], &'static [u8]>;
+
+pub(super) struct Batch<'t> {
+    /// In the order of [`ALL`].
+    tables: Vec<Open<'t>>,
+    /// Metas as the batch's applied operations left them, by campaign.
+    metas: BTreeMap<Vec<u8>, Meta>,
+    /// Campaigns whose meta an applied operation changed: written by [`Self::finish`].
+    dirty: BTreeSet<Vec<u8>>,
+    wrote: bool,
+}
+
+impl<'t> Batch<'t> {
+    pub(super) fn open(txn: &'t WriteTransaction) -> R<Self> {
+        let tables = ALL
+            .iter()
+            .map(|t| txn.open_table(*t).map_err(backend))
+            .collect::<R<_>>()?;
+        Ok(Self {
+            tables,
+            metas: BTreeMap::new(),
+            dirty: BTreeSet::new(),
+            wrote: false,
+        })
+    }
+
+    fn slot(table: Table) -> R<usize> {
+        ALL.iter()
+            .position(|t| t.name() == table.name())
+            .ok_or_else(|| backend(format!("no table {}", table.name())))
+    }
+
+    pub(super) fn table(&self, table: Table) -> R<&Open<'t>> {
+        Ok(&self.tables[Self::slot(table)?])
+    }
+
+    /// The campaign's meta as the batch stands, decoded once per batch.
+    pub(super) fn meta(&mut self, campaign: &[u8]) -> R<Option<Meta>> {
+        if let Some(m) = self.metas.get(campaign) {
+            return Ok(Some(m.clone()));
+        }
+        let meta: Meta = match self.table(META)?.get(campaign).map_err(backend)? {
+            Some(bytes) => serde_json::from_slice(bytes.value()).map_err(corrupt)?,
+            None => return Ok(None),
+        };
+        self.metas.insert(campaign.to_vec(), meta.clone());
+        Ok(Some(meta))
+    }
+
+    /// Copies a succeeded operation's writes into the transaction.
+    pub(super) fn apply(&mut self, staged: Staged) -> R<()> {
+        let Staged { tables, meta } = staged;
+        for (table, entries) in tables {
+            let t = &mut self.tables[Self::slot(table)?];
+            for (k, v) in entries {
+                match v {
+                    Some(v) => t.insert(k.as_slice(), v.as_slice()).map_err(backend)?,
+                    None => t.remove(k.as_slice()).map_err(backend)?,
+                };
+                self.wrote = true;
+            }
+        }
+        if let Some((campaign, meta)) = meta {
+            self.dirty.insert(campaign.clone());
+            self.metas.insert(campaign, meta);
+            self.wrote = true;
+        }
+        Ok(())
+    }
+
+    /// Writes the changed metas and closes the tables; answers whether the batch wrote
+    /// anything (if not, there is nothing to commit).
+    pub(super) fn finish(mut self) -> R<bool> {
+        let slot = Self::slot(META)?;
+        for campaign in std::mem::take(&mut self.dirty) {
+            let meta = self
+                .metas
+                .get(&campaign)
+                .ok_or_else(|| backend("a changed meta went missing"))?;
+            let bytes = serde_json::to_vec(meta).map_err(backend)?;
+            self.tables[slot]
+                .insert(campaign.as_slice(), bytes.as_slice())
+                .map_err(backend)?;
+        }
+        Ok(self.wrote)
+    }
+}

@@ -1,0 +1,345 @@
+//! The embedded backend: one redb file per data directory. Operations that may write run on
+//! one writer thread, many to a write transaction (group commit, see [`writer`]); each is
+//! answered only after its transaction committed durably (fsynced), so a reopened file keeps
+//! everything that was acknowledged. Reads of committed data (rows, events, the campaign
+//! list) use read transactions and wait for no writer.
+
+mod batch;
+mod redb_tx;
+mod staged;
+mod writer;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use serde::de::DeserializeOwned;
+
+use lanes_common::ids::{CampaignId, Token};
+use lanes_common::lease::LeaseKey;
+use lanes_common::row::{Outcome, Phase, Row};
+use lanes_common::spec::{Campaign, CampaignSpec};
+use lanes_common::state::{CampaignState, StopMode};
+use lanes_common::utc::EpochMs;
+
+use super::Store;
+use super::api::*;
+use super::engine;
+use super::tx::R;
+use redb_tx::{RedbTx, key, prefix, prefix_end};
+pub use writer::WriteStats;
+use writer::Writer;
+
+type Table = TableDefinition<'static, &'static [u8], &'static [u8]>;
+
+const META: Table = TableDefinition::new("meta");
+const TASKS: Table = TableDefinition::new("tasks");
+const TASK_POS: Table = TableDefinition::new("task_pos");
+const TRIALS: Table = TableDefinition::new("trials");
+const LEASES: Table = TableDefinition::new("leases");
+const DEADLINES: Table = TableDefinition::new("deadlines");
+const READY: Table = TableDefinition::new("ready");
+const DELAYED: Table = TableDefinition::new("delayed");
+const TOKENS: Table = TableDefinition::new("tokens");
+const ROWS: Table = TableDefinition::new("rows");
+const EVENTS: Table = TableDefinition::new("events");
+const BLOCKS: Table = TableDefinition::new("blocks");
+/// Store-wide values that belong to no campaign (the lease key).
+const SECRETS: Table = TableDefinition::new("secrets");
+const LEASE_KEY: &[u8] = b"lease_key";
+/// Every table, created when the store opens and held open by each write batch.
+const ALL: [Table; 13] = [
+    META, TASKS, TASK_POS, TRIALS, LEASES, DEADLINES, READY, DELAYED, TOKENS, ROWS, EVENTS, BLOCKS,
+    SECRETS,
+];
+
+/// The file inside a data directory.
+pub const FILE_NAME: &str = "lanes.redb";
+
+fn backend(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Backend(e.to_string())
+}
+
+fn corrupt(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Corrupt(e.to_string())
+}
+
+/// The store on a local redb file. Clones share the file and its writer; the file closes
+/// when the last clone is dropped.
+#[derive(Clone)]
+pub struct EmbeddedStore {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    /// Declared first so it is dropped first: it waits for the writer thread, which holds
+    /// the other handle to the database.
+    writer: Writer,
+    db: Arc<Database>,
+    path: PathBuf,
+}
+
+impl std::fmt::Debug for EmbeddedStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EmbeddedStore")
+            .field("path", &self.shared.path)
+            .finish()
+    }
+}
+
+impl EmbeddedStore {
+    /// Opens (or creates) the store in `dir`.
+    pub fn open(dir: &Path) -> Result<Self, StoreError> {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| backend(format!("cannot create {}: {e}", dir.display())))?;
+        let path = dir.join(FILE_NAME);
+        let db = Database::create(&path)
+            .map_err(|e| backend(format!("cannot open {}: {e}", path.display())))?;
+        let txn = db.begin_write().map_err(backend)?;
+        for t in ALL {
+            txn.open_table(t).map_err(backend)?;
+        }
+        txn.commit().map_err(backend)?;
+        let db = Arc::new(db);
+        Ok(Self {
+            shared: Arc::new(Shared {
+                writer: Writer::start(db.clone())?,
+                db,
+                path,
+            }),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.shared.path
+    }
+
+    /// How many operations the writer ran, in how many transactions and durable commits.
+    pub fn write_stats(&self) -> WriteStats {
+        self.shared.writer.stats()
+    }
+
+    /// Runs `f` in the writer's next batch; its writes count only if it returns `Ok`, and the
+    /// answer comes once the batch committed.
+    async fn write<T, F>(&self, campaign: &CampaignId, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut RedbTx<'_, '_>) -> R<T> + Send + 'static,
+    {
+        self.shared.writer.run(campaign.to_string(), f).await
+    }
+
+    async fn read_range<T: DeserializeOwned + Send + 'static>(
+        &self,
+        table: Table,
+        campaign: &CampaignId,
+        from: u64,
+        limit: usize,
+    ) -> Result<Vec<T>, StoreError> {
+        let db = self.shared.db.clone();
+        let campaign = campaign.to_string();
+        tokio::task::spawn_blocking(move || {
+            let txn = db.begin_read().map_err(backend)?;
+            let t = txn.open_table(table).map_err(backend)?;
+            let start = key(campaign.as_bytes(), &[&from.to_be_bytes()]);
+            let end = prefix_end(&prefix(campaign.as_bytes()));
+            let mut out = Vec::new();
+            for item in t.range(start.as_slice()..end.as_slice()).map_err(backend)? {
+                let (_, v) = item.map_err(backend)?;
+                out.push(serde_json::from_slice(v.value()).map_err(corrupt)?);
+                if out.len() >= limit {
+                    break;
+                }
+            }
+            Ok(out)
+        })
+        .await
+        .map_err(|e| backend(format!("store task failed: {e}")))?
+    }
+}
+
+/// Runs a future that never waits: the engine over a redb transaction does only blocking
+/// work, so its future is ready at the first poll.
+fn ready<F: std::future::Future>(f: F) -> F::Output {
+    let mut f = std::pin::pin!(f);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match f.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(out) => out,
+        std::task::Poll::Pending => unreachable!("a redb transaction never waits"),
+    }
+}
+
+#[async_trait]
+impl Store for EmbeddedStore {
+    async fn submit(&self, campaign: Campaign, now_ms: EpochMs) -> Result<Submitted, StoreError> {
+        let id = campaign.spec.id.clone();
+        self.write(&id, move |tx| ready(engine::submit(tx, campaign, now_ms)))
+            .await
+    }
+
+    async fn claim(
+        &self,
+        campaign: &CampaignId,
+        req: ClaimRequest,
+        now_ms: EpochMs,
+    ) -> Result<ClaimOutcome, StoreError> {
+        let c = campaign.clone();
+        self.write(campaign, move |tx| {
+            ready(engine::claim(tx, &c, &req, now_ms))
+        })
+        .await
+    }
+
+    async fn renew(
+        &self,
+        campaign: &CampaignId,
+        tokens: Vec<(Token, Phase)>,
+        now_ms: EpochMs,
+    ) -> Result<Vec<(Token, RenewState)>, StoreError> {
+        let c = campaign.clone();
+        self.write(campaign, move |tx| {
+            ready(engine::renew(tx, &c, &tokens, now_ms))
+        })
+        .await
+    }
+
+    async fn forfeit(
+        &self,
+        campaign: &CampaignId,
+        worker: &str,
+        tokens: Vec<Token>,
+        now_ms: EpochMs,
+    ) -> Result<Vec<Token>, StoreError> {
+        let c = campaign.clone();
+        let worker = worker.to_owned();
+        self.write(campaign, move |tx| {
+            ready(engine::forfeit(tx, &c, &worker, &tokens, now_ms))
+        })
+        .await
+    }
+
+    async fn complete(
+        &self,
+        campaign: &CampaignId,
+        outcome: Outcome,
+        now_ms: EpochMs,
+    ) -> Result<CompleteAck, StoreError> {
+        let c = campaign.clone();
+        self.write(campaign, move |tx| {
+            ready(engine::complete(tx, &c, outcome, now_ms))
+        })
+        .await
+    }
+
+    async fn release(
+        &self,
+        campaign: &CampaignId,
+        release: Release,
+        now_ms: EpochMs,
+    ) -> Result<CompleteAck, StoreError> {
+        let c = campaign.clone();
+        self.write(campaign, move |tx| {
+            ready(engine::release(tx, &c, &release, now_ms))
+        })
+        .await
+    }
+
+    async fn reap(&self, campaign: &CampaignId, now_ms: EpochMs) -> Result<ReapReport, StoreError> {
+        let c = campaign.clone();
+        self.write(campaign, move |tx| ready(engine::reap(tx, &c, now_ms)))
+            .await
+    }
+
+    async fn stop(
+        &self,
+        campaign: &CampaignId,
+        mode: StopMode,
+        now_ms: EpochMs,
+    ) -> Result<CampaignState, StoreError> {
+        let c = campaign.clone();
+        self.write(campaign, move |tx| {
+            ready(engine::stop(tx, &c, mode, now_ms))
+        })
+        .await
+    }
+
+    async fn status(
+        &self,
+        campaign: &CampaignId,
+        now_ms: EpochMs,
+    ) -> Result<CampaignStatus, StoreError> {
+        let c = campaign.clone();
+        self.write(campaign, move |tx| ready(engine::status(tx, &c, now_ms)))
+            .await
+    }
+
+    async fn rows(
+        &self,
+        campaign: &CampaignId,
+        from_seq: u64,
+        limit: usize,
+    ) -> Result<Vec<Row>, StoreError> {
+        self.read_range(ROWS, campaign, from_seq, limit).await
+    }
+
+    async fn events(
+        &self,
+        campaign: &CampaignId,
+        from: u64,
+        limit: usize,
+    ) -> Result<Vec<Event>, StoreError> {
+        self.read_range(EVENTS, campaign, from, limit).await
+    }
+
+    async fn spec(&self, campaign: &CampaignId) -> Result<CampaignSpec, StoreError> {
+        let c = campaign.clone();
+        self.write(campaign, move |tx| ready(engine::spec(tx, &c)))
+            .await
+    }
+
+    async fn campaign(&self, campaign: &CampaignId) -> Result<Campaign, StoreError> {
+        let c = campaign.clone();
+        self.write(campaign, move |tx| ready(engine::campaign(tx, &c)))
+            .await
+    }
+
+    async fn lease_key(&self, fresh: LeaseKey) -> Result<LeaseKey, StoreError> {
+        // The key belongs to no campaign: the view's campaign prefix goes unused.
+        let writer = &self.shared.writer;
+        writer
+            .run(String::new(), move |tx| {
+                match tx.get_raw(SECRETS, LEASE_KEY)? {
+                    Some(bytes) => std::str::from_utf8(&bytes)
+                        .ok()
+                        .and_then(LeaseKey::from_hex)
+                        .ok_or_else(|| corrupt("the stored lease key is not 32 bytes of hex")),
+                    None => {
+                        tx.put_raw(SECRETS, LEASE_KEY, fresh.to_hex().as_bytes())?;
+                        Ok(fresh)
+                    }
+                }
+            })
+            .await
+    }
+
+    async fn list(&self) -> Result<Vec<CampaignId>, StoreError> {
+        let db = self.shared.db.clone();
+        tokio::task::spawn_blocking(move || {
+            let txn = db.begin_read().map_err(backend)?;
+            let t = txn.open_table(META).map_err(backend)?;
+            let mut out = Vec::new();
+            for item in t.iter().map_err(backend)? {
+                let (k, _) = item.map_err(backend)?;
+                let id = std::str::from_utf8(k.value()).map_err(corrupt)?;
+                out.push(CampaignId::new(id).map_err(corrupt)?);
+            }
+            Ok(out)
+        })
+        .await
+        .map_err(|e| backend(format!("store task failed: {e}")))?
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,368 @@
+//! Group commit: operations queued together share one transaction and one commit, each gets
+//! its own answer, a failing one leaves the others alone, and what was acknowledged is on
+//! disk when the file is opened again.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use lanes_common::ids::{CampaignId, LaneName, Token};
+use lanes_common::row::{Outcome, Status};
+use lanes_common::spec::Campaign;
+use lanes_common::state::{CampaignState, StopMode};
+
+use super::*;
+
+const NOW: EpochMs = 1_700_000_000_000;
+
+fn campaign(id: &str, tasks: usize) -> Campaign {
+    let mut text = format!(
+        "id = \"{id}\"\nphase1_runs = 1\nschedule_seed = 1\npairing = \"none\"\nlease_ttl_s = 600\n[[arms]]\nid = \"a\"\n[driver]\nsim = {{}}\n[tasks]\nitems = [\n"
+    );
+    for i in 0..tasks {
+        text.push_str(&format!("{{ id = \"t{i}\" }},\n"));
+    }
+    text.push_str("]\n");
+    lanes_common::spec::load_str(&text, Path::new("c.toml"), Path::new(".")).expect("a campaign")
+}
+
+fn request(lane: usize) -> ClaimRequest {
+    ClaimRequest {
+        lane: LaneName::new(format!("lane-{lane}")).expect("a lane name"),
+        host: "h".into(),
+        worker: "w".into(),
+        arms: None,
+        offer: Default::default(),
+        max_units: 1,
+    }
+}
+
+fn scored(token: &Token) -> Outcome {
+    let mut o = Outcome::new(token.clone(), "lane", "h", Status::Completed);
+    o.score = Some(1.0);
+    o
+}
+
+/// The token of a claim that got exactly one trial.
+fn token_of(out: ClaimOutcome) -> Token {
+    match out {
+        ClaimOutcome::Assigned(a) => {
+            assert_eq!((a.len(), a[0].trials.len()), (1, 1), "{a:?}");
+            a[0].trials[0].token.clone()
+        }
+        ClaimOutcome::NoWork { reason, .. } => panic!("no work: {reason:?}"),
+    }
+}
+
+/// Holds the file's write side, so the writer stops at its next transaction and everything
+/// handed to it meanwhile queues up for one batch.
+struct Blocked<'a> {
+    store: &'a EmbeddedStore,
+    txn: redb::WriteTransaction,
+    /// Operations handed to the writer so far, counting those [`Self::queued`] waited for.
+    expected: u64,
+}
+
+impl<'a> Blocked<'a> {
+    fn new(store: &'a EmbeddedStore) -> Self {
+        let txn = store.shared.db.begin_write().expect("a write transaction");
+        let expected = store.write_stats().submitted;
+        Self {
+            store,
+            txn,
+            expected,
+        }
+    }
+
+    /// Waits until the task's one operation was handed to the writer, so the next one
+    /// queues behind it.
+    async fn queued<T>(&mut self, task: tokio::task::JoinHandle<T>) -> tokio::task::JoinHandle<T> {
+        self.expected += 1;
+        self.until_submitted(self.expected).await;
+        task
+    }
+
+    /// Waits (bounded) until `n` operations in all were handed to the writer.
+    async fn until_submitted(&self, n: u64) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while self.store.write_stats().submitted < n {
+            assert!(Instant::now() < deadline, "{:?}", self.store.write_stats());
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
+    fn release(self) {
+        self.txn.abort().expect("abort");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queued_operations_share_one_commit_and_each_gets_its_own_answer() {
+    const N: usize = 40;
+    let dir = tempfile::tempdir().unwrap();
+    let store = EmbeddedStore::open(dir.path()).unwrap();
+    let c = CampaignId::new("grouped").unwrap();
+    store.submit(campaign("grouped", N), NOW).await.unwrap();
+
+    // N claims queued together: each must see the trials the ones before it took.
+    let before = store.write_stats();
+    let blocked = Blocked::new(&store);
+    let claims: Vec<_> = (0..N)
+        .map(|l| {
+            let (s, c) = (store.clone(), c.clone());
+            tokio::spawn(async move { s.claim(&c, request(l), NOW).await })
+        })
+        .collect();
+    blocked.until_submitted(before.submitted + N as u64).await;
+    blocked.release();
+    let mut tokens = Vec::new();
+    for h in claims {
+        tokens.push(token_of(h.await.unwrap().unwrap()));
+    }
+    let trials: BTreeSet<_> = tokens.iter().map(|t| t.trial_id.clone()).collect();
+    assert_eq!(trials.len(), N, "every claim got its own trial: {tokens:?}");
+    let after = store.write_stats();
+    assert_eq!(after.ops - before.ops, N as u64);
+    // The writer may have taken the first claim before the others arrived: two at most.
+    assert!(after.commits - before.commits <= 2, "{before:?} {after:?}");
+
+    // And N completions queued together.
+    let before = after;
+    let blocked = Blocked::new(&store);
+    let completes: Vec<_> = tokens
+        .iter()
+        .map(|t| {
+            let (s, c, o) = (store.clone(), c.clone(), scored(t));
+            tokio::spawn(async move { s.complete(&c, o, NOW).await })
+        })
+        .collect();
+    blocked.until_submitted(before.submitted + N as u64).await;
+    blocked.release();
+    let mut seqs = BTreeSet::new();
+    for (h, t) in completes.into_iter().zip(&tokens) {
+        let ack = h.await.unwrap().unwrap();
+        assert_eq!(&ack.token, t);
+        assert!(ack.counted && !ack.duplicate && !ack.late, "{ack:?}");
+        seqs.insert(ack.seq);
+    }
+    assert_eq!(seqs.len(), N, "every row its own seq");
+    let after = store.write_stats();
+    assert!(after.commits - before.commits <= 2, "{before:?} {after:?}");
+
+    let st = store.status(&c, NOW).await.unwrap();
+    assert_eq!(
+        (st.trials_final, st.trials_counted, st.rows_total),
+        (N as u64, N as u64, N as u64)
+    );
+    assert_eq!(st.state, CampaignState::Done);
+    let rows = store.rows(&c, 0, usize::MAX).await.unwrap();
+    let scored: BTreeSet<_> = rows.iter().map(|r| r.trial_id.clone()).collect();
+    assert_eq!((rows.len(), scored), (N, trials));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_lanes_looping_score_every_trial_once() {
+    const N: usize = 300;
+    let dir = tempfile::tempdir().unwrap();
+    let store = EmbeddedStore::open(dir.path()).unwrap();
+    let c = CampaignId::new("lanes").unwrap();
+    store.submit(campaign("lanes", N), NOW).await.unwrap();
+    let lanes: Vec<_> = (0..24)
+        .map(|l| {
+            let (s, c) = (store.clone(), c.clone());
+            tokio::spawn(async move {
+                let mut acks = Vec::new();
+                loop {
+                    let out = s.claim(&c, request(l), NOW).await.unwrap();
+                    if matches!(out, ClaimOutcome::NoWork { .. }) {
+                        return acks;
+                    }
+                    let token = token_of(out);
+                    acks.push(s.complete(&c, scored(&token), NOW).await.unwrap());
+                }
+            })
+        })
+        .collect();
+    let mut trials = BTreeSet::new();
+    for h in lanes {
+        for ack in h.await.unwrap() {
+            assert!(ack.counted && !ack.duplicate, "{ack:?}");
+            assert!(trials.insert(ack.token.trial_id), "a trial scored twice");
+        }
+    }
+    assert_eq!(trials.len(), N);
+    let st = store.status(&c, NOW).await.unwrap();
+    assert_eq!((st.trials_counted, st.rows_total), (N as u64, N as u64));
+    assert_eq!(st.state, CampaignState::Done);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_operation_leaves_the_rest_of_its_batch_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = EmbeddedStore::open(dir.path()).unwrap();
+    let c = CampaignId::new("mixed").unwrap();
+    store.submit(campaign("mixed", 10), NOW).await.unwrap();
+    let held = token_of(store.claim(&c, request(0), NOW).await.unwrap());
+
+    let before = store.write_stats();
+    let mut blocked = Blocked::new(&store);
+    // In queue order: a claim; an operation that writes (a cancel stop) and then fails; a
+    // claim that the stop would refuse; completions of an unknown token and of an unknown
+    // campaign; the completion of the held lease.
+    let (s, cc) = (store.clone(), c.clone());
+    let first = blocked
+        .queued(tokio::spawn(
+            async move { s.claim(&cc, request(1), NOW).await },
+        ))
+        .await;
+    let (s, cc) = (store.clone(), c.clone());
+    let failing = blocked
+        .queued(tokio::spawn(async move {
+            s.write(&cc.clone(), move |tx| {
+                super::ready(engine::stop(tx, &cc, StopMode::Cancel, NOW))?;
+                Err::<(), _>(StoreError::Backend("failed after writing".into()))
+            })
+            .await
+        }))
+        .await;
+    let (s, cc) = (store.clone(), c.clone());
+    let second = blocked
+        .queued(tokio::spawn(
+            async move { s.claim(&cc, request(2), NOW).await },
+        ))
+        .await;
+    let unknown = Token {
+        attempt: 7,
+        ..held.clone()
+    };
+    let (s, cc) = (store.clone(), c.clone());
+    let bad_token = blocked
+        .queued(tokio::spawn(async move {
+            s.complete(&cc, scored(&unknown), NOW).await
+        }))
+        .await;
+    let (s, o) = (store.clone(), scored(&held));
+    let bad_campaign = blocked
+        .queued(tokio::spawn(async move {
+            s.complete(&CampaignId::new("no-such").unwrap(), o, NOW)
+                .await
+        }))
+        .await;
+    let (s, cc, o) = (store.clone(), c.clone(), scored(&held));
+    let good = blocked
+        .queued(tokio::spawn(async move { s.complete(&cc, o, NOW).await }))
+        .await;
+    blocked.release();
+
+    let first = token_of(first.await.unwrap().unwrap());
+    let err = failing.await.unwrap().unwrap_err();
+    assert!(matches!(err, StoreError::Backend(ref m) if m == "failed after writing"));
+    let second = token_of(second.await.unwrap().unwrap());
+    assert_ne!(first.trial_id, second.trial_id);
+    let err = bad_token.await.unwrap().unwrap_err();
+    assert!(matches!(err, StoreError::UnknownToken(_)), "{err}");
+    let err = bad_campaign.await.unwrap().unwrap_err();
+    assert!(matches!(err, StoreError::UnknownCampaign(_)), "{err}");
+    let ack = good.await.unwrap().unwrap();
+    assert!(ack.counted && !ack.duplicate, "{ack:?}");
+
+    let after = store.write_stats();
+    assert_eq!(after.ops - before.ops, 6);
+    assert!(after.commits - before.commits <= 2, "{before:?} {after:?}");
+    // The failed stop left nothing behind; everything else stands.
+    let st = store.status(&c, NOW).await.unwrap();
+    assert_eq!(st.state, CampaignState::Running);
+    assert_eq!(st.stop_mode, None);
+    assert_eq!((st.rows_total, st.in_flight.len()), (1, 2), "{st:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acknowledged_completion_is_in_the_reopened_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = CampaignId::new("durable").unwrap();
+    let token = {
+        let store = EmbeddedStore::open(dir.path()).unwrap();
+        store.submit(campaign("durable", 3), NOW).await.unwrap();
+        let token = token_of(store.claim(&c, request(0), NOW).await.unwrap());
+        store.complete(&c, scored(&token), NOW).await.unwrap();
+        token
+        // Dropped here: the writer thread ends and the file closes.
+    };
+    let store = EmbeddedStore::open(dir.path()).expect("the file opens again");
+    let rows = store.rows(&c, 0, usize::MAX).await.unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].trial_id, token.trial_id);
+    let st = store.status(&c, NOW).await.unwrap();
+    assert_eq!((st.trials_counted, st.in_flight.len()), (1, 0));
+}
+
+#[tokio::test]
+async fn an_operation_reads_its_own_staged_writes_merged_with_the_stored_ones() {
+    use crate::store::model::Queue;
+    use crate::store::tx::Tx;
+    let dir = tempfile::tempdir().unwrap();
+    let store = EmbeddedStore::open(dir.path()).unwrap();
+    let c = CampaignId::new("scan").unwrap();
+    let q = Queue::provider("p");
+    let stored: Vec<u64> = (0..20).map(|k| k * 10).collect();
+    let (q2, keys) = (q.clone(), stored.clone());
+    store
+        .write(&c, move |tx| {
+            for k in keys {
+                super::ready(tx.add_ready(&q2, k))?;
+            }
+            Ok(())
+        })
+        .await
+        .unwrap();
+    // One operation removes stored keys, adds keys between and around them, re-adds one it
+    // removed, and reads the queue back at several limits.
+    let seen = store
+        .write(&c, move |tx| {
+            super::ready(async {
+                for k in [0, 30, 40, 190] {
+                    assert!(tx.del_ready(&q, k).await?);
+                }
+                assert!(!tx.del_ready(&q, 35).await?, "never stored");
+                for k in [5, 35, 40, 195, 1000] {
+                    tx.add_ready(&q, k).await?;
+                }
+                let mut seen = Vec::new();
+                for limit in [1, 3, 7, usize::MAX] {
+                    seen.push(tx.ready_first(&q, limit).await?);
+                }
+                seen.push(vec![tx.queues().await?.len() as u64]);
+                Ok(seen)
+            })
+        })
+        .await
+        .unwrap();
+    let mut model: BTreeSet<u64> = stored.into_iter().collect();
+    for k in [0, 30, 40, 190] {
+        model.remove(&k);
+    }
+    model.extend([5, 35, 40, 195, 1000]);
+    let all: Vec<u64> = model.into_iter().collect();
+    for (got, limit) in seen.iter().zip([1, 3, 7, usize::MAX]) {
+        assert_eq!(got, &all[..limit.min(all.len())]);
+    }
+    assert_eq!(seen[4], vec![1], "one queue");
+}
+
+/// Tests with a paused clock rely on virtual time standing still while the store works.
+#[tokio::test(start_paused = true)]
+async fn a_paused_clock_does_not_move_while_the_writer_works() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = EmbeddedStore::open(dir.path()).unwrap();
+    let c = CampaignId::new("paused").unwrap();
+    let start = tokio::time::Instant::now();
+    for _ in 0..20 {
+        tokio::select! {
+            biased;
+            out = store.submit(campaign("paused", 3), NOW) => { out.unwrap(); }
+            () = tokio::time::sleep(Duration::from_secs(60)) => panic!("virtual time moved on"),
+        }
+    }
+    token_of(store.claim(&c, request(0), NOW).await.unwrap());
+    assert_eq!(start.elapsed(), Duration::ZERO);
+}

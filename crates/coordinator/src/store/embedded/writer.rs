@@ -1,0 +1,228 @@
+//! Group commit. One thread owns the file's write side: it takes every operation queued
+//! (up to [`MAX_BATCH`]), runs them one after another in ONE write transaction, commits
+//! once (durably), and only then answers each of them. An fsync costs the same for one
+//! operation as for a hundred, so concurrent callers share it instead of queueing for one
+//! each. An operation that fails leaves no trace: its writes were staged, and reach the
+//! transaction only when it succeeds. A batch whose commit fails acknowledges nothing.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+
+use redb::{Database, Durability};
+use tokio::runtime::{Handle, RuntimeFlavor};
+use tokio::sync::oneshot;
+
+use super::backend;
+use super::batch::Batch;
+use super::redb_tx::RedbTx;
+use super::staged::Staged;
+use crate::store::api::StoreError;
+use crate::store::tx::R;
+
+/// The most operations one transaction takes: bounds how long an answer waits behind the
+/// operations ahead of it in its batch.
+const MAX_BATCH: usize = 256;
+
+/// What the writer did since the store was opened: how well operations share commits.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WriteStats {
+    /// Operations handed to the writer.
+    pub submitted: u64,
+    /// Operations run (each answered once its batch's fate was known).
+    pub ops: u64,
+    /// Write transactions run, one per batch.
+    pub batches: u64,
+    /// Durable commits: batches that wrote something (a batch of reads only is not committed).
+    pub commits: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    submitted: AtomicU64,
+    ops: AtomicU64,
+    batches: AtomicU64,
+    commits: AtomicU64,
+}
+
+/// An operation queued for the writer.
+trait Op: Send {
+    /// Runs on the batch; answers the operation's staged writes if it succeeded, `None` if
+    /// it failed (nothing to apply).
+    fn run(&mut self, batch: &mut Batch<'_>) -> Option<Staged>;
+    /// Answers the caller once the batch is durable (`Ok`), or with why it is not.
+    fn answer(self: Box<Self>, batch: Result<(), &str>);
+}
+
+struct Pending<T, F> {
+    campaign: String,
+    f: Option<F>,
+    out: Option<R<T>>,
+    reply: oneshot::Sender<R<T>>,
+}
+
+impl<T, F> Op for Pending<T, F>
+where
+    T: Send,
+    F: FnOnce(&mut RedbTx<'_, '_>) -> R<T> + Send,
+{
+    fn run(&mut self, batch: &mut Batch<'_>) -> Option<Staged> {
+        let f = self.f.take()?;
+        let mut tx = RedbTx::new(batch, self.campaign.as_bytes());
+        let out = f(&mut tx);
+        let staged = out.is_ok().then(|| tx.into_staged());
+        self.out = Some(out);
+        staged
+    }
+
+    fn answer(self: Box<Self>, batch: Result<(), &str>) {
+        let answer = match (batch, self.out) {
+            (Err(why), _) => Err(backend(why)),
+            (Ok(()), Some(out)) => out,
+            // `run` never finished: the operation panicked.
+            (Ok(()), None) => Err(backend("the store operation panicked")),
+        };
+        // The caller may have gone away; the operation stands either way.
+        let _ = self.reply.send(answer);
+    }
+}
+
+/// The handle to the writer thread; dropping it lets the thread finish its batch and closes
+/// the file's write side (so the file can be opened again in this process).
+pub(super) struct Writer {
+    queue: Option<mpsc::Sender<Box<dyn Op>>>,
+    thread: Option<JoinHandle<()>>,
+    counters: Arc<Counters>,
+}
+
+impl Writer {
+    pub(super) fn start(db: Arc<Database>) -> R<Self> {
+        let (queue, rx) = mpsc::channel();
+        let counters = Arc::new(Counters::default());
+        let c = counters.clone();
+        let thread = std::thread::Builder::new()
+            .name("lanes-redb-writer".into())
+            .spawn(move || {
+                while let Ok(first) = rx.recv() {
+                    let mut batch = vec![first];
+                    while batch.len() < MAX_BATCH {
+                        match rx.try_recv() {
+                            Ok(op) => batch.push(op),
+                            Err(_) => break,
+                        }
+                    }
+                    // A panic outside the operations (in redb) drops the batch's answers, so
+                    // its callers get an error; the transaction was rolled back as it
+                    // unwound, and the writer goes on with the next batch.
+                    let _ = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                        run_batch(&db, batch, &c);
+                    }));
+                }
+            })
+            .map_err(|e| backend(format!("cannot start the store writer: {e}")))?;
+        Ok(Self {
+            queue: Some(queue),
+            thread: Some(thread),
+            counters,
+        })
+    }
+
+    /// Runs `f` in the next batch; answers once that batch committed.
+    pub(super) async fn run<T, F>(&self, campaign: String, f: F) -> R<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut RedbTx<'_, '_>) -> R<T> + Send + 'static,
+    {
+        let (reply, answer) = oneshot::channel();
+        let op = Box::new(Pending {
+            campaign,
+            f: Some(f),
+            out: None,
+            reply,
+        });
+        self.queue
+            .as_ref()
+            .ok_or_else(|| backend("the store writer is closed"))?
+            .send(op)
+            .map_err(|_| backend("the store writer stopped"))?;
+        self.counters.submitted.fetch_add(1, Ordering::Relaxed);
+        let dropped = |_| backend("the store writer dropped the operation");
+        // A current-thread runtime with a paused clock (tests) moves its clock on whenever
+        // no task can run, unless a blocking task is in flight: waiting as one keeps virtual
+        // time still while the writer works, as the store's blocking calls always did.
+        if Handle::try_current().is_ok_and(|h| h.runtime_flavor() == RuntimeFlavor::CurrentThread) {
+            return tokio::task::spawn_blocking(move || answer.blocking_recv())
+                .await
+                .map_err(|e| backend(format!("store task failed: {e}")))?
+                .map_err(dropped)?;
+        }
+        answer.await.map_err(dropped)?
+    }
+
+    pub(super) fn stats(&self) -> WriteStats {
+        WriteStats {
+            submitted: self.counters.submitted.load(Ordering::Relaxed),
+            ops: self.counters.ops.load(Ordering::Relaxed),
+            batches: self.counters.batches.load(Ordering::Relaxed),
+            commits: self.counters.commits.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        // Closing the queue ends the thread's loop once what is queued has run.
+        self.queue.take();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Runs one batch in one transaction and answers every operation of it.
+fn run_batch(db: &Database, mut batch: Vec<Box<dyn Op>>, counters: &Counters) {
+    counters.batches.fetch_add(1, Ordering::Relaxed);
+    counters
+        .ops
+        .fetch_add(batch.len() as u64, Ordering::Relaxed);
+    let fate = match run_in_txn(db, &mut batch) {
+        Ok(wrote) => {
+            if wrote {
+                counters.commits.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok(())
+        }
+        Err(e) => Err(e.to_string()),
+    };
+    for op in batch {
+        op.answer(fate.as_ref().copied().map_err(String::as_str));
+    }
+}
+
+/// Runs the batch's operations in order, each seeing the writes of those before it, and
+/// commits; answers whether anything was written.
+fn run_in_txn(db: &Database, batch: &mut [Box<dyn Op>]) -> Result<bool, StoreError> {
+    let mut txn = db.begin_write().map_err(backend)?;
+    // redb's default, spelled out: commit returns only once the batch is on disk.
+    txn.set_durability(Durability::Immediate).map_err(backend)?;
+    let mut open = Batch::open(&txn)?;
+    for op in batch.iter_mut() {
+        // A panicking operation answers an error; its writes were only staged, so the
+        // transaction holds none of them.
+        let staged =
+            std::panic::catch_unwind(AssertUnwindSafe(|| op.run(&mut open))).unwrap_or(None);
+        if let Some(staged) = staged {
+            open.apply(staged)?;
+        }
+    }
+    let wrote = open.finish()?;
+    if wrote {
+        txn.commit().map_err(backend)?;
+    } else {
+        // Nothing to make durable: every answer was read from committed data.
+        txn.abort().map_err(backend)?;
+    }
+    Ok(wrote)
+}
