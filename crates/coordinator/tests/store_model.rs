@@ -943,3 +943,4 @@ macro_rules! model_backend {
 
 model_backend!(embedded => Harness::embedded());
 model_backend!(redis => Harness::redis().await);
+model_backend!(redis_replicas => Harness::redis_replicas().await);

@@ -21,7 +21,7 @@ use lanes_common::spec::{Campaign, CampaignSpec};
 use lanes_common::state::{CampaignState, StopMode};
 use lanes_common::utc::EpochMs;
 
-pub use self::redis::{Durability, RedisOptions, RedisStore};
+pub use self::redis::{Durability, RedisOptions, RedisStats, RedisStore};
 pub use api::*;
 pub use clock::{Clock, ManualClock, OffsetClock, SystemClock};
 pub use embedded::EmbeddedStore;

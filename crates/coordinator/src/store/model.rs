@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::str::FromStr;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -97,10 +98,60 @@ impl FromStr for Queue {
     }
 }
 
+/// A value the copies of a meta share until one of them changes it (`make_mut` copies it
+/// then): a backend hands the engine a copy of the meta for each operation, and the spec,
+/// the capped lists and the lanes seen are most of its size. Serialized as the value itself.
+#[derive(Debug, Default)]
+pub(crate) struct Shared<T>(Arc<T>);
+
+impl<T> Shared<T> {
+    pub(crate) fn new(value: T) -> Self {
+        Self(Arc::new(value))
+    }
+}
+
+impl<T: Clone> Shared<T> {
+    /// The value, to change: copied first if another meta shares it.
+    pub(crate) fn make_mut(&mut self) -> &mut T {
+        Arc::make_mut(&mut self.0)
+    }
+}
+
+impl<T> Clone for Shared<T> {
+    fn clone(&self) -> Self {
+        Self(Arc::clone(&self.0))
+    }
+}
+
+impl<T> std::ops::Deref for Shared<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+impl<T: PartialEq> PartialEq for Shared<T> {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || *self.0 == *other.0
+    }
+}
+
+impl<T: Serialize> Serialize for Shared<T> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.0.as_ref().serialize(s)
+    }
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Shared<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        T::deserialize(d).map(Self::new)
+    }
+}
+
 /// A campaign's state and counters.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Meta {
-    pub spec: CampaignSpec,
+    pub spec: Shared<CampaignSpec>,
     pub spec_hash: String,
     pub amendments: Vec<Amendment>,
     pub n_tasks: u32,
@@ -127,13 +178,13 @@ pub(crate) struct Meta {
     /// Rate-limit pauses per provider, until epoch ms.
     pub paused_until: BTreeMap<String, EpochMs>,
     /// Recent costs of counted rows, per arm.
-    pub arm_costs: BTreeMap<ArmId, Vec<f64>>,
+    pub arm_costs: Shared<BTreeMap<ArmId, Vec<f64>>>,
     /// Recent wall times of counted rows, per arm.
-    pub arm_walls: BTreeMap<ArmId, Vec<f64>>,
+    pub arm_walls: Shared<BTreeMap<ArmId, Vec<f64>>>,
     /// Summed wall time of recently finished blocks.
-    pub finished_block_walls: Vec<f64>,
+    pub finished_block_walls: Shared<Vec<f64>>,
     /// Lanes that claimed or renewed recently, with when.
-    pub lanes_seen: BTreeMap<String, EpochMs>,
+    pub lanes_seen: Shared<BTreeMap<String, EpochMs>>,
     pub created_ms: EpochMs,
 }
 

@@ -9,9 +9,11 @@ use std::sync::Arc;
 use lanes_common::ids::{CampaignId, Token};
 use lanes_common::row::{FailureKind, Outcome, Phase, Status};
 use lanes_common::spec::{self, Campaign};
+use lanes_common::state::{CampaignState, StopMode};
+use lanes_coordinator::store::CampaignStatus;
 use lanes_coordinator::store::{
-    Assignment, ClaimOutcome, ClaimRequest, EmbeddedStore, ManualClock, RedisOptions, RedisStore,
-    Store,
+    Assignment, ClaimOutcome, ClaimRequest, CompleteAck, EmbeddedStore, Event, ManualClock,
+    ReapReport, RedisOptions, RedisStore, Release, RenewState, Store, StoreError, Submitted,
 };
 use lanes_tests::redis_server::RedisServer;
 
@@ -54,6 +56,23 @@ impl Harness {
             backend: "redis",
             redis: Some(server),
         }
+    }
+
+    /// Two Redis replicas (stores) on one fresh server, taking the calls in turn: each call
+    /// goes to the other replica than the last, so every replica's cache and rounds meet the
+    /// other's commits. `reconnect` makes a single store again.
+    pub async fn redis_replicas() -> Self {
+        let mut h = Self::redis().await;
+        let url = h.redis.as_ref().expect("a redis harness").url();
+        let other = RedisStore::connect(&url, RedisOptions::default())
+            .await
+            .expect("connect a second replica");
+        h.store = Arc::new(Alternating {
+            stores: [h.store.clone(), Arc::new(other)],
+            next: std::sync::atomic::AtomicUsize::new(0),
+        });
+        h.backend = "redis-replicas";
+        h
     }
 
     /// A new connection to this harness's Redis server.
@@ -233,4 +252,110 @@ macro_rules! per_backend {
             )+
         }
     };
+}
+
+/// Stores that take calls in turn (see [`Harness::redis_replicas`]).
+struct Alternating {
+    stores: [Arc<dyn Store>; 2],
+    next: std::sync::atomic::AtomicUsize,
+}
+
+impl Alternating {
+    fn pick(&self) -> &Arc<dyn Store> {
+        let i = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        &self.stores[i % 2]
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for Alternating {
+    async fn submit(&self, c: Campaign, now: i64) -> Result<Submitted, StoreError> {
+        self.pick().submit(c, now).await
+    }
+    async fn claim(
+        &self,
+        c: &CampaignId,
+        r: ClaimRequest,
+        now: i64,
+    ) -> Result<ClaimOutcome, StoreError> {
+        self.pick().claim(c, r, now).await
+    }
+    async fn renew(
+        &self,
+        c: &CampaignId,
+        t: Vec<(Token, Phase)>,
+        now: i64,
+    ) -> Result<Vec<(Token, RenewState)>, StoreError> {
+        self.pick().renew(c, t, now).await
+    }
+    async fn forfeit(
+        &self,
+        c: &CampaignId,
+        w: &str,
+        t: Vec<Token>,
+        now: i64,
+    ) -> Result<Vec<Token>, StoreError> {
+        self.pick().forfeit(c, w, t, now).await
+    }
+    async fn complete(
+        &self,
+        c: &CampaignId,
+        o: Outcome,
+        now: i64,
+    ) -> Result<CompleteAck, StoreError> {
+        self.pick().complete(c, o, now).await
+    }
+    async fn release(
+        &self,
+        c: &CampaignId,
+        r: Release,
+        now: i64,
+    ) -> Result<CompleteAck, StoreError> {
+        self.pick().release(c, r, now).await
+    }
+    async fn reap(&self, c: &CampaignId, now: i64) -> Result<ReapReport, StoreError> {
+        self.pick().reap(c, now).await
+    }
+    async fn stop(
+        &self,
+        c: &CampaignId,
+        m: StopMode,
+        now: i64,
+    ) -> Result<CampaignState, StoreError> {
+        self.pick().stop(c, m, now).await
+    }
+    async fn status(&self, c: &CampaignId, now: i64) -> Result<CampaignStatus, StoreError> {
+        self.pick().status(c, now).await
+    }
+    async fn rows(
+        &self,
+        c: &CampaignId,
+        from: u64,
+        limit: usize,
+    ) -> Result<Vec<lanes_common::row::Row>, StoreError> {
+        self.pick().rows(c, from, limit).await
+    }
+    async fn events(
+        &self,
+        c: &CampaignId,
+        from: u64,
+        limit: usize,
+    ) -> Result<Vec<Event>, StoreError> {
+        self.pick().events(c, from, limit).await
+    }
+    async fn list(&self) -> Result<Vec<CampaignId>, StoreError> {
+        self.pick().list().await
+    }
+    async fn spec(&self, c: &CampaignId) -> Result<lanes_common::spec::CampaignSpec, StoreError> {
+        self.pick().spec(c).await
+    }
+    async fn campaign(&self, c: &CampaignId) -> Result<Campaign, StoreError> {
+        self.pick().campaign(c).await
+    }
+    async fn lease_key(
+        &self,
+        fresh: lanes_common::lease::LeaseKey,
+    ) -> Result<lanes_common::lease::LeaseKey, StoreError> {
+        self.pick().lease_key(fresh).await
+    }
 }

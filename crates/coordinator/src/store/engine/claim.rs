@@ -19,7 +19,7 @@ use lanes_common::utc::EpochMs;
 use super::phase2::phase2_allows;
 use super::{
     admission_input, emit, maybe_finish, meta_of, put_meta_if_changed, resolve, set_stopping,
-    snapshot, trial_by_key, trial_key, trial_queue, ttl_ms,
+    trial_by_key, trial_key, trial_queue, ttl_ms,
 };
 use crate::store::api::*;
 use crate::store::model::*;
@@ -80,7 +80,7 @@ pub(crate) async fn claim(
     now: EpochMs,
 ) -> R<ClaimOutcome> {
     let mut meta = meta_of(tx, c).await?;
-    let before = snapshot(&meta)?;
+    let before = meta.clone();
     let ttl = ttl_ms(&meta);
     // Last-seen times only need TTL precision: refreshing them at every claim would make
     // every idle claim a write.
@@ -89,9 +89,14 @@ pub(crate) async fn claim(
         .get(req.lane.as_str())
         .is_none_or(|&t| now - t >= ttl / 2)
     {
-        meta.lanes_seen.insert(req.lane.to_string(), now);
+        meta.lanes_seen.make_mut().insert(req.lane.to_string(), now);
     }
-    meta.lanes_seen.retain(|_, t| now - *t <= 10 * ttl);
+    // Checked first: the lanes seen are shared with the backend's copy until they change.
+    if meta.lanes_seen.values().any(|t| now - *t > 10 * ttl) {
+        meta.lanes_seen
+            .make_mut()
+            .retain(|_, t| now - *t <= 10 * ttl);
+    }
     let default_retry = u64::try_from(ttl / 3).unwrap_or(1000).max(1000);
     let no_work = |reason: NoWorkReason| ClaimOutcome::NoWork {
         retry_after_ms: reason.retry_after_ms(now, default_retry),

@@ -6,7 +6,7 @@ use lanes_common::state::CampaignState;
 use lanes_common::utc::EpochMs;
 
 use super::record::record;
-use super::{emit, meta_of, put_meta_if_changed, resolve, snapshot, ttl_ms};
+use super::{emit, meta_of, put_meta_if_changed, resolve, ttl_ms};
 use crate::store::api::*;
 use crate::store::model::*;
 use crate::store::tx::{R, Tx};
@@ -21,6 +21,7 @@ pub(crate) async fn renew(
     now: EpochMs,
 ) -> R<Vec<(Token, RenewState)>> {
     let mut meta = meta_of(tx, c).await?;
+    let before = meta.clone();
     let ttl = ttl_ms(&meta);
     let mut out = Vec::with_capacity(tokens.len());
     for (token, phase) in tokens {
@@ -37,7 +38,15 @@ pub(crate) async fn renew(
                 lease.deadline_ms = deadline;
                 lease.grace_until_ms = None;
                 lease.heartbeat_seen = true;
-                meta.lanes_seen.insert(lease.lane.clone(), now);
+                // TTL precision is enough (as for claims): a renewal that only extends a lease
+                // then leaves the campaign's meta alone.
+                if meta
+                    .lanes_seen
+                    .get(&lease.lane)
+                    .is_none_or(|&t| now - t >= ttl / 2)
+                {
+                    meta.lanes_seen.make_mut().insert(lease.lane.clone(), now);
+                }
                 if lease.phase != *phase {
                     lease.phase = *phase;
                     emit(
@@ -63,7 +72,7 @@ pub(crate) async fn renew(
         };
         out.push((token.clone(), state));
     }
-    tx.put_meta(&meta).await?;
+    put_meta_if_changed(tx, &meta, &before).await?;
     Ok(out)
 }
 
@@ -152,7 +161,7 @@ async fn take_back(
 
 pub(crate) async fn reap(tx: &mut impl Tx, c: &CampaignId, now: EpochMs) -> R<ReapReport> {
     let mut meta = meta_of(tx, c).await?;
-    let before = snapshot(&meta)?;
+    let before = meta.clone();
     let grace = i64::from(meta.spec.ops.publish_grace_s) * 1000;
     let mut report = ReapReport::default();
     let due = tx

@@ -32,16 +32,11 @@ async fn meta_of(tx: &mut impl Tx, c: &CampaignId) -> R<Meta> {
         .ok_or_else(|| StoreError::UnknownCampaign(c.clone()))
 }
 
-/// The meta as last read, to write it back only if an operation changed it.
-fn snapshot(meta: &Meta) -> R<Meta> {
-    // A copy compares far cheaper than an encoding: the meta carries the spec and the recent
-    // cost and wall-time lists, and a claim would otherwise encode it twice only to compare.
-    Ok(meta.clone())
-}
-
-/// Writes the meta back only if it changed: an operation that changes nothing (a claim that
-/// answers wait or done, a reap that takes nothing) then commits no write at all, so it never
-/// conflicts with, or slows, the operations that do.
+/// Writes the meta back only if it changed from `before` (a copy taken when it was read): an
+/// operation that changes nothing (a claim that answers wait or done, a reap that takes
+/// nothing) then commits no write at all, so it never conflicts with, or slows, the
+/// operations that do. Compared as values, not as serialized bytes: the meta carries the spec
+/// and capped lists, and serializing it twice per operation was a hot-path cost.
 async fn put_meta_if_changed(tx: &mut impl Tx, meta: &Meta, before: &Meta) -> R<()> {
     if meta != before {
         tx.put_meta(meta).await?;

@@ -57,7 +57,7 @@ pub(super) async fn mark_final(
             block.complete = true;
             meta.blocks_complete += 1;
             push_capped(
-                &mut meta.finished_block_walls,
+                meta.finished_block_walls.make_mut(),
                 block.wall_s,
                 BLOCK_STATS_CAP,
             );
@@ -236,13 +236,19 @@ pub(super) async fn record(
     if counted {
         if let Some(c) = row.cost_usd {
             push_capped(
-                meta.arm_costs.entry(trial.arm.clone()).or_default(),
+                meta.arm_costs
+                    .make_mut()
+                    .entry(trial.arm.clone())
+                    .or_default(),
                 c,
                 ARM_STATS_CAP,
             );
         }
         push_capped(
-            meta.arm_walls.entry(trial.arm.clone()).or_default(),
+            meta.arm_walls
+                .make_mut()
+                .entry(trial.arm.clone())
+                .or_default(),
             row.wall_s,
             ARM_STATS_CAP,
         );

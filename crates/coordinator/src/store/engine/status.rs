@@ -4,7 +4,7 @@ use std::collections::BTreeSet;
 
 use lanes_common::ids::{CampaignId, Token, TrialId};
 use lanes_common::policy::gates_in_force;
-use lanes_common::spec::Campaign;
+use lanes_common::spec::{Campaign, CampaignSpec};
 use lanes_common::state::{CampaignState, StopMode, StopReason};
 use lanes_common::utc::EpochMs;
 
@@ -106,12 +106,12 @@ pub(crate) async fn status(tx: &mut impl Tx, c: &CampaignId, now: EpochMs) -> R<
 pub(crate) async fn campaign(tx: &mut impl Tx, c: &CampaignId) -> R<Campaign> {
     let meta = meta_of(tx, c).await?;
     Ok(Campaign {
-        spec: meta.spec,
+        spec: CampaignSpec::clone(&meta.spec),
         tasks: tx.tasks().await?,
     })
 }
 
 /// The campaign's current spec, without its tasks.
-pub(crate) async fn spec(tx: &mut impl Tx, c: &CampaignId) -> R<lanes_common::spec::CampaignSpec> {
-    Ok(meta_of(tx, c).await?.spec)
+pub(crate) async fn spec(tx: &mut impl Tx, c: &CampaignId) -> R<CampaignSpec> {
+    Ok(CampaignSpec::clone(&meta_of(tx, c).await?.spec))
 }

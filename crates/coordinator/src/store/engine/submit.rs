@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use lanes_common::resume;
 use lanes_common::schedule::{self, phase_of, position_key};
-use lanes_common::spec::{Campaign, Pairing};
+use lanes_common::spec::{Campaign, CampaignSpec, Pairing};
 use lanes_common::spec_hash::spec_hash;
 use lanes_common::state::{CampaignState, StopMode};
 use lanes_common::utc::EpochMs;
@@ -54,7 +54,7 @@ fn new_meta(campaign: &Campaign, hash: String, now: EpochMs) -> Meta {
         phase1_total: n_tasks * u64::from(spec.phase1_runs) * spec.arms.len() as u64,
         blocks_total: blocks_total(&spec, n_tasks),
         n_tasks: campaign.tasks.len() as u32,
-        spec,
+        spec: Shared::new(spec),
         spec_hash: hash,
         amendments: Vec::new(),
         state: CampaignState::Running,
@@ -74,10 +74,10 @@ fn new_meta(campaign: &Campaign, hash: String, now: EpochMs) -> Meta {
         rows_by_status: BTreeMap::new(),
         quotas: BTreeMap::new(),
         paused_until: BTreeMap::new(),
-        arm_costs: BTreeMap::new(),
-        arm_walls: BTreeMap::new(),
-        finished_block_walls: Vec::new(),
-        lanes_seen: BTreeMap::new(),
+        arm_costs: Shared::default(),
+        arm_walls: Shared::default(),
+        finished_block_walls: Shared::default(),
+        lanes_seen: Shared::default(),
         created_ms: now,
     }
 }
@@ -106,7 +106,7 @@ pub(crate) async fn submit(tx: &mut impl Tx, campaign: Campaign, now: EpochMs) -
     let mut old_tasks_recorded = tx.tasks().await?;
     old_tasks_recorded.truncate(meta.n_tasks as usize);
     let old = Campaign {
-        spec: meta.spec.clone(),
+        spec: CampaignSpec::clone(&meta.spec),
         tasks: old_tasks_recorded,
     };
     let mut recorded = Vec::new();
@@ -125,7 +125,7 @@ pub(crate) async fn submit(tx: &mut impl Tx, campaign: Campaign, now: EpochMs) -
     for (pos, task) in campaign.tasks.iter().enumerate().skip(old_tasks as usize) {
         tx.put_task(pos as u32, task).await?;
     }
-    meta.spec = campaign.spec.clone();
+    meta.spec = Shared::new(campaign.spec.clone());
     meta.n_tasks = campaign.tasks.len() as u32;
     // Runs that moved from phase 2 to phase 1 have no rows (resume checked): re-key them.
     if meta.spec.phase1_runs != old_p1 {

@@ -1,68 +1,118 @@
--- Lanes commit: applies one store operation's writes atomically, or nothing.
+-- Lanes commit: applies one transaction's writes atomically, or nothing.
 --
--- The Rust engine computed the operation from reads of this campaign's keys. This script
--- applies its write set only if no other operation committed in between (the campaign's
--- version is unchanged) and no other operation holds the campaign lock; it then bumps the
--- version and releases the lock. Every key is declared in KEYS and shares the campaign's
--- {c:<id>} hash tag, so the script touches a single Redis Cluster slot.
+-- The Rust engine computed the transaction (one operation, or a round of them) from reads of
+-- this campaign's keys. This script applies its write set only if no other transaction
+-- committed in between (the campaign's version is unchanged) and no other transaction holds
+-- the campaign lock; it then bumps the version and releases the lock. Every key is declared
+-- in KEYS and shares the campaign's {c:<id>} hash tag, so the script touches a single Redis
+-- Cluster slot. It makes no decision: it moves the data it is given.
 --
 -- KEYS[1] version, KEYS[2] lock, KEYS[3..] keys the ops refer to by index.
--- ARGV[1] expected version, ARGV[2] lock token, ARGV[3] number of first-score claims N,
--- then N pairs (key index, field) that must not exist yet in the `scored` hash,
--- then ops: an opcode and its fixed arguments.
+-- ARGV[1] expected version, ARGV[2] lock token, then ops, each an opcode, a key index and
+-- its arguments. Ops that take several items give their count first, and the script applies
+-- them with one command per slice of at most SLICE items, not one per item:
+--   F k n t1..tn        first scored wins: none of the fields t may exist in hash k yet,
+--                       else nothing is written (an error); then HSET k t1 a1 ... (the
+--                       attempts follow the fields: F k n t1..tn a1..an)
+--   S k v               SET
+--   H k n f1 v1 ..      HSET            h k n f1 ..   HDEL
+--   Z k n s1 m1 ..      ZADD            z k n m1 ..   ZREM
+--   A k n m1 ..         SADD
+--   L k keep n v1 ..    RPUSH k v1 .., then keep its last `keep` items (0: DEL k)
+--   X k id body         XADD k id j body
+--   M k staging         merge a staged hash into k, then delete it
+--   U k staging         merge a staged sorted set into k (ZADD's meaning), then delete it
 --
--- Returns 1 (committed), 0 (conflict: retry the operation) or -1 (lock taken: retry).
+-- Returns the version after the commit (>= 0), or -1 (conflict: another transaction
+-- committed first; retry) or -2 (another transaction holds the lock; retry).
+
+local SLICE = 1000
 
 local version = redis.call('GET', KEYS[1]) or '0'
 if version ~= ARGV[1] then
-  return 0
+  return -1
 end
--- The lock only queues operations; the version check above is what keeps them atomic, so
+-- The lock only queues transactions; the version check above is what keeps them atomic, so
 -- a commit whose lock expired still applies if nobody committed in between.
 -- An optimistic attempt (empty token) holds no lock and must not release anyone's.
 local holder = redis.call('GET', KEYS[2])
 if holder and holder ~= ARGV[2] then
-  return -1
+  return -2
 end
 
-local i = 3
-local claims = tonumber(ARGV[i]); i = i + 1
-for _ = 1, claims do
-  local k = KEYS[tonumber(ARGV[i])]
-  if redis.call('HEXISTS', k, ARGV[i + 1]) == 1 then
-    return redis.error_reply('LANES scored already set for ' .. ARGV[i + 1])
+-- Applies `cmd k` to the n items of `per` arguments each starting at ARGV[from], a slice at
+-- a time (Lua's unpack has a stack limit).
+local function sliced(cmd, k, from, n, per)
+  local last = from + n * per - 1
+  local step = SLICE * per
+  for j = from, last, step do
+    redis.call(cmd, k, unpack(ARGV, j, math.min(j + step - 1, last)))
   end
-  i = i + 2
+  return last + 1
+end
+
+-- First scored wins is checked before anything is written (F comes first when present).
+local i = 3
+if ARGV[i] == 'F' then
+  local k = KEYS[tonumber(ARGV[i + 1])]
+  local last = i + 2 + tonumber(ARGV[i + 2])
+  for j = i + 3, last, SLICE do
+    local got = redis.call('HMGET', k, unpack(ARGV, j, math.min(j + SLICE - 1, last)))
+    for x = 1, #got do
+      if got[x] then
+        return redis.error_reply('LANES scored already set for ' .. ARGV[j + x - 1])
+      end
+    end
+  end
 end
 
 local writes = 0
 while i <= #ARGV do
   local op = ARGV[i]
   local k = KEYS[tonumber(ARGV[i + 1])]
-  if op == 'S' then
+  if op == 'F' then
+    local n = tonumber(ARGV[i + 2])
+    local items = {}
+    for x = 0, n - 1 do
+      items[#items + 1] = ARGV[i + 3 + x]
+      items[#items + 1] = ARGV[i + 3 + n + x]
+    end
+    for j = 1, #items, 2 * SLICE do
+      redis.call('HSET', k, unpack(items, j, math.min(j + 2 * SLICE - 1, #items)))
+    end
+    i = i + 3 + 2 * n
+  elseif op == 'S' then
     redis.call('SET', k, ARGV[i + 2]); i = i + 3
-  elseif op == 'D' then
-    redis.call('DEL', k); i = i + 2
   elseif op == 'H' then
-    redis.call('HSET', k, ARGV[i + 2], ARGV[i + 3]); i = i + 4
+    i = sliced('HSET', k, i + 3, tonumber(ARGV[i + 2]), 2)
   elseif op == 'h' then
-    redis.call('HDEL', k, ARGV[i + 2]); i = i + 3
-  elseif op == 'N' then
-    redis.call('HSETNX', k, ARGV[i + 2], ARGV[i + 3]); i = i + 4
+    i = sliced('HDEL', k, i + 3, tonumber(ARGV[i + 2]), 1)
   elseif op == 'Z' then
-    redis.call('ZADD', k, ARGV[i + 2], ARGV[i + 3]); i = i + 4
+    i = sliced('ZADD', k, i + 3, tonumber(ARGV[i + 2]), 2)
   elseif op == 'z' then
-    redis.call('ZREM', k, ARGV[i + 2]); i = i + 3
+    i = sliced('ZREM', k, i + 3, tonumber(ARGV[i + 2]), 1)
   elseif op == 'A' then
-    redis.call('SADD', k, ARGV[i + 2]); i = i + 3
+    i = sliced('SADD', k, i + 3, tonumber(ARGV[i + 2]), 1)
+  elseif op == 'L' then
+    local keep = tonumber(ARGV[i + 2])
+    local n = tonumber(ARGV[i + 3])
+    if n > 0 then
+      sliced('RPUSH', k, i + 4, n, 1)
+    end
+    if keep == 0 then
+      redis.call('DEL', k)
+    else
+      redis.call('LTRIM', k, -keep, -1)
+    end
+    i = i + 4 + n
   elseif op == 'X' then
     redis.call('XADD', k, ARGV[i + 2], 'j', ARGV[i + 3]); i = i + 4
   elseif op == 'M' then
     -- Merge a staged hash (a large submit's tasks) in slices that fit Lua's unpack.
     local staging = KEYS[tonumber(ARGV[i + 2])]
     local all = redis.call('HGETALL', staging)
-    for j = 1, #all, 1000 do
-      redis.call('HSET', k, unpack(all, j, math.min(j + 999, #all)))
+    for j = 1, #all, 2 * SLICE do
+      redis.call('HSET', k, unpack(all, j, math.min(j + 2 * SLICE - 1, #all)))
     end
     redis.call('DEL', staging); i = i + 3
   elseif op == 'U' then
@@ -79,9 +129,9 @@ while i <= #ARGV do
 end
 
 if writes > 0 then
-  redis.call('INCR', KEYS[1])
+  version = redis.call('INCR', KEYS[1])
 end
 if holder then
   redis.call('DEL', KEYS[2])
 end
-return 1
+return tonumber(version)

@@ -1,5 +1,8 @@
 //! Key names. Every key of a campaign starts with `lanes:{c:<id>}:`, so the hash tag puts them
-//! all in one Redis Cluster slot and one script may touch any of them.
+//! all in one Redis Cluster slot and one script may touch any of them. The fixed ones are built
+//! once per transaction, not at each access.
+
+use lanes_common::ids::ArmId;
 
 use crate::store::model::Queue;
 
@@ -7,42 +10,86 @@ use crate::store::model::Queue;
 #[derive(Debug, Clone)]
 pub(crate) struct Keys {
     prefix: String,
+    version: String,
+    meta: String,
+    spec: String,
+    tasks: String,
+    task_pos: String,
+    trials: String,
+    leases: String,
+    deadlines: String,
+    delayed: String,
+    tokens: String,
+    blocks: String,
 }
 
 impl Keys {
     pub(crate) fn new(campaign: &str) -> Self {
+        let prefix = format!("lanes:{{c:{campaign}}}:");
+        let key = |name: &str| format!("{prefix}{name}");
         Self {
-            prefix: format!("lanes:{{c:{campaign}}}:"),
+            version: key("ver"),
+            meta: key("meta"),
+            spec: key("spec"),
+            tasks: key("tasks"),
+            task_pos: key("task_pos"),
+            trials: key("trials"),
+            leases: key("leases"),
+            deadlines: key("deadlines"),
+            delayed: key("delayed"),
+            tokens: key("tokens"),
+            blocks: key("blocks"),
+            prefix,
         }
     }
 
-    pub(crate) fn key(&self, name: &str) -> String {
+    fn key(&self, name: &str) -> String {
         format!("{}{name}", self.prefix)
     }
 
     pub(crate) fn version(&self) -> String {
-        self.key("ver")
+        self.version.clone()
     }
     pub(crate) fn lock(&self) -> String {
         self.key("lock")
     }
+    /// The meta without the parts stored under the keys below (see `meta.rs`).
     pub(crate) fn meta(&self) -> String {
-        self.key("meta")
+        self.meta.clone()
+    }
+    pub(crate) fn spec(&self) -> String {
+        self.spec.clone()
+    }
+    /// Lane -> last seen (epoch ms).
+    pub(crate) fn seen(&self) -> String {
+        self.key("seen")
+    }
+    /// Recent costs of an arm's counted rows (a capped list).
+    pub(crate) fn arm_costs(&self, arm: &ArmId) -> String {
+        self.key(&format!("stat:cost:{arm}"))
+    }
+    /// Recent wall times of an arm's counted rows (a capped list).
+    pub(crate) fn arm_walls(&self, arm: &ArmId) -> String {
+        self.key(&format!("stat:wall:{arm}"))
+    }
+    /// Summed walls of recently finished blocks (a capped list).
+    pub(crate) fn block_walls(&self) -> String {
+        self.key("stat:block_walls")
     }
     pub(crate) fn tasks(&self) -> String {
-        self.key("tasks")
+        self.tasks.clone()
     }
     pub(crate) fn task_pos(&self) -> String {
-        self.key("task_pos")
+        self.task_pos.clone()
     }
     pub(crate) fn trials(&self) -> String {
-        self.key("trials")
+        self.trials.clone()
     }
     pub(crate) fn leases(&self) -> String {
-        self.key("leases")
+        self.leases.clone()
     }
     pub(crate) fn deadlines(&self) -> String {
-        self.key("deadlines")
+        self.deadlines.clone()
     }
     pub(crate) fn ready(&self, queue: &Queue) -> String {
         self.key(&format!("ready:{queue}"))
@@ -51,10 +98,10 @@ impl Keys {
         self.key("queues")
     }
     pub(crate) fn delayed(&self) -> String {
-        self.key("delayed")
+        self.delayed.clone()
     }
     pub(crate) fn tokens(&self) -> String {
-        self.key("tokens")
+        self.tokens.clone()
     }
     /// First scored wins: `HSETNX scored <trial> <attempt>`; never expires, never deleted.
     pub(crate) fn scored(&self) -> String {
@@ -68,7 +115,7 @@ impl Keys {
         self.key("events")
     }
     pub(crate) fn blocks(&self) -> String {
-        self.key("blocks")
+        self.blocks.clone()
     }
 }
 

@@ -7,13 +7,24 @@
 //!    conflict first takes the campaign's lock (`SET lock <token> NX PX`), so contending
 //!    operations queue instead of retrying each other out;
 //! 2. runs the shared engine (the same transitions as the embedded backend, with the same
-//!    pure policy), whose reads go to Redis and whose writes are buffered;
+//!    pure policy), whose reads go to Redis and whose writes are buffered ([`tx`]);
 //! 3. commits through **one Lua script**, `commit.lua`, loaded once and called by SHA (reloaded
 //!    on NOSCRIPT). The script applies the write set only if the version is unchanged and no
 //!    other operation holds the lock, then bumps the version. Otherwise nothing is written and
 //!    the operation runs again. So every state transition is atomic even if a lock expired
 //!    under a stalled replica. First scored wins is also checked in the script: a counted row does
 //!    `HSETNX scored <trial>`, and the script refuses to run if the field already exists.
+//!
+//! # Rounds
+//! Claims, renewals, completions, releases, forfeits, reaps and stops do not run one by one:
+//! a replica's concurrent operations on one campaign share a **round** ([`batch`]), one
+//! transaction in which each runs in turn under a savepoint, committed by one script call, so
+//! they never conflict with each other and share the commit's cost (its script, its fsync).
+//! Conflicts remain only between replicas (and with submits); a conflict runs the round again.
+//! A round reads through the campaign's [`cache`]: the committed state its last commit left,
+//! valid while the stored version is still that commit's, so a replica that is the only writer
+//! reads only what it never saw. A round that writes nothing validates its reads by reading
+//! the version again instead of committing. Submits, status and the other reads run alone.
 //!
 //! A large submit stages its tasks in chunked staging hashes and its large ready queues in
 //! chunked staging sets, each under a key of its own that expires if the writer dies. Only the
@@ -44,9 +55,16 @@
 //! releases are idempotent per token, and an assignment whose claim reply was lost is never
 //! renewed and is reaped as `cancelled`.
 
+mod batch;
+mod cache;
+mod commit;
 mod keys;
+mod meta;
+mod stats;
 mod tx;
+mod writes;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -59,8 +77,13 @@ use lanes_common::spec::{Campaign, CampaignSpec};
 use lanes_common::state::{CampaignState, StopMode};
 use lanes_common::utc::EpochMs;
 
+use self::batch::{Answer, Op, Rounds};
+use self::cache::Cache;
+use self::commit::{Committed, nonce};
 use self::keys::{CAMPAIGNS, Keys, LEASE_KEY, stream_id};
-use self::tx::{Committed, RedisTx, nonce};
+pub use self::stats::RedisStats;
+use self::stats::{Conn, Counters};
+use self::tx::RedisTx;
 use super::Store;
 use super::api::*;
 use super::engine;
@@ -127,7 +150,9 @@ pub struct RedisOptions {
 /// The store on Redis.
 #[derive(Clone)]
 pub struct RedisStore {
-    conn: ConnectionManager,
+    conn: Conn,
+    counters: Arc<Counters>,
+    rounds: Arc<Rounds>,
     script: redis::Script,
     opts: RedisOptions,
 }
@@ -175,11 +200,14 @@ impl RedisStore {
             .set_response_timeout(Some(Duration::from_secs(10)))
             .set_number_of_retries(3)
             .set_max_delay(Duration::from_millis(500));
+        let counters = Arc::new(Counters::default());
         let conn = ConnectionManager::new_with_config(client, config)
             .await
             .map_err(redis_err)?;
         let store = Self {
-            conn,
+            conn: Conn::new(conn, counters.clone()),
+            counters,
+            rounds: Arc::default(),
             script: redis::Script::new(include_str!("commit.lua")),
             opts,
         };
@@ -206,6 +234,11 @@ impl RedisStore {
             .await
             .map_err(redis_err)?;
         Ok(store)
+    }
+
+    /// What this store (and its clones) sent, and how often its commits conflicted.
+    pub fn stats(&self) -> RedisStats {
+        self.counters.snapshot()
     }
 
     /// Reads `appendonly` and `appendfsync`.
@@ -247,25 +280,46 @@ impl RedisStore {
         }
     }
 
-    /// Starts a transaction at the current version. The first attempt of an operation is
-    /// optimistic (no lock, so no extra write); after a conflict it takes the campaign lock so
-    /// contending operations queue instead of retrying each other out.
-    async fn begin(&self, campaign: &str, locked: bool) -> Result<RedisTx, StoreError> {
-        let keys = Keys::new(campaign);
+    /// The campaign's stored version.
+    async fn read_version(&self, campaign: &str) -> Result<String, StoreError> {
         let mut conn = self.conn.clone();
-        if !locked {
-            let version: Option<String> = redis::cmd("GET")
-                .arg(keys.version())
-                .query_async(&mut conn)
-                .await
-                .map_err(redis_err)?;
-            return Ok(RedisTx::new(
-                conn,
-                keys,
-                version.unwrap_or_else(|| "0".into()),
-                String::new(),
-            ));
-        }
+        let version: Option<String> = redis::cmd("GET")
+            .arg(Keys::new(campaign).version())
+            .query_async(&mut conn)
+            .await
+            .map_err(redis_err)?;
+        Ok(version.unwrap_or_else(|| "0".into()))
+    }
+
+    /// Starts a transaction at the current version, from `cache` if it is of that version.
+    /// The first attempt of an operation is optimistic (no lock, so no extra write); after a
+    /// conflict it takes the campaign lock so contending operations queue instead of
+    /// retrying each other out.
+    async fn begin(
+        &self,
+        campaign: &str,
+        locked: bool,
+        cache: Option<Cache>,
+    ) -> Result<RedisTx, StoreError> {
+        let keys = Keys::new(campaign);
+        let conn = self.conn.clone();
+        Counters::bump(&self.counters.attempts);
+        let token = if locked {
+            self.lock(&keys, campaign).await?
+        } else {
+            String::new()
+        };
+        let version = self.read_version(campaign).await?;
+        let cache = match cache {
+            Some(c) if c.version == version && !c.is_large() => c,
+            _ => Cache::at(version),
+        };
+        Ok(RedisTx::new(conn, keys, cache, token))
+    }
+
+    /// Takes the campaign lock, waiting while another operation holds it; answers its token.
+    async fn lock(&self, keys: &Keys, campaign: &str) -> Result<String, StoreError> {
+        let mut conn = self.conn.clone();
         let token = nonce().to_string();
         let started = std::time::Instant::now();
         let mut pause = 100u64;
@@ -280,8 +334,9 @@ impl RedisStore {
                 .await
                 .map_err(redis_err)?;
             if got.is_some() {
-                break;
+                return Ok(token);
             }
+            Counters::bump(&self.counters.lock_waits);
             if started.elapsed() > LOCK_WAIT {
                 return Err(StoreError::Unavailable(format!(
                     "campaign {campaign} stayed locked for {LOCK_WAIT:?}"
@@ -292,23 +347,15 @@ impl RedisStore {
             tokio::time::sleep(Duration::from_micros(pause + jitter)).await;
             pause = (pause * 2).min(5_000);
         }
-        let version: Option<String> = redis::cmd("GET")
-            .arg(keys.version())
-            .query_async(&mut conn)
-            .await
-            .map_err(redis_err)?;
-        Ok(RedisTx::new(
-            conn,
-            keys,
-            version.unwrap_or_else(|| "0".into()),
-            token,
-        ))
     }
 
     /// Gives the lock back after an operation that failed before its commit: the engine's
     /// writes are dropped, and an empty commit only releases the lock.
-    async fn abort(&self, tx: RedisTx) {
-        let _ = tx.discard().commit(&self.script).await;
+    async fn abort(&self, mut tx: RedisTx) {
+        if tx.locked() {
+            tx.discard();
+            let _ = tx.commit(&self.script).await;
+        }
     }
 
     async fn after_commit(&self, wrote: bool) {
@@ -383,8 +430,9 @@ macro_rules! op {
     ($self:ident, $campaign:expr, |$tx:ident| $body:expr) => {{
         let campaign: &str = $campaign;
         let mut attempt = 0u32;
+        Counters::bump(&$self.counters.ops);
         loop {
-            let mut $tx = $self.begin(campaign, attempt > 0).await?;
+            let mut $tx = $self.begin(campaign, attempt > 0, None).await?;
             let out = $body;
             match out {
                 Err(e) => {
@@ -392,11 +440,15 @@ macro_rules! op {
                     break Err(e);
                 }
                 Ok(value) => match $tx.commit(&$self.script).await? {
-                    Committed::Yes { wrote } => {
+                    Committed::Yes { wrote, .. } => {
+                        if wrote {
+                            Counters::bump(&$self.counters.writes);
+                        }
                         $self.after_commit(wrote).await;
                         break Ok(value);
                     }
                     Committed::Conflict => {
+                        Counters::bump(&$self.counters.conflicts);
                         attempt += 1;
                         if attempt >= MAX_ATTEMPTS {
                             break Err(StoreError::Unavailable(format!(
@@ -408,6 +460,11 @@ macro_rules! op {
             }
         }
     }};
+}
+
+/// A round answered an operation with another operation's kind of answer: a bug.
+fn mismatch() -> StoreError {
+    StoreError::Backend("a round answered with the wrong kind of answer".into())
 }
 
 #[async_trait]
@@ -439,10 +496,10 @@ impl Store for RedisStore {
         req: ClaimRequest,
         now_ms: EpochMs,
     ) -> Result<ClaimOutcome, StoreError> {
-        op!(self, campaign.as_str(), |tx| engine::claim(
-            &mut tx, campaign, &req, now_ms
-        )
-        .await)
+        match self.in_round(campaign, Op::Claim(req), now_ms).await? {
+            Answer::Claim(a) => Ok(a),
+            _ => Err(mismatch()),
+        }
     }
 
     async fn renew(
@@ -451,10 +508,10 @@ impl Store for RedisStore {
         tokens: Vec<(Token, Phase)>,
         now_ms: EpochMs,
     ) -> Result<Vec<(Token, RenewState)>, StoreError> {
-        op!(self, campaign.as_str(), |tx| engine::renew(
-            &mut tx, campaign, &tokens, now_ms
-        )
-        .await)
+        match self.in_round(campaign, Op::Renew(tokens), now_ms).await? {
+            Answer::Renew(a) => Ok(a),
+            _ => Err(mismatch()),
+        }
     }
 
     async fn forfeit(
@@ -464,10 +521,11 @@ impl Store for RedisStore {
         tokens: Vec<Token>,
         now_ms: EpochMs,
     ) -> Result<Vec<Token>, StoreError> {
-        op!(self, campaign.as_str(), |tx| engine::forfeit(
-            &mut tx, campaign, worker, &tokens, now_ms
-        )
-        .await)
+        let op = Op::Forfeit(worker.to_owned(), tokens);
+        match self.in_round(campaign, op, now_ms).await? {
+            Answer::Forfeit(a) => Ok(a),
+            _ => Err(mismatch()),
+        }
     }
 
     async fn complete(
@@ -476,13 +534,13 @@ impl Store for RedisStore {
         outcome: Outcome,
         now_ms: EpochMs,
     ) -> Result<CompleteAck, StoreError> {
-        op!(self, campaign.as_str(), |tx| engine::complete(
-            &mut tx,
-            campaign,
-            outcome.clone(),
-            now_ms
-        )
-        .await)
+        match self
+            .in_round(campaign, Op::Complete(Box::new(outcome)), now_ms)
+            .await?
+        {
+            Answer::Ack(a) => Ok(a),
+            _ => Err(mismatch()),
+        }
     }
 
     async fn release(
@@ -491,17 +549,20 @@ impl Store for RedisStore {
         release: Release,
         now_ms: EpochMs,
     ) -> Result<CompleteAck, StoreError> {
-        op!(self, campaign.as_str(), |tx| engine::release(
-            &mut tx, campaign, &release, now_ms
-        )
-        .await)
+        match self
+            .in_round(campaign, Op::Release(release), now_ms)
+            .await?
+        {
+            Answer::Ack(a) => Ok(a),
+            _ => Err(mismatch()),
+        }
     }
 
     async fn reap(&self, campaign: &CampaignId, now_ms: EpochMs) -> Result<ReapReport, StoreError> {
-        op!(self, campaign.as_str(), |tx| engine::reap(
-            &mut tx, campaign, now_ms
-        )
-        .await)
+        match self.in_round(campaign, Op::Reap, now_ms).await? {
+            Answer::Reap(a) => Ok(a),
+            _ => Err(mismatch()),
+        }
     }
 
     async fn stop(
@@ -510,10 +571,10 @@ impl Store for RedisStore {
         mode: StopMode,
         now_ms: EpochMs,
     ) -> Result<CampaignState, StoreError> {
-        op!(self, campaign.as_str(), |tx| engine::stop(
-            &mut tx, campaign, mode, now_ms
-        )
-        .await)
+        match self.in_round(campaign, Op::Stop(mode), now_ms).await? {
+            Answer::Stop(a) => Ok(a),
+            _ => Err(mismatch()),
+        }
     }
 
     async fn status(

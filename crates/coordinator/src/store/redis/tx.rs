@@ -1,28 +1,36 @@
-//! The engine's transaction over Redis: reads go to the server (or to this transaction's own
-//! pending writes), writes are buffered and applied by one `commit.lua` call.
+//! The engine's transaction over Redis: reads go to this transaction's own pending writes,
+//! then to the campaign's [`Cache`] (committed state at the transaction's version), then to
+//! the server; writes are buffered in [`Writes`] and applied by one `commit.lua` call, which
+//! refuses them if the version moved.
+//!
+//! Reads that the engine is about to make are fetched ahead in one pipeline: the tasks, trial
+//! states and leases of the candidates a ready-queue scan returns, and everything a batch of
+//! completions will look up ([`RedisTx::prefetch_tokens`]).
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 
-use redis::aio::ConnectionManager;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use lanes_common::ids::TrialId;
 use lanes_common::row::Row;
+use lanes_common::schedule::{block_name, from_position_key, phase_of, trial_at};
 use lanes_common::spec::Task;
 use lanes_common::utc::EpochMs;
 
+use super::cache::{Cache, Known, Score, ZKnown};
+use super::commit::{Committed, Prepared, commit, prepare};
 use super::keys::{Keys, stream_id};
 use super::redis_err;
+use super::stats::Conn;
+use super::writes::{Savepoint, Writes};
 use crate::store::api::{Event, StoreError};
-use crate::store::model::{BlockState, Lease, Meta, Queue, TokenRecord, TrialState};
+use crate::store::model::{BlockState, Lease, Meta, Queue, TokenRecord, TrialState, Unit};
 use crate::store::tx::{R, Tx};
 
-/// More pending additions than this to one sorted set are staged in chunks before the commit.
-const STAGE_ABOVE: usize = 1000;
-/// Fields or members per chunked write.
-const CHUNK: usize = 5000;
-/// Staging keys expire on their own if the process that wrote them dies before its commit.
-const STAGING_TTL_MS: u64 = 3_600_000;
+/// The fewest members a sorted-set scan fetches, so later scans of the round (and of the next
+/// rounds, through the cache) find them there.
+const MIN_SCAN: usize = 128;
 
 fn corrupt(e: impl std::fmt::Display) -> StoreError {
     StoreError::Corrupt(e.to_string())
@@ -36,71 +44,147 @@ fn parse<T: DeserializeOwned>(b: &[u8]) -> R<T> {
     serde_json::from_slice(b).map_err(corrupt)
 }
 
-/// Pending changes to one sorted set.
-#[derive(Default)]
-struct ZOverlay {
-    added: HashMap<String, f64>,
-    removed: HashSet<String>,
+fn token_field(trial: &str, attempt: u32) -> String {
+    format!("{trial}#{attempt}")
 }
 
-/// What `commit` did.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Committed {
-    Yes {
-        wrote: bool,
-    },
-    /// Another operation committed first: run the operation again.
-    Conflict,
-}
+/// A previous round's commit in flight: `None` while it runs, then whether it committed.
+pub(crate) type Settled = tokio::sync::watch::Receiver<Option<bool>>;
 
 pub(crate) struct RedisTx {
-    conn: ConnectionManager,
+    conn: Conn,
     keys: Keys,
-    version: String,
     lock_token: String,
-    meta: Option<Option<Vec<u8>>>,
-    hashes: HashMap<String, HashMap<String, Option<Vec<u8>>>>,
-    /// Hash fields already read in this transaction: the lock or the version check makes a
-    /// second read of the same field pointless.
-    read_cache: HashMap<(String, String), Option<Vec<u8>>>,
-    zsets: HashMap<String, ZOverlay>,
-    queues_added: BTreeSet<Queue>,
-    streams: Vec<(String, String, Vec<u8>)>,
-    scored: Vec<(String, String)>,
-    /// New tasks, staged in chunks before the commit and merged by the commit script, so
-    /// they are invisible to every other transaction until then.
-    bulk_tasks: Vec<(u32, Vec<u8>, String)>,
+    /// Committed state at the version this transaction read; its commit checks that version.
+    cache: Cache,
+    writes: Writes,
+    /// Set when `cache` is the state a commit still in flight will leave (a pipelined round):
+    /// reads the cache cannot answer wait for that commit first, except hash fields, which
+    /// it answers for every field that commit writes (a field it does not know is one that
+    /// commit leaves alone, the same before and after it).
+    pending: Option<Settled>,
 }
 
 impl RedisTx {
-    pub(crate) fn new(
-        conn: ConnectionManager,
-        keys: Keys,
-        version: String,
-        lock_token: String,
-    ) -> Self {
+    pub(crate) fn new(conn: Conn, keys: Keys, cache: Cache, lock_token: String) -> Self {
         Self {
             conn,
             keys,
-            version,
             lock_token,
-            meta: None,
-            hashes: HashMap::new(),
-            read_cache: HashMap::new(),
-            zsets: HashMap::new(),
-            queues_added: BTreeSet::new(),
-            streams: Vec::new(),
-            scored: Vec::new(),
-            bulk_tasks: Vec::new(),
+            cache,
+            writes: Writes::default(),
+            pending: None,
         }
     }
 
+    /// A transaction on the state a commit in flight will leave, `cache` (of the version it
+    /// will leave): its own commit checks that version, so it lands only after that commit.
+    pub(crate) fn pipelined(conn: Conn, keys: Keys, cache: Cache, pending: Settled) -> Self {
+        let mut tx = Self::new(conn, keys, cache, String::new());
+        tx.pending = Some(pending);
+        tx
+    }
+
+    /// Waits for the commit this transaction's state depends on, before a read from the
+    /// server that could differ before and after it. If that commit fails, this transaction
+    /// is dropped unseen, so what it reads then does not matter.
+    async fn settle(&mut self) {
+        if let Some(mut pending) = self.pending.take() {
+            let _ = pending.wait_for(Option::is_some).await;
+        }
+    }
+
+    pub(crate) fn savepoint(&self) -> Savepoint {
+        self.writes.savepoint()
+    }
+
+    /// Takes back the writes since `sp` (an operation of a round that failed).
+    pub(crate) fn rollback(&mut self, sp: Savepoint) {
+        self.writes.rollback(sp);
+    }
+
+    /// Drops every pending write, keeping the lock and version.
+    pub(crate) fn discard(&mut self) {
+        self.writes = Writes::default();
+    }
+
+    /// Whether any write is pending.
+    pub(crate) fn has_writes(&self) -> bool {
+        !self.writes.is_empty()
+    }
+
+    /// Whether this transaction holds the campaign lock.
+    pub(crate) fn locked(&self) -> bool {
+        !self.lock_token.is_empty()
+    }
+
+    /// The version this transaction read at.
+    pub(crate) fn version(&self) -> &str {
+        &self.cache.version
+    }
+
+    /// The commit's script call, built now to be sent later; `None` when the write set has
+    /// bulk parts to stage first (then [`Self::commit`]).
+    pub(crate) fn prepare(&self, script: &redis::Script) -> R<Option<Prepared>> {
+        prepare(
+            &self.keys,
+            script,
+            &self.cache.version,
+            &self.lock_token,
+            &self.writes,
+            self.cache.meta.as_ref().and_then(Option::as_ref),
+        )
+    }
+
+    pub(crate) async fn commit(&mut self, script: &redis::Script) -> R<Committed> {
+        commit(
+            &mut self.conn,
+            &self.keys,
+            script,
+            &self.cache.version,
+            &self.lock_token,
+            &self.writes,
+            self.cache.meta.as_ref().and_then(Option::as_ref),
+        )
+        .await
+    }
+
+    /// The cache after a commit that left the store at `version`: this transaction's reads
+    /// with its writes applied, or an empty cache when the commit merged staged writes.
+    pub(crate) fn into_cache(self, version: String, staged: bool) -> Cache {
+        let Self {
+            mut cache, writes, ..
+        } = self;
+        if staged {
+            return Cache::at(version);
+        }
+        cache.version = version;
+        if let Some(meta) = writes.meta {
+            cache.meta = Some(Some(*meta));
+        }
+        for (key, fields) in writes.hashes {
+            for (f, v) in fields {
+                cache.put_field(&key, f, v);
+            }
+        }
+        for (key, z) in writes.zsets {
+            if let Some(known) = cache.zset_mut(&key) {
+                for m in &z.removed {
+                    known.rem(m);
+                }
+                for (m, s) in z.added {
+                    known.add(m, s);
+                }
+            }
+        }
+        cache
+    }
+
     async fn hget(&mut self, key: &str, field: &str) -> R<Option<Vec<u8>>> {
-        if let Some(v) = self.hashes.get(key).and_then(|h| h.get(field)) {
+        if let Some(v) = self.writes.hashes.get(key).and_then(|h| h.get(field)) {
             return Ok(v.clone());
         }
-        let cache_key = (key.to_owned(), field.to_owned());
-        if let Some(v) = self.read_cache.get(&cache_key) {
+        if let Some(v) = self.cache.field(key, field) {
             return Ok(v.clone());
         }
         let v: Option<Vec<u8>> = redis::cmd("HGET")
@@ -109,22 +193,145 @@ impl RedisTx {
             .query_async(&mut self.conn)
             .await
             .map_err(redis_err)?;
-        self.read_cache.insert(cache_key, v.clone());
+        self.cache.put_field(key, field.to_owned(), v.clone());
         Ok(v)
     }
 
-    fn hset(&mut self, key: String, field: String, value: Option<Vec<u8>>) {
-        self.hashes.entry(key).or_default().insert(field, value);
+    /// Reads the fields not cached yet of several hashes in one pipeline, into the cache.
+    async fn read_ahead(&mut self, wanted: Vec<(String, Vec<String>)>) -> R<()> {
+        let mut pipe = redis::pipe();
+        let mut asked: Vec<(String, Vec<String>)> = Vec::new();
+        for (key, fields) in wanted {
+            let fields: Vec<String> = fields
+                .into_iter()
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .filter(|f| self.cache.field(&key, f).is_none())
+                .collect();
+            if fields.is_empty() {
+                continue;
+            }
+            pipe.cmd("HMGET").arg(&key).arg(&fields);
+            asked.push((key, fields));
+        }
+        if asked.is_empty() {
+            return Ok(());
+        }
+        let got: Vec<Vec<Option<Vec<u8>>>> =
+            pipe.query_async(&mut self.conn).await.map_err(redis_err)?;
+        for ((key, fields), values) in asked.into_iter().zip(got) {
+            for (f, v) in fields.into_iter().zip(values) {
+                self.cache.put_field(&key, f, v);
+            }
+        }
+        Ok(())
+    }
+
+    /// The meta as this transaction sees it, if it was read already.
+    fn meta_seen(&self) -> Option<&Meta> {
+        self.writes
+            .meta
+            .as_deref()
+            .or_else(|| self.cache.meta.as_ref()?.as_ref())
+    }
+
+    /// Fetches ahead what claiming the units at `keys` of a queue reads: their tasks, then
+    /// their trials' states and leases.
+    async fn read_ahead_units(&mut self, unit: Unit, keys: &[u64]) -> R<()> {
+        let Some(meta) = self.meta_seen().cloned() else {
+            return Ok(());
+        };
+        let tasks_key = self.keys.tasks();
+        let positions: Vec<String> = keys
+            .iter()
+            .map(|k| from_position_key(*k).1.to_string())
+            .collect();
+        self.read_ahead(vec![(tasks_key.clone(), positions)])
+            .await?;
+        let n = meta.spec.arms.len() as u32;
+        let mut ids = Vec::new();
+        for key in keys {
+            let (_, tp, run, slot) = from_position_key(*key);
+            let task: Task = match self.cache.task(tp) {
+                Some(t) => t.clone(),
+                None => {
+                    let Some(Some(bytes)) = self.cache.field(&tasks_key, &tp.to_string()) else {
+                        continue;
+                    };
+                    let task: Task = parse(bytes)?;
+                    self.cache.put_task(tp, task.clone());
+                    task
+                }
+            };
+            let slots = match unit {
+                Unit::Trial => slot..slot + 1,
+                Unit::Group => 0..n,
+            };
+            for s in slots {
+                let t = trial_at(&meta.spec, meta.n_tasks as usize, tp, &task, run, s);
+                ids.push(t.trial_id.to_string());
+            }
+        }
+        self.read_ahead(vec![
+            (self.keys.trials(), ids.clone()),
+            (self.keys.leases(), ids),
+        ])
+        .await
+    }
+
+    /// Fetches ahead, in two pipelines, what completing or renewing these tokens reads: the
+    /// trials' states, leases, token records and task positions, then their tasks and blocks.
+    pub(crate) async fn prefetch_tokens(&mut self, tokens: &[(TrialId, u32)]) -> R<()> {
+        let mut trials = Vec::new();
+        let mut records = Vec::new();
+        let mut task_ids = Vec::new();
+        for (tid, attempt) in tokens {
+            let Ok((task, _, _)) = TrialId::parse(tid.as_str()) else {
+                continue;
+            };
+            trials.push(tid.to_string());
+            // A completion looks for the counted attempt among all of the trial's tokens.
+            records.extend((1..=*attempt).map(|a| token_field(tid.as_str(), a)));
+            task_ids.push(task.to_string());
+        }
+        self.read_ahead(vec![
+            (self.keys.trials(), trials.clone()),
+            (self.keys.leases(), trials),
+            (self.keys.tokens(), records),
+            (self.keys.task_pos(), task_ids.clone()),
+        ])
+        .await?;
+        let Some(meta) = self.meta_seen() else {
+            return Ok(());
+        };
+        let pos_key = self.keys.task_pos();
+        let mut positions = Vec::new();
+        let mut blocks = Vec::new();
+        for (tid, _) in tokens {
+            let Ok((task, run, _)) = TrialId::parse(tid.as_str()) else {
+                continue;
+            };
+            if let Some(Some(p)) = self.cache.field(&pos_key, task.as_str()) {
+                positions.push(String::from_utf8_lossy(p).into_owned());
+            }
+            blocks.push(block_name(phase_of(&meta.spec, run), &task));
+        }
+        self.read_ahead(vec![
+            (self.keys.tasks(), positions),
+            (self.keys.blocks(), blocks),
+        ])
+        .await
     }
 
     async fn hgetall(&mut self, key: &str) -> R<Vec<(String, Vec<u8>)>> {
+        self.settle().await;
         let stored: HashMap<String, Vec<u8>> = redis::cmd("HGETALL")
             .arg(key)
             .query_async(&mut self.conn)
             .await
             .map_err(redis_err)?;
         let mut merged = stored;
-        if let Some(over) = self.hashes.get(key) {
+        if let Some(over) = self.writes.hashes.get(key) {
             for (f, v) in over {
                 match v {
                     Some(v) => merged.insert(f.clone(), v.clone()),
@@ -137,23 +344,37 @@ impl RedisTx {
         Ok(out)
     }
 
-    fn zadd(&mut self, key: String, score: f64, member: String) {
-        let z = self.zsets.entry(key).or_default();
-        z.removed.remove(&member);
-        z.added.insert(member, score);
+    /// The answer to a scan from the cache and the pending writes, if they know enough.
+    fn zrange_known(&self, key: &str, max: f64, limit: usize) -> Option<Vec<(String, f64)>> {
+        self.cache
+            .zset(key)?
+            .scan(self.writes.zsets.get(key), max, limit)
     }
 
-    fn zrem(&mut self, key: String, member: String) {
-        let z = self.zsets.entry(key).or_default();
-        z.added.remove(&member);
-        z.removed.insert(member);
-    }
-
-    /// Members with score <= `max` (all when `None`), lowest first, at most `limit`.
-    async fn zrange(&mut self, key: &str, max: Option<f64>, limit: usize) -> R<Vec<(String, f64)>> {
-        let removed = self.zsets.get(key).map_or(0, |z| z.removed.len());
-        let fetch = limit.saturating_add(removed).min(i64::MAX as usize) as i64;
-        let max_arg = max.map_or_else(|| "+inf".to_owned(), |m| m.to_string());
+    /// Members with score <= `max` (all when `None`), lowest first, at most `limit`. Whether
+    /// the answer came from the server.
+    async fn zrange(
+        &mut self,
+        key: &str,
+        max: Option<f64>,
+        limit: usize,
+    ) -> R<(Vec<(String, f64)>, bool)> {
+        let max = max.unwrap_or(f64::INFINITY);
+        if let Some(known) = self.zrange_known(key, max, limit) {
+            return Ok((known, false));
+        }
+        self.settle().await;
+        let removed = self.writes.zsets.get(key).map_or(0, |z| z.removed.len());
+        let fetch = limit
+            .saturating_add(removed)
+            .saturating_mul(2)
+            .max(MIN_SCAN)
+            .min(i64::MAX as usize);
+        let max_arg = if max == f64::INFINITY {
+            "+inf".to_owned()
+        } else {
+            max.to_string()
+        };
         let stored: Vec<(String, f64)> = redis::cmd("ZRANGEBYSCORE")
             .arg(key)
             .arg("-inf")
@@ -165,26 +386,20 @@ impl RedisTx {
             .query_async(&mut self.conn)
             .await
             .map_err(redis_err)?;
-        let mut out: Vec<(String, f64)> = match self.zsets.get(key) {
-            Some(z) => stored
-                .into_iter()
-                .filter(|(m, _)| !z.removed.contains(m) && !z.added.contains_key(m))
-                .chain(
-                    z.added
-                        .iter()
-                        .filter(|(_, s)| max.is_none_or(|m| **s <= m))
-                        .map(|(m, s)| (m.clone(), *s)),
-                )
-                .collect(),
-            None => stored,
+        let known = match stored.last() {
+            Some((m, s)) if stored.len() >= fetch => Known::Until(Score(*s), m.clone()),
+            _ => Known::Through(max),
         };
-        out.sort_by(|a, b| a.1.total_cmp(&b.1).then_with(|| a.0.cmp(&b.0)));
-        out.truncate(limit);
-        Ok(out)
+        self.cache
+            .put_zset(key.to_owned(), ZKnown::new(stored, known));
+        let answer = self.zrange_known(key, max, limit).ok_or_else(|| {
+            StoreError::Backend(format!("scan of {key} does not cover what it fetched"))
+        })?;
+        Ok((answer, true))
     }
 
-    async fn zexists(&mut self, key: &str, member: &str) -> R<bool> {
-        if let Some(z) = self.zsets.get(key) {
+    async fn zexists(&mut self, key: &str, member: &str, score: f64) -> R<bool> {
+        if let Some(z) = self.writes.zsets.get(key) {
             if z.added.contains_key(member) {
                 return Ok(true);
             }
@@ -192,6 +407,10 @@ impl RedisTx {
                 return Ok(false);
             }
         }
+        if let Some(known) = self.cache.zset(key).and_then(|z| z.contains(member, score)) {
+            return Ok(known);
+        }
+        self.settle().await;
         let score: Option<f64> = redis::cmd("ZSCORE")
             .arg(key)
             .arg(member)
@@ -200,230 +419,44 @@ impl RedisTx {
             .map_err(redis_err)?;
         Ok(score.is_some())
     }
-
-    /// Drops every pending write, keeping the lock and version.
-    pub(crate) fn discard(self) -> Self {
-        Self::new(self.conn, self.keys, self.version, self.lock_token)
-    }
-
-    /// Writes the bulk parts, then applies everything else with one script call.
-    pub(crate) async fn commit(mut self, script: &redis::Script) -> R<Committed> {
-        // Bulk task writes go to staging hashes of their own, which only the commit script
-        // merges: a conflicting attempt, or a concurrent submit of the same id, never sees
-        // them, and a retry reads only committed tasks.
-        let nonce = nonce();
-        let mut staged_hashes: Vec<(String, String)> = Vec::new();
-        let bulk_tasks = std::mem::take(&mut self.bulk_tasks);
-        if !bulk_tasks.is_empty() {
-            let tasks_stage = format!("{}:staging:{nonce}", self.keys.tasks());
-            let pos_stage = format!("{}:staging:{nonce}", self.keys.task_pos());
-            for chunk in bulk_tasks.chunks(CHUNK) {
-                let mut pipe = redis::pipe();
-                let mut tasks = redis::cmd("HSET");
-                tasks.arg(&tasks_stage);
-                let mut pos = redis::cmd("HSET");
-                pos.arg(&pos_stage);
-                for (p, v, id) in chunk {
-                    tasks.arg(p).arg(v.as_slice());
-                    pos.arg(id).arg(p);
-                }
-                pipe.add_command(tasks).ignore().add_command(pos).ignore();
-                for k in [&tasks_stage, &pos_stage] {
-                    pipe.cmd("PEXPIRE").arg(k).arg(STAGING_TTL_MS).ignore();
-                }
-                if let Err(e) = pipe.query_async::<()>(&mut self.conn).await {
-                    self.drop_staging([tasks_stage, pos_stage]).await;
-                    return Err(redis_err(e));
-                }
-            }
-            staged_hashes.push((self.keys.tasks(), tasks_stage));
-            staged_hashes.push((self.keys.task_pos(), pos_stage));
-        }
-        let mut staging: Vec<String> = staged_hashes.iter().map(|(_, s)| s.clone()).collect();
-
-        let mut keys: Vec<String> = vec![self.keys.version(), self.keys.lock()];
-        let mut index: HashMap<String, usize> = HashMap::new();
-        let mut key_ix = |k: &str, keys: &mut Vec<String>| -> usize {
-            *index.entry(k.to_owned()).or_insert_with(|| {
-                keys.push(k.to_owned());
-                keys.len()
-            })
-        };
-        let mut args: Vec<Vec<u8>> = vec![
-            self.version.clone().into_bytes(),
-            self.lock_token.clone().into_bytes(),
-        ];
-        let scored_key = self.keys.scored();
-        args.push(self.scored.len().to_string().into_bytes());
-        for (trial, _) in &self.scored {
-            args.push(key_ix(&scored_key, &mut keys).to_string().into_bytes());
-            args.push(trial.clone().into_bytes());
-        }
-        let mut ops = 0usize;
-        let mut op = |args: &mut Vec<Vec<u8>>, parts: Vec<Vec<u8>>| {
-            ops += 1;
-            args.extend(parts);
-        };
-        let b = |s: &str| s.as_bytes().to_vec();
-        if let Some(meta) = self.meta.take() {
-            let ix = key_ix(&self.keys.meta(), &mut keys).to_string();
-            match meta {
-                Some(v) => op(&mut args, vec![b("S"), b(&ix), v]),
-                None => op(&mut args, vec![b("D"), b(&ix)]),
-            }
-        }
-        let mut hashes: Vec<_> = self.hashes.drain().collect();
-        hashes.sort_by(|a, b| a.0.cmp(&b.0));
-        for (key, fields) in hashes {
-            let ix = key_ix(&key, &mut keys).to_string();
-            let mut fields: Vec<_> = fields.into_iter().collect();
-            fields.sort_by(|a, b| a.0.cmp(&b.0));
-            for (f, v) in fields {
-                match v {
-                    Some(v) => op(&mut args, vec![b("H"), b(&ix), f.into_bytes(), v]),
-                    None => op(&mut args, vec![b("h"), b(&ix), f.into_bytes()]),
-                }
-            }
-        }
-        for (key, stage) in staged_hashes {
-            let ix = key_ix(&key, &mut keys).to_string();
-            let sx = key_ix(&stage, &mut keys).to_string();
-            op(&mut args, vec![b("M"), b(&ix), b(&sx)]);
-        }
-        let mut zsets: Vec<_> = self.zsets.drain().collect();
-        zsets.sort_by(|a, b| a.0.cmp(&b.0));
-        for (key, z) in zsets {
-            let ix = key_ix(&key, &mut keys).to_string();
-            for m in z.removed {
-                op(&mut args, vec![b("z"), b(&ix), m.into_bytes()]);
-            }
-            if z.added.len() > STAGE_ABOVE {
-                let stage = format!("{key}:staging:{nonce}");
-                staging.push(stage.clone());
-                let added: Vec<_> = z.added.into_iter().collect();
-                for chunk in added.chunks(CHUNK) {
-                    let mut pipe = redis::pipe();
-                    let mut cmd = redis::cmd("ZADD");
-                    cmd.arg(&stage);
-                    for (m, s) in chunk {
-                        cmd.arg(*s).arg(m);
-                    }
-                    pipe.add_command(cmd).ignore();
-                    pipe.cmd("PEXPIRE").arg(&stage).arg(STAGING_TTL_MS).ignore();
-                    if let Err(e) = pipe.query_async::<()>(&mut self.conn).await {
-                        self.drop_staging(staging).await;
-                        return Err(redis_err(e));
-                    }
-                }
-                let sx = key_ix(&stage, &mut keys).to_string();
-                op(&mut args, vec![b("U"), b(&ix), b(&sx)]);
-            } else {
-                for (m, s) in z.added {
-                    op(
-                        &mut args,
-                        vec![b("Z"), b(&ix), s.to_string().into_bytes(), m.into_bytes()],
-                    );
-                }
-            }
-        }
-        for q in std::mem::take(&mut self.queues_added) {
-            let ix = key_ix(&self.keys.queues(), &mut keys).to_string();
-            op(&mut args, vec![b("A"), b(&ix), q.to_string().into_bytes()]);
-        }
-        for (trial, attempt) in std::mem::take(&mut self.scored) {
-            let ix = key_ix(&scored_key, &mut keys).to_string();
-            op(
-                &mut args,
-                vec![b("N"), b(&ix), trial.into_bytes(), attempt.into_bytes()],
-            );
-        }
-        for (key, id, v) in std::mem::take(&mut self.streams) {
-            let ix = key_ix(&key, &mut keys).to_string();
-            op(&mut args, vec![b("X"), b(&ix), id.into_bytes(), v]);
-        }
-        let mut inv = script.prepare_invoke();
-        for k in &keys {
-            inv.key(k);
-        }
-        for a in &args {
-            inv.arg(a.as_slice());
-        }
-        let answer = inv.invoke_async::<i64>(&mut self.conn).await;
-        // The script merges and deletes staging keys only when it commits.
-        if !matches!(answer, Ok(1)) {
-            self.drop_staging(staging).await;
-        }
-        match answer.map_err(redis_err)? {
-            1 => Ok(Committed::Yes { wrote: ops > 0 }),
-            _ => Ok(Committed::Conflict),
-        }
-    }
-
-    /// Best-effort removal of staging keys an attempt will not commit; their expiry is the
-    /// backstop when this fails too.
-    async fn drop_staging(&mut self, keys: impl IntoIterator<Item = String>) {
-        let keys: Vec<String> = keys.into_iter().collect();
-        if keys.is_empty() {
-            return;
-        }
-        let _ = redis::cmd("DEL")
-            .arg(&keys)
-            .query_async::<()>(&mut self.conn)
-            .await;
-    }
-}
-
-/// A process-unique value for staging keys and lock tokens.
-pub(crate) fn nonce() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0),
-    );
-    h.finish()
-}
-
-fn token_field(trial: &str, attempt: u32) -> String {
-    format!("{trial}#{attempt}")
 }
 
 impl Tx for RedisTx {
     async fn meta(&mut self) -> R<Option<Meta>> {
-        let bytes: Option<Vec<u8>> = match &self.meta {
-            Some(v) => v.clone(),
-            None => redis::cmd("GET")
-                .arg(self.keys.meta())
-                .query_async(&mut self.conn)
-                .await
-                .map_err(redis_err)?,
-        };
-        bytes.map(|b| parse(&b)).transpose()
+        if let Some(m) = &self.writes.meta {
+            return Ok(Some(Meta::clone(m)));
+        }
+        if let Some(m) = &self.cache.meta {
+            return Ok(m.clone());
+        }
+        self.settle().await;
+        let meta = super::meta::read(&mut self.conn, &self.keys).await?;
+        self.cache.meta = Some(meta.clone());
+        Ok(meta)
     }
     async fn put_meta(&mut self, meta: &Meta) -> R<()> {
-        self.meta = Some(Some(json(meta)?));
+        self.writes.set_meta(meta.clone());
         Ok(())
     }
 
     async fn task(&mut self, pos: u32) -> R<Task> {
-        if let Some((_, v, _)) = self.bulk_tasks.iter().find(|(p, _, _)| *p == pos) {
+        if let Some((_, v, _)) = self.writes.bulk_tasks.iter().find(|(p, _, _)| *p == pos) {
             return parse(v);
+        }
+        if let Some(t) = self.cache.task(pos) {
+            return Ok(t.clone());
         }
         let key = self.keys.tasks();
         let v = self
             .hget(&key, &pos.to_string())
             .await?
             .ok_or_else(|| corrupt(format!("task {pos} missing")))?;
-        parse(&v)
+        let task: Task = parse(&v)?;
+        self.cache.put_task(pos, task.clone());
+        Ok(task)
     }
     async fn put_task(&mut self, pos: u32, task: &Task) -> R<()> {
-        self.bulk_tasks
-            .push((pos, json(task)?, task.id.to_string()));
+        self.writes.push_task(pos, json(task)?, task.id.to_string());
         Ok(())
     }
     async fn tasks(&mut self) -> R<Vec<Task>> {
@@ -438,7 +471,7 @@ impl Tx for RedisTx {
         all.iter().map(|(_, v)| parse(v)).collect()
     }
     async fn task_pos(&mut self, id: &str) -> R<Option<u32>> {
-        if let Some((p, _, _)) = self.bulk_tasks.iter().find(|(_, _, t)| t == id) {
+        if let Some((p, _, _)) = self.writes.bulk_tasks.iter().find(|(_, _, t)| t == id) {
             return Ok(Some(*p));
         }
         let key = self.keys.task_pos();
@@ -459,7 +492,7 @@ impl Tx for RedisTx {
     }
     async fn put_trial(&mut self, id: &str, state: &TrialState) -> R<()> {
         let v = json(state)?;
-        self.hset(self.keys.trials(), id.to_owned(), Some(v));
+        self.writes.hset(self.keys.trials(), id.to_owned(), Some(v));
         Ok(())
     }
     async fn trial_ids(&mut self) -> R<Vec<String>> {
@@ -478,11 +511,12 @@ impl Tx for RedisTx {
     }
     async fn put_lease(&mut self, trial: &str, lease: &Lease) -> R<()> {
         let v = json(lease)?;
-        self.hset(self.keys.leases(), trial.to_owned(), Some(v));
+        self.writes
+            .hset(self.keys.leases(), trial.to_owned(), Some(v));
         Ok(())
     }
     async fn del_lease(&mut self, trial: &str) -> R<()> {
-        self.hset(self.keys.leases(), trial.to_owned(), None);
+        self.writes.hset(self.keys.leases(), trial.to_owned(), None);
         Ok(())
     }
     async fn leases(&mut self) -> R<Vec<(String, Lease)>> {
@@ -495,12 +529,13 @@ impl Tx for RedisTx {
     }
 
     async fn add_deadline(&mut self, at: EpochMs, trial: &str) -> R<()> {
-        self.zadd(self.keys.deadlines(), at as f64, trial.to_owned());
+        self.writes
+            .zadd(self.keys.deadlines(), at as f64, trial.to_owned());
         Ok(())
     }
     async fn del_deadline(&mut self, _at: EpochMs, trial: &str) -> R<()> {
         // One lease per trial, so one deadline per trial: the member alone identifies it.
-        self.zrem(self.keys.deadlines(), trial.to_owned());
+        self.writes.zrem(self.keys.deadlines(), trial.to_owned());
         Ok(())
     }
     async fn deadlines_due(&mut self, before: EpochMs, limit: usize) -> R<Vec<(EpochMs, String)>> {
@@ -508,34 +543,42 @@ impl Tx for RedisTx {
         Ok(self
             .zrange(&key, Some(before as f64), limit)
             .await?
+            .0
             .into_iter()
             .map(|(m, s)| (s as EpochMs, m))
             .collect())
     }
 
     async fn add_ready(&mut self, queue: &Queue, key: u64) -> R<()> {
-        self.zadd(self.keys.ready(queue), key as f64, key.to_string());
-        self.queues_added.insert(queue.clone());
+        self.writes
+            .zadd(self.keys.ready(queue), key as f64, key.to_string());
+        self.writes.add_queue(queue);
         Ok(())
     }
     async fn del_ready(&mut self, queue: &Queue, key: u64) -> R<bool> {
         let k = self.keys.ready(queue);
         let member = key.to_string();
-        let existed = self.zexists(&k, &member).await?;
+        // A ready entry's score is its key.
+        let existed = self.zexists(&k, &member, key as f64).await?;
         if existed {
-            self.zrem(k, member);
+            self.writes.zrem(k, member);
         }
         Ok(existed)
     }
     async fn ready_first(&mut self, queue: &Queue, limit: usize) -> R<Vec<u64>> {
         let k = self.keys.ready(queue);
-        self.zrange(&k, None, limit)
-            .await?
+        let (members, fetched) = self.zrange(&k, None, limit).await?;
+        let keys = members
             .into_iter()
             .map(|(m, _)| m.parse::<u64>().map_err(corrupt))
-            .collect()
+            .collect::<R<Vec<u64>>>()?;
+        if fetched {
+            self.read_ahead_units(queue.unit(), &keys).await?;
+        }
+        Ok(keys)
     }
     async fn queues(&mut self) -> R<Vec<Queue>> {
+        self.settle().await;
         let stored: Vec<String> = redis::cmd("SMEMBERS")
             .arg(self.keys.queues())
             .query_async(&mut self.conn)
@@ -545,17 +588,18 @@ impl Tx for RedisTx {
             .iter()
             .map(|name| name.parse().map_err(corrupt))
             .collect::<R<BTreeSet<Queue>>>()?;
-        all.extend(self.queues_added.iter().cloned());
+        all.extend(self.writes.queues_added.iter().cloned());
         Ok(all.into_iter().collect())
     }
 
     async fn add_delayed(&mut self, at: EpochMs, trial: &str) -> R<()> {
-        self.zadd(self.keys.delayed(), at as f64, trial.to_owned());
+        self.writes
+            .zadd(self.keys.delayed(), at as f64, trial.to_owned());
         Ok(())
     }
     async fn del_delayed(&mut self, _at: EpochMs, trial: &str) -> R<()> {
         // A trial waits in the delayed set at most once.
-        self.zrem(self.keys.delayed(), trial.to_owned());
+        self.writes.zrem(self.keys.delayed(), trial.to_owned());
         Ok(())
     }
     async fn delayed_due(&mut self, now: EpochMs, limit: usize) -> R<Vec<(EpochMs, String)>> {
@@ -563,6 +607,7 @@ impl Tx for RedisTx {
         Ok(self
             .zrange(&key, Some(now as f64), limit)
             .await?
+            .0
             .into_iter()
             .map(|(m, s)| (s as EpochMs, m))
             .collect())
@@ -572,6 +617,7 @@ impl Tx for RedisTx {
         Ok(self
             .zrange(&key, None, 1)
             .await?
+            .0
             .first()
             .map(|(_, s)| *s as EpochMs))
     }
@@ -585,22 +631,23 @@ impl Tx for RedisTx {
     }
     async fn put_token(&mut self, trial: &str, attempt: u32, record: &TokenRecord) -> R<()> {
         let v = json(record)?;
-        self.hset(self.keys.tokens(), token_field(trial, attempt), Some(v));
+        self.writes
+            .hset(self.keys.tokens(), token_field(trial, attempt), Some(v));
         Ok(())
     }
 
     async fn put_row(&mut self, row: &Row) -> R<()> {
         if row.counted {
-            self.scored
-                .push((row.trial_id.to_string(), row.attempt.to_string()));
+            self.writes
+                .push_scored(row.trial_id.to_string(), row.attempt.to_string());
         }
-        self.streams
-            .push((self.keys.results(), stream_id(row.seq), json(row)?));
+        self.writes
+            .push_stream(self.keys.results(), stream_id(row.seq), json(row)?);
         Ok(())
     }
     async fn put_event(&mut self, event: &Event) -> R<()> {
-        self.streams
-            .push((self.keys.events(), stream_id(event.seq), json(event)?));
+        self.writes
+            .push_stream(self.keys.events(), stream_id(event.seq), json(event)?);
         Ok(())
     }
 
@@ -615,7 +662,8 @@ impl Tx for RedisTx {
     }
     async fn put_block(&mut self, name: &str, block: &BlockState) -> R<()> {
         let v = json(block)?;
-        self.hset(self.keys.blocks(), name.to_owned(), Some(v));
+        self.writes
+            .hset(self.keys.blocks(), name.to_owned(), Some(v));
         Ok(())
     }
 }

@@ -1,0 +1,300 @@
+//! What a replica knows of one campaign's committed state at one version: the parsed meta,
+//! hash fields it read or wrote, and the lowest members of sorted sets it scanned.
+//!
+//! A round of operations starts from its campaign's cache if the stored version still equals
+//! the cache's, and hands the cache back, with its own writes applied, once its commit bumped
+//! the version by exactly that commit. Every read the cache answers is therefore a read of the
+//! committed state the round's commit validates, as a read from Redis would be; only the
+//! round trip is saved. A version written by anyone else (another replica, a submit) drops
+//! the whole cache.
+
+use std::cmp::Ordering;
+use std::collections::{BTreeSet, HashMap};
+
+use super::writes::ZOverlay;
+use lanes_common::spec::Task;
+
+use crate::store::model::Meta;
+
+/// Cached entries (fields and zset members) past which a cache is dropped rather than kept.
+const MAX_ENTRIES: usize = 200_000;
+
+/// A score with the total order Redis sorts by.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Score(pub f64);
+
+impl Eq for Score {}
+
+impl PartialOrd for Score {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Score {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.0.total_cmp(&other.0)
+    }
+}
+
+/// How far a scanned sorted set is known, in Redis order (score, then member bytes).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Known {
+    /// Every member with a score up to this one (inclusive; `+inf` is the whole set).
+    Through(f64),
+    /// Every member up to this one (inclusive): a scan that stopped at its limit.
+    Until(Score, String),
+}
+
+impl Known {
+    /// Whether a member at `(score, member)` lies in the known region.
+    pub(crate) fn covers(&self, score: f64, member: &str) -> bool {
+        match self {
+            Known::Through(max) => score <= *max,
+            Known::Until(s, m) => (Score(score), member) <= (*s, m.as_str()),
+        }
+    }
+
+    /// Whether every member with a score up to `max` is known.
+    pub(crate) fn covers_through(&self, max: f64) -> bool {
+        match self {
+            Known::Through(m) => max <= *m,
+            Known::Until(..) => false,
+        }
+    }
+}
+
+/// The lowest members of a sorted set, as committed.
+#[derive(Debug, Clone)]
+pub(crate) struct ZKnown {
+    pub(crate) order: BTreeSet<(Score, String)>,
+    pub(crate) scores: HashMap<String, f64>,
+    pub(crate) known: Known,
+}
+
+impl ZKnown {
+    /// A scan's answer: `members` in order, read up to `known`.
+    pub(crate) fn new(members: Vec<(String, f64)>, known: Known) -> Self {
+        let mut z = Self {
+            order: BTreeSet::new(),
+            scores: HashMap::with_capacity(members.len()),
+            known,
+        };
+        for (m, s) in members {
+            z.order.insert((Score(s), m.clone()));
+            z.scores.insert(m, s);
+        }
+        z
+    }
+
+    /// Whether `member` is in the set, if the cache knows.
+    pub(crate) fn contains(&self, member: &str, score: f64) -> Option<bool> {
+        if self.scores.contains_key(member) {
+            return Some(true);
+        }
+        self.known.covers(score, member).then_some(false)
+    }
+
+    fn remove(&mut self, member: &str) {
+        if let Some(s) = self.scores.remove(member) {
+            self.order.remove(&(Score(s), member.to_owned()));
+        }
+    }
+
+    /// The lowest members with a score up to `max`, at most `limit`, of the committed members
+    /// known here with a transaction's pending changes `over` applied, in Redis order; `None`
+    /// when that needs members nobody read.
+    pub(crate) fn scan(
+        &self,
+        over: Option<&ZOverlay>,
+        max: f64,
+        limit: usize,
+    ) -> Option<Vec<(String, f64)>> {
+        let pending =
+            |m: &str| over.is_some_and(|o| o.removed.contains(m) || o.added.contains_key(m));
+        let mut adds: Vec<(Score, &str)> = over
+            .map(|o| {
+                o.added
+                    .iter()
+                    .filter(|(_, s)| **s <= max)
+                    .map(|(m, s)| (Score(*s), m.as_str()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        adds.sort();
+        let mut adds = adds.into_iter().peekable();
+        let mut committed = self
+            .order
+            .iter()
+            .take_while(|(s, _)| s.0 <= max)
+            .filter(|(_, m)| !pending(m))
+            .map(|(s, m)| (*s, m.as_str()))
+            .peekable();
+        let all = self.known.covers_through(max);
+        let mut out = Vec::new();
+        while out.len() < limit {
+            let next = match (committed.peek(), adds.peek()) {
+                (Some(c), Some(a)) if c <= a => committed.next(),
+                (Some(_), Some(_)) | (None, Some(_)) => adds.next(),
+                (Some(_), None) => committed.next(),
+                (None, None) => break,
+            };
+            let Some((s, m)) = next else { break };
+            // Past the known region, a committed member nobody read may sort before a
+            // pending one.
+            if !all && !self.known.covers(s.0, m) {
+                return None;
+            }
+            out.push((m.to_owned(), s.0));
+        }
+        (all || out.len() >= limit).then_some(out)
+    }
+
+    /// A committed `ZADD`: kept if it lands in the known region.
+    pub(crate) fn add(&mut self, member: String, score: f64) {
+        self.remove(&member);
+        if self.known.covers(score, &member) {
+            self.order.insert((Score(score), member.clone()));
+            self.scores.insert(member, score);
+        }
+    }
+
+    /// A committed `ZREM`.
+    pub(crate) fn rem(&mut self, member: &str) {
+        self.remove(member);
+    }
+}
+
+/// One campaign's committed state at `version`, as far as this replica read or wrote it.
+#[derive(Debug, Default)]
+pub(crate) struct Cache {
+    pub(crate) version: String,
+    /// `None`: not read; `Some(None)`: no campaign.
+    pub(crate) meta: Option<Option<Meta>>,
+    fields: HashMap<String, HashMap<String, Option<Vec<u8>>>>,
+    zsets: HashMap<String, ZKnown>,
+    /// Tasks parsed, by position (a task never changes once written).
+    tasks: HashMap<u32, Task>,
+}
+
+impl Cache {
+    /// An empty cache of the state at `version`.
+    pub(crate) fn at(version: String) -> Self {
+        Self {
+            version,
+            ..Self::default()
+        }
+    }
+
+    /// The cached value of a hash field: `Some(None)` means known absent.
+    pub(crate) fn field(&self, key: &str, field: &str) -> Option<&Option<Vec<u8>>> {
+        self.fields.get(key)?.get(field)
+    }
+
+    pub(crate) fn put_field(&mut self, key: &str, field: String, value: Option<Vec<u8>>) {
+        match self.fields.get_mut(key) {
+            Some(h) => {
+                h.insert(field, value);
+            }
+            None => {
+                self.fields
+                    .insert(key.to_owned(), HashMap::from([(field, value)]));
+            }
+        }
+    }
+
+    pub(crate) fn task(&self, pos: u32) -> Option<&Task> {
+        self.tasks.get(&pos)
+    }
+
+    pub(crate) fn put_task(&mut self, pos: u32, task: Task) {
+        self.tasks.insert(pos, task);
+    }
+
+    pub(crate) fn zset(&self, key: &str) -> Option<&ZKnown> {
+        self.zsets.get(key)
+    }
+
+    pub(crate) fn zset_mut(&mut self, key: &str) -> Option<&mut ZKnown> {
+        self.zsets.get_mut(key)
+    }
+
+    pub(crate) fn put_zset(&mut self, key: String, z: ZKnown) {
+        self.zsets.insert(key, z);
+    }
+
+    /// Whether the cache grew past [`MAX_ENTRIES`] and should be dropped.
+    pub(crate) fn is_large(&self) -> bool {
+        let fields: usize = self.fields.values().map(HashMap::len).sum();
+        let members: usize = self.zsets.values().map(|z| z.scores.len()).sum();
+        fields + members + self.tasks.len() > MAX_ENTRIES
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn z(members: &[(&str, f64)], known: Known) -> ZKnown {
+        ZKnown::new(
+            members.iter().map(|(m, s)| (m.to_string(), *s)).collect(),
+            known,
+        )
+    }
+
+    #[test]
+    fn a_scan_cut_at_its_limit_knows_exactly_its_prefix() {
+        // Redis order: score, then member bytes.
+        let k = z(
+            &[("a", 1.0), ("b", 2.0), ("c", 2.0)],
+            Known::Until(Score(2.0), "c".into()),
+        );
+        assert_eq!(k.contains("b", 2.0), Some(true));
+        assert_eq!(k.contains("bb", 2.0), Some(false), "bb sorts before c");
+        assert_eq!(k.contains("d", 2.0), None, "d sorts after c: unknown");
+        assert_eq!(k.contains("x", 3.0), None);
+        assert!(!k.known.covers_through(2.0));
+    }
+
+    fn names(scan: Option<Vec<(String, f64)>>) -> Option<Vec<String>> {
+        scan.map(|v| v.into_iter().map(|(m, _)| m).collect())
+    }
+
+    #[test]
+    fn a_scan_merges_pending_writes_and_stops_where_knowledge_ends() {
+        let k = z(
+            &[("a", 1.0), ("b", 2.0), ("c", 3.0), ("d", 4.0)],
+            Known::Until(Score(4.0), "d".into()),
+        );
+        let mut over = ZOverlay::default();
+        over.removed.insert("b".into());
+        over.added.insert("c".into(), 0.5);
+        over.added.insert("x".into(), 3.5);
+        over.added.insert("y".into(), 9.0);
+        let scan = |max, limit| names(k.scan(Some(&over), max, limit));
+        let v = |s: &[&str]| Some(s.iter().map(|m| m.to_string()).collect::<Vec<_>>());
+        assert_eq!(scan(f64::INFINITY, 4), v(&["c", "a", "x", "d"]));
+        assert_eq!(
+            scan(3.9, 10),
+            None,
+            "up to 3.9 is known only if d is past it"
+        );
+        assert_eq!(scan(f64::INFINITY, 5), None, "y lies past what was read");
+        assert_eq!(names(k.scan(None, f64::INFINITY, 2)), v(&["a", "b"]));
+        let all = z(&[("a", 1.0)], Known::Through(f64::INFINITY));
+        assert_eq!(names(all.scan(Some(&over), 5.0, 9)), v(&["c", "a", "x"]));
+    }
+
+    #[test]
+    fn committed_writes_keep_only_the_known_region() {
+        let mut k = z(&[("a", 1.0), ("b", 5.0)], Known::Through(5.0));
+        k.add("c".into(), 3.0);
+        k.add("a".into(), 9.0);
+        k.rem("b");
+        let members: Vec<_> = k.order.iter().map(|(s, m)| (s.0, m.as_str())).collect();
+        assert_eq!(members, vec![(3.0, "c")]);
+        assert_eq!(k.contains("a", 9.0), None, "moved past the region: unknown");
+        assert_eq!(k.contains("b", 5.0), Some(false));
+        assert!(k.known.covers_through(5.0));
+    }
+}

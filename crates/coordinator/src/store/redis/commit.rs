@@ -1,0 +1,439 @@
+//! Applies a transaction's write set with one `commit.lua` call: the bulk parts are staged
+//! first under keys of their own, then the script checks the version and the lock, applies
+//! every write and bumps the version, or writes nothing.
+
+use std::collections::HashMap;
+
+use redis::{ErrorKind, ServerErrorKind};
+
+use super::keys::Keys;
+use super::meta::{Part, parts};
+use super::redis_err;
+use super::stats::Conn;
+use super::writes::Writes;
+use crate::store::model::Meta;
+use crate::store::tx::R;
+
+/// More pending additions than this to one sorted set are staged in chunks before the commit.
+const STAGE_ABOVE: usize = 1000;
+/// Fields or members per chunked write.
+const CHUNK: usize = 5000;
+/// Staging keys expire on their own if the process that wrote them dies before its commit.
+const STAGING_TTL_MS: u64 = 3_600_000;
+
+/// What `commit` did.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Committed {
+    Yes {
+        /// Whether the script wrote (and bumped the version).
+        wrote: bool,
+        /// Whether bulk writes were merged from staging keys (unseen by any cache).
+        staged: bool,
+        /// The version after the commit.
+        version: String,
+    },
+    /// Another operation committed first, or holds the lock: run the operation again.
+    Conflict,
+}
+
+/// A process-unique value for staging keys and lock tokens.
+pub(crate) fn nonce() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
+    h.finish()
+}
+
+/// Best-effort removal of staging keys an attempt will not commit; their expiry is the
+/// backstop when this fails too.
+async fn drop_staging(conn: &mut Conn, keys: Vec<String>) {
+    if keys.is_empty() {
+        return;
+    }
+    let _ = redis::cmd("DEL").arg(&keys).query_async::<()>(conn).await;
+}
+
+/// A field write of a hash: its name and value (`None` deletes it).
+type FieldWrite<'a> = (&'a String, Option<&'a [u8]>);
+
+/// An argument of the script call: borrowed from the write set, or made here.
+enum Arg<'a> {
+    Ref(&'a [u8]),
+    Own(Vec<u8>),
+}
+
+/// The script call being built: its keys (each named once, referred to by index) and
+/// arguments, written into the command without copying the write set's values twice.
+struct Call<'a> {
+    keys: Vec<String>,
+    index: HashMap<String, usize>,
+    args: Vec<Arg<'a>>,
+    ops: usize,
+}
+
+impl<'a> Call<'a> {
+    fn new(keys: &Keys, version: &'a str, lock_token: &'a str) -> Self {
+        Self {
+            keys: vec![keys.version(), keys.lock()],
+            index: HashMap::new(),
+            args: vec![
+                Arg::Ref(version.as_bytes()),
+                Arg::Ref(lock_token.as_bytes()),
+            ],
+            ops: 0,
+        }
+    }
+
+    /// The 1-based index of `key` in KEYS.
+    fn key(&mut self, key: &str) -> usize {
+        if let Some(ix) = self.index.get(key) {
+            return *ix;
+        }
+        self.keys.push(key.to_owned());
+        self.index.insert(key.to_owned(), self.keys.len());
+        self.keys.len()
+    }
+
+    /// An op: its code, its key's index, its item count if it takes several, its arguments.
+    fn op(
+        &mut self,
+        code: &'static str,
+        key: &str,
+        count: Option<usize>,
+        items: impl IntoIterator<Item = Arg<'a>>,
+    ) {
+        let ix = self.key(key);
+        self.ops += 1;
+        self.args.push(Arg::Ref(code.as_bytes()));
+        self.args.push(Arg::Own(ix.to_string().into_bytes()));
+        if let Some(n) = count {
+            self.args.push(Arg::Own(n.to_string().into_bytes()));
+        }
+        self.args.extend(items);
+    }
+
+    fn command(&self, script: &redis::Script) -> redis::Cmd {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(script.get_hash()).arg(self.keys.len());
+        for k in &self.keys {
+            cmd.arg(k);
+        }
+        for a in &self.args {
+            match a {
+                Arg::Ref(b) => cmd.arg(*b),
+                Arg::Own(v) => cmd.arg(v.as_slice()),
+            };
+        }
+        cmd
+    }
+}
+
+/// Staging keys written before a commit, and the keys they merge into.
+#[derive(Default)]
+struct Staging {
+    /// (hash, staging hash) pairs: a large submit's tasks and task positions.
+    hashes: Vec<(String, String)>,
+    /// Sorted set -> its staging set, for more than [`STAGE_ABOVE`] additions.
+    zsets: HashMap<String, String>,
+}
+
+impl Staging {
+    fn keys(&self) -> Vec<String> {
+        self.hashes
+            .iter()
+            .map(|(_, s)| s.clone())
+            .chain(self.zsets.values().cloned())
+            .collect()
+    }
+}
+
+/// Whether a write set has bulk parts to stage before its script call.
+fn needs_staging(writes: &Writes) -> bool {
+    !writes.bulk_tasks.is_empty() || writes.zsets.values().any(|z| z.added.len() > STAGE_ABOVE)
+}
+
+/// Writes the bulk parts to staging keys. Bulk task writes go to staging hashes of their own,
+/// which only the commit script merges: a conflicting attempt, or a concurrent submit of the
+/// same id, never sees them, and a retry reads only committed tasks.
+async fn stage(conn: &mut Conn, keys: &Keys, writes: &Writes) -> R<Staging> {
+    let nonce = nonce();
+    let mut staging = Staging::default();
+    if !writes.bulk_tasks.is_empty() {
+        let tasks_stage = format!("{}:staging:{nonce}", keys.tasks());
+        let pos_stage = format!("{}:staging:{nonce}", keys.task_pos());
+        staging.hashes.push((keys.tasks(), tasks_stage.clone()));
+        staging.hashes.push((keys.task_pos(), pos_stage.clone()));
+        for chunk in writes.bulk_tasks.chunks(CHUNK) {
+            let mut pipe = redis::pipe();
+            let mut tasks = redis::cmd("HSET");
+            tasks.arg(&tasks_stage);
+            let mut pos = redis::cmd("HSET");
+            pos.arg(&pos_stage);
+            for (p, v, id) in chunk {
+                tasks.arg(p).arg(v.as_slice());
+                pos.arg(id).arg(p);
+            }
+            pipe.add_command(tasks).ignore().add_command(pos).ignore();
+            for k in [&tasks_stage, &pos_stage] {
+                pipe.cmd("PEXPIRE").arg(k).arg(STAGING_TTL_MS).ignore();
+            }
+            if let Err(e) = pipe.query_async::<()>(conn).await {
+                drop_staging(conn, staging.keys()).await;
+                return Err(redis_err(e));
+            }
+        }
+    }
+    for (key, z) in &writes.zsets {
+        if z.added.len() <= STAGE_ABOVE {
+            continue;
+        }
+        let stage = format!("{key}:staging:{nonce}");
+        staging.zsets.insert(key.clone(), stage.clone());
+        let added: Vec<_> = z.added.iter().collect();
+        for chunk in added.chunks(CHUNK) {
+            let mut pipe = redis::pipe();
+            let mut cmd = redis::cmd("ZADD");
+            cmd.arg(&stage);
+            for (m, s) in chunk {
+                cmd.arg(**s).arg(m.as_str());
+            }
+            pipe.add_command(cmd).ignore();
+            pipe.cmd("PEXPIRE").arg(&stage).arg(STAGING_TTL_MS).ignore();
+            if let Err(e) = pipe.query_async::<()>(conn).await {
+                drop_staging(conn, staging.keys()).await;
+                return Err(redis_err(e));
+            }
+        }
+    }
+    Ok(staging)
+}
+
+/// A script call built and ready to send.
+pub(crate) struct Prepared {
+    cmd: redis::Cmd,
+    /// Whether it writes anything.
+    pub(crate) wrote: bool,
+}
+
+/// Builds the script call of a write set whose bulk parts (if any) are in `staging`.
+fn build(
+    keys: &Keys,
+    script: &redis::Script,
+    version: &str,
+    lock_token: &str,
+    writes: &Writes,
+    committed: Option<&Meta>,
+    staging: &Staging,
+) -> R<Prepared> {
+    let meta_parts = match &writes.meta {
+        Some(meta) => parts(keys, committed, meta)?,
+        None => Vec::new(),
+    };
+    let mut call = Call::new(keys, version, lock_token);
+    // First scored wins: checked before anything else is written. The first counted row of
+    // a trial wins within the write set too (the engine never writes two).
+    if !writes.scored.is_empty() {
+        let mut seen = std::collections::HashSet::new();
+        let first: Vec<&(String, String)> = writes
+            .scored
+            .iter()
+            .filter(|(t, _)| seen.insert(t.as_str()))
+            .collect();
+        let items = first
+            .iter()
+            .map(|(t, _)| Arg::Ref(t.as_bytes()))
+            .chain(first.iter().map(|(_, a)| Arg::Ref(a.as_bytes())));
+        call.op("F", &keys.scored(), Some(first.len()), items);
+    }
+    let seen_key = keys.seen();
+    let mut seen: Vec<FieldWrite<'_>> = Vec::new();
+    // `seen` values as text, kept here so the call can borrow them.
+    let seen_at: Vec<Option<Vec<u8>>> = meta_parts
+        .iter()
+        .map(|p| match p {
+            Part::Seen(_, Some(at)) => Some(at.to_string().into_bytes()),
+            _ => None,
+        })
+        .collect();
+    for (i, part) in meta_parts.iter().enumerate() {
+        match part {
+            Part::Set(key, v) => call.op("S", key, None, [Arg::Ref(v)]),
+            Part::List { key, append, keep } => {
+                let items = std::iter::once(Arg::Own(keep.to_string().into_bytes()))
+                    .chain(std::iter::once(Arg::Own(
+                        append.len().to_string().into_bytes(),
+                    )))
+                    .chain(append.iter().map(|v| Arg::Own(v.to_string().into_bytes())));
+                call.op("L", key, None, items);
+            }
+            Part::Seen(lane, _) => seen.push((lane, seen_at[i].as_deref())),
+        }
+    }
+    let mut hashes: Vec<(&String, Vec<FieldWrite<'_>>)> = writes
+        .hashes
+        .iter()
+        .map(|(k, fields)| {
+            let fields = fields.iter().map(|(f, v)| (f, v.as_deref())).collect();
+            (k, fields)
+        })
+        .collect();
+    if !seen.is_empty() {
+        hashes.push((&seen_key, seen));
+    }
+    hashes.sort_by(|a, b| a.0.cmp(b.0));
+    for (key, mut fields) in hashes {
+        fields.sort_by(|a, b| a.0.cmp(b.0));
+        let set: Vec<_> = fields
+            .iter()
+            .filter_map(|(f, v)| Some((*f, (*v)?)))
+            .collect();
+        if !set.is_empty() {
+            let items = set
+                .iter()
+                .flat_map(|(f, v)| [Arg::Ref(f.as_bytes()), Arg::Ref(v)]);
+            call.op("H", key, Some(set.len()), items);
+        }
+        let del: Vec<_> = fields.iter().filter(|(_, v)| v.is_none()).collect();
+        if !del.is_empty() {
+            let items = del.iter().map(|(f, _)| Arg::Ref(f.as_bytes()));
+            call.op("h", key, Some(del.len()), items);
+        }
+    }
+    for (key, stage) in &staging.hashes {
+        let sx = call.key(stage);
+        call.op("M", key, None, [Arg::Own(sx.to_string().into_bytes())]);
+    }
+    let mut zsets: Vec<_> = writes.zsets.iter().collect();
+    zsets.sort_by(|a, b| a.0.cmp(b.0));
+    for (key, z) in zsets {
+        if !z.removed.is_empty() {
+            let mut removed: Vec<_> = z.removed.iter().collect();
+            removed.sort();
+            let n = removed.len();
+            call.op(
+                "z",
+                key,
+                Some(n),
+                removed.into_iter().map(|m| Arg::Ref(m.as_bytes())),
+            );
+        }
+        if let Some(stage) = staging.zsets.get(key) {
+            let sx = call.key(stage);
+            call.op("U", key, None, [Arg::Own(sx.to_string().into_bytes())]);
+        } else if !z.added.is_empty() {
+            let mut added: Vec<_> = z.added.iter().collect();
+            added.sort_by(|a, b| a.0.cmp(b.0));
+            let n = added.len();
+            let items = added
+                .into_iter()
+                .flat_map(|(m, s)| [Arg::Own(s.to_string().into_bytes()), Arg::Ref(m.as_bytes())]);
+            call.op("Z", key, Some(n), items);
+        }
+    }
+    if !writes.queues_added.is_empty() {
+        let names = writes
+            .queues_added
+            .iter()
+            .map(|q| Arg::Own(q.to_string().into_bytes()));
+        call.op("A", &keys.queues(), Some(writes.queues_added.len()), names);
+    }
+    for (key, id, v) in &writes.streams {
+        call.op("X", key, None, [Arg::Ref(id.as_bytes()), Arg::Ref(v)]);
+    }
+    let wrote = call.ops > 0;
+    Ok(Prepared {
+        cmd: call.command(script),
+        wrote,
+    })
+}
+
+/// Builds the script call of a write set with nothing to stage; `None` if it has bulk parts
+/// (then it commits through [`commit`]).
+pub(crate) fn prepare(
+    keys: &Keys,
+    script: &redis::Script,
+    version: &str,
+    lock_token: &str,
+    writes: &Writes,
+    committed: Option<&Meta>,
+) -> R<Option<Prepared>> {
+    if needs_staging(writes) {
+        return Ok(None);
+    }
+    build(
+        keys,
+        script,
+        version,
+        lock_token,
+        writes,
+        committed,
+        &Staging::default(),
+    )
+    .map(Some)
+}
+
+/// Sends a prepared script call (loading the script again if the server lost it).
+pub(crate) async fn send(
+    conn: &mut Conn,
+    script: &redis::Script,
+    prepared: &Prepared,
+) -> R<Committed> {
+    let mut answer = prepared.cmd.query_async::<i64>(conn).await;
+    if matches!(&answer, Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)) {
+        // The server lost its scripts (a restart, SCRIPT FLUSH): load it and call again.
+        answer = match script.load_async(conn).await {
+            Ok(_) => prepared.cmd.query_async::<i64>(conn).await,
+            Err(e) => Err(e),
+        };
+    }
+    match answer.map_err(redis_err)? {
+        v if v >= 0 => Ok(Committed::Yes {
+            wrote: prepared.wrote,
+            staged: false,
+            version: v.to_string(),
+        }),
+        _ => Ok(Committed::Conflict),
+    }
+}
+
+/// Stages the bulk parts, then applies everything with one script call. `committed` is the
+/// meta as stored at `version` (`None`: not read, or no campaign), against which a meta write
+/// becomes part writes.
+pub(crate) async fn commit(
+    conn: &mut Conn,
+    keys: &Keys,
+    script: &redis::Script,
+    version: &str,
+    lock_token: &str,
+    writes: &Writes,
+    committed: Option<&Meta>,
+) -> R<Committed> {
+    let staging = stage(conn, keys, writes).await?;
+    let staged = staging.keys();
+    let answer = match build(
+        keys, script, version, lock_token, writes, committed, &staging,
+    ) {
+        Ok(prepared) => send(conn, script, &prepared).await,
+        Err(e) => Err(e),
+    };
+    // The script merges and deletes staging keys only when it commits.
+    match answer {
+        Ok(Committed::Yes { wrote, version, .. }) => Ok(Committed::Yes {
+            wrote,
+            staged: !staged.is_empty(),
+            version,
+        }),
+        other => {
+            drop_staging(conn, staged).await;
+            other
+        }
+    }
+}

@@ -1,0 +1,111 @@
+//! Counters of what the Redis backend sends and how often its commits conflict, so the cost of
+//! an operation can be measured (the store bench prints them) rather than guessed.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use redis::aio::{ConnectionLike, ConnectionManager};
+use redis::{Cmd, Pipeline, RedisFuture, Value};
+
+/// A snapshot of a store's counters since it connected.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RedisStats {
+    /// Requests that waited for a reply: a command, or a whole pipeline.
+    pub round_trips: u64,
+    /// Commands sent, a pipeline counting each of its commands.
+    pub commands: u64,
+    /// Store operations run through a transaction.
+    pub ops: u64,
+    /// Transactions begun (an operation runs one more per conflict).
+    pub attempts: u64,
+    /// Commits refused because another operation committed first, or held the lock.
+    pub conflicts: u64,
+    /// Times an operation had to wait for the campaign lock.
+    pub lock_waits: u64,
+    /// Commit scripts that wrote something.
+    pub writes: u64,
+}
+
+impl RedisStats {
+    /// The counters of `self` minus those of an earlier snapshot.
+    pub fn since(&self, earlier: &RedisStats) -> RedisStats {
+        RedisStats {
+            round_trips: self.round_trips - earlier.round_trips,
+            commands: self.commands - earlier.commands,
+            ops: self.ops - earlier.ops,
+            attempts: self.attempts - earlier.attempts,
+            conflicts: self.conflicts - earlier.conflicts,
+            lock_waits: self.lock_waits - earlier.lock_waits,
+            writes: self.writes - earlier.writes,
+        }
+    }
+}
+
+/// The live counters, shared by every clone of a store and its connections.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    round_trips: AtomicU64,
+    commands: AtomicU64,
+    pub(crate) ops: AtomicU64,
+    pub(crate) attempts: AtomicU64,
+    pub(crate) conflicts: AtomicU64,
+    pub(crate) lock_waits: AtomicU64,
+    pub(crate) writes: AtomicU64,
+}
+
+impl Counters {
+    pub(crate) fn bump(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn snapshot(&self) -> RedisStats {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        RedisStats {
+            round_trips: get(&self.round_trips),
+            commands: get(&self.commands),
+            ops: get(&self.ops),
+            attempts: get(&self.attempts),
+            conflicts: get(&self.conflicts),
+            lock_waits: get(&self.lock_waits),
+            writes: get(&self.writes),
+        }
+    }
+}
+
+/// A `ConnectionManager` that counts the requests sent through it.
+#[derive(Clone)]
+pub(crate) struct Conn {
+    inner: ConnectionManager,
+    counters: Arc<Counters>,
+}
+
+impl Conn {
+    pub(crate) fn new(inner: ConnectionManager, counters: Arc<Counters>) -> Self {
+        Self { inner, counters }
+    }
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        Counters::bump(&self.counters.round_trips);
+        Counters::bump(&self.counters.commands);
+        self.inner.req_packed_command(cmd)
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        Counters::bump(&self.counters.round_trips);
+        self.counters
+            .commands
+            .fetch_add(pipeline.len() as u64, Ordering::Relaxed);
+        self.inner.req_packed_commands(pipeline, offset, count)
+    }
+
+    fn get_db(&self) -> i64 {
+        self.inner.get_db()
+    }
+}

@@ -1,0 +1,207 @@
+//! The Redis store's hot path: what rounds, the replica cache and the conflict domains promise,
+//! checked on a real `redis-server` with one or two replicas (`RedisStore`s) on it.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use lanes_common::ids::CampaignId;
+use lanes_common::row::Status;
+use lanes_common::state::CampaignState;
+use lanes_coordinator::store::{ClaimOutcome, RedisOptions, RedisStore, Store};
+use support::*;
+
+async fn replica(h: &Harness) -> RedisStore {
+    let url = h.redis.as_ref().expect("a redis harness").url();
+    RedisStore::connect(&url, RedisOptions::default())
+        .await
+        .expect("connect a replica")
+}
+
+/// Each lane claims one trial and completes it with a score, `cycles` times (or until no
+/// work is left); answers how many it completed.
+async fn lane(
+    store: Arc<dyn Store>,
+    c: CampaignId,
+    name: String,
+    now: i64,
+    cycles: usize,
+) -> usize {
+    let mut done = 0;
+    for _ in 0..cycles {
+        let a = match store
+            .claim(&c, request(&name, "h", 1), now)
+            .await
+            .expect("claim")
+        {
+            ClaimOutcome::Assigned(a) => a,
+            ClaimOutcome::NoWork { .. } => break,
+        };
+        let t = &a[0].trials[0].token;
+        let ack = store
+            .complete(&c, scored(t, &name, "h", Status::Completed, 1.0), now)
+            .await
+            .expect("complete");
+        assert!(ack.counted, "{t}: {ack:?}");
+        done += 1;
+    }
+    done
+}
+
+/// One replica's concurrent claims and completions share rounds: none of them ever conflicts
+/// with another (before rounds, each bumped the campaign version and most of them conflicted
+/// and queued on the campaign lock).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_replicas_concurrent_operations_never_conflict() {
+    let h = Harness::redis().await;
+    let c = cid("rounds");
+    h.submit(campaign(
+        "rounds",
+        &[("a", "pa")],
+        128,
+        "pairing = \"none\"",
+        "",
+    ))
+    .await;
+    let store = replica(&h).await;
+    let before = store.stats();
+    let shared: Arc<dyn Store> = Arc::new(store.clone());
+    let lanes: Vec<_> = (0..32)
+        .map(|i| tokio::spawn(lane(shared.clone(), c.clone(), format!("l{i}"), h.now(), 4)))
+        .collect();
+    let mut done = 0;
+    for l in lanes {
+        done += l.await.expect("a lane");
+    }
+    assert_eq!(done, 128);
+    let stats = store.stats().since(&before);
+    assert_eq!(stats.conflicts, 0, "{stats:?}");
+    assert_eq!(stats.lock_waits, 0, "{stats:?}");
+    let st = h.store.status(&c, h.now()).await.unwrap();
+    assert_eq!((st.state, st.trials_counted), (CampaignState::Done, 128));
+}
+
+/// Two replicas on one Redis, each with its own cache of the campaign, claim and complete
+/// concurrently: each commit of one invalidates the other's cache, so no trial is leased
+/// twice, every trial gets exactly one counted row at attempt 1, and the campaign is done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_replicas_lease_each_trial_once() {
+    let h = Harness::redis().await;
+    let c = cid("replicas");
+    h.submit(campaign(
+        "replicas",
+        &[("a", "pa"), ("b", "pb")],
+        48,
+        "pairing = \"none\"",
+        "",
+    ))
+    .await;
+    let a: Arc<dyn Store> = Arc::new(replica(&h).await);
+    let b: Arc<dyn Store> = Arc::new(replica(&h).await);
+    let mut lanes = Vec::new();
+    for i in 0..16 {
+        let store = if i % 2 == 0 { a.clone() } else { b.clone() };
+        lanes.push(tokio::spawn(lane(
+            store,
+            c.clone(),
+            format!("l{i}"),
+            h.now(),
+            1000,
+        )));
+    }
+    let mut done = 0;
+    for l in lanes {
+        done += l.await.expect("a lane");
+    }
+    assert_eq!(done, 96);
+    let mut per_trial: BTreeMap<String, Vec<(u32, bool)>> = BTreeMap::new();
+    for r in h.rows(&c).await {
+        per_trial
+            .entry(r.trial_id.to_string())
+            .or_default()
+            .push((r.attempt, r.counted));
+    }
+    assert_eq!(per_trial.len(), 96);
+    for (trial, rows) in &per_trial {
+        assert_eq!(rows, &vec![(1, true)], "{trial}");
+    }
+    let st = h.store.status(&c, h.now()).await.unwrap();
+    assert_eq!((st.state, st.trials_counted), (CampaignState::Done, 96));
+}
+
+/// The commit script checks first scored wins itself, before it writes anything: a counted
+/// row for a trial whose `scored` field exists already (here written behind the store's
+/// back) fails the whole commit, and nothing of it is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_never_writes_a_second_first_score() {
+    let h = Harness::redis().await;
+    let c = cid("first");
+    h.submit(campaign(
+        "first",
+        &[("a", "pa")],
+        2,
+        "pairing = \"none\"",
+        "",
+    ))
+    .await;
+    let t = h.claim_tokens(&c, "l", "h").await.remove(0);
+    let server = h.redis.as_ref().expect("a redis harness");
+    let key = "lanes:{c:first}:scored";
+    assert_eq!(
+        server.command(&["HSET", key, t.trial_id.as_str(), "7"]),
+        ":1"
+    );
+    let version = server.command(&["GET", "lanes:{c:first}:ver"]);
+    let err = h
+        .store
+        .complete(&c, scored(&t, "l", "h", Status::Completed, 1.0), h.now())
+        .await
+        .expect_err("a second first score");
+    assert!(err.to_string().contains("scored already set"), "{err}");
+    assert!(h.rows(&c).await.is_empty());
+    assert_eq!(server.command(&["GET", "lanes:{c:first}:ver"]), version);
+    assert_eq!(server.command(&["HGET", key, t.trial_id.as_str()]), "7");
+}
+
+/// A renewal that only extends a lease (same phase, its lane seen less than half a TTL ago)
+/// writes nothing campaign-wide: neither the meta nor the lanes seen change, only the lease
+/// and its deadline. Before, every renewal rewrote the meta with the lane's last-seen time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_that_only_extends_a_lease_writes_nothing_campaign_wide() {
+    let h = Harness::redis().await;
+    let c = cid("renew");
+    h.submit(campaign(
+        "renew",
+        &[("a", "pa")],
+        2,
+        "pairing = \"none\"\nlease_ttl_s = 60",
+        "",
+    ))
+    .await;
+    let t = h.claim_tokens(&c, "l", "h").await.remove(0);
+    h.advance_s(5);
+    assert_eq!(
+        h.renew(&c, &t, lanes_common::row::Phase::Agent).await,
+        lanes_coordinator::store::RenewState::Renewed
+    );
+    let server = h.redis.as_ref().expect("a redis harness");
+    let meta = || server.command(&["GET", "lanes:{c:renew}:meta"]);
+    let seen = || server.command(&["HGET", "lanes:{c:renew}:seen", "l"]);
+    let (meta0, seen0) = (meta(), seen());
+    assert_eq!(
+        seen0,
+        T0.to_string(),
+        "seen at the claim, and not stale since"
+    );
+    for _ in 0..3 {
+        h.advance_s(5);
+        assert_eq!(
+            h.renew(&c, &t, lanes_common::row::Phase::Agent).await,
+            lanes_coordinator::store::RenewState::Renewed
+        );
+    }
+    assert_eq!((meta(), seen()), (meta0, seen0));
+    let st = h.store.status(&c, h.now()).await.unwrap();
+    assert_eq!(st.in_flight[0].deadline_ms, T0 + 20_000 + 60_000);
+}
