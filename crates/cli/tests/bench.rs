@@ -184,6 +184,47 @@ fn embedded_bench_runs_every_trial_through_a_child_coordinator() {
 }
 
 #[test]
+fn real_workers_run_every_trial_end_to_end_and_none_outlives_the_bench() {
+    let (status, v) = run_json(&[
+        "--embedded",
+        "--workers",
+        "2",
+        "--lanes",
+        "4",
+        "--trials",
+        "40",
+        "--json",
+        "--duration",
+        "250",
+    ]);
+    assert!(status.success(), "{status}: {v:#}");
+    assert_eq!(v["ending"], "done", "{v:#}");
+    assert_eq!(f(&v, &["trials_final"]), 40.0, "{v:#}");
+    assert_eq!(f(&v, &["trials_counted"]), 40.0, "{v:#}");
+    // Every row is an attempt; the sim driver injects no fault, so one each.
+    assert_eq!(f(&v, &["attempts"]), 40.0, "{v:#}");
+    assert_eq!(f(&v, &["sessions"]), 2.0);
+    assert_eq!(f(&v, &["workers", "count"]), 2.0);
+    assert!(f(&v, &["workers", "cpu_s"]) > 0.0, "{v:#}");
+    // Real workers measure no claim latency, and the report does not pretend they did.
+    assert_eq!(f(&v, &["claim", "count"]), 0.0, "{v:#}");
+    let summary = v["summary"].as_str().unwrap();
+    assert!(
+        summary.starts_with("lanes bench: embedded, 4 lanes in 2 workers, 40 trials: ")
+            && !summary.contains("claim p99"),
+        "{summary}"
+    );
+    coordinator_is_gone(&v);
+    for pid in v["workers"]["pids"].as_array().unwrap() {
+        let pid = pid.as_u64().unwrap();
+        assert!(
+            !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+            "worker {pid} outlived the bench"
+        );
+    }
+}
+
+#[test]
 fn redis_bench_measures_memory_per_trial_and_the_lua_ceiling_and_cleans_up() {
     let redis = RedisServer::start();
     let url = redis.url();

@@ -46,6 +46,8 @@ pub(crate) struct CoordinatorProc {
     pub(crate) url: String,
     pub(crate) client_token: String,
     pub(crate) lane_token: String,
+    /// The lane token's 0600 file, for real workers (`--workers`).
+    pub(crate) lane_token_file: PathBuf,
     log: Arc<Mutex<VecDeque<String>>>,
     /// Token files and the embedded store; removed after the child is killed.
     _dir: tempfile::TempDir,
@@ -141,6 +143,7 @@ impl CoordinatorProc {
             url: String::new(),
             client_token,
             lane_token,
+            lane_token_file: lane_file,
             log,
             _dir: dir,
         };
@@ -177,18 +180,7 @@ impl CoordinatorProc {
 
     /// Its CPU time and memory now.
     pub(crate) fn usage(&self) -> anyhow::Result<ProcUsage> {
-        let pid = self.pid();
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .with_context(|| format!("cannot read /proc/{pid}/stat"))?;
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
-            .with_context(|| format!("cannot read /proc/{pid}/status"))?;
-        let ticks = cpu_ticks(&stat).context("cannot parse /proc/<pid>/stat")?;
-        let kb = |field| status_kb(&status, field).with_context(|| format!("no {field}"));
-        Ok(ProcUsage {
-            cpu: Duration::from_secs_f64(ticks as f64 / ticks_per_second() as f64),
-            rss: kb("VmRSS")? * 1024,
-            peak_rss: kb("VmHWM")? * 1024,
-        })
+        proc_usage(self.pid())
     }
 
     /// Kills the child and reaps it.
@@ -202,6 +194,21 @@ impl Drop for CoordinatorProc {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// CPU time and memory of process `pid` now, from `/proc`.
+pub(crate) fn proc_usage(pid: u32) -> anyhow::Result<ProcUsage> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .with_context(|| format!("cannot read /proc/{pid}/stat"))?;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .with_context(|| format!("cannot read /proc/{pid}/status"))?;
+    let ticks = cpu_ticks(&stat).context("cannot parse /proc/<pid>/stat")?;
+    let kb = |field| status_kb(&status, field).with_context(|| format!("no {field}"));
+    Ok(ProcUsage {
+        cpu: Duration::from_secs_f64(ticks as f64 / ticks_per_second() as f64),
+        rss: kb("VmRSS")? * 1024,
+        peak_rss: kb("VmHWM")? * 1024,
+    })
 }
 
 /// The kernel's clock ticks per second (`utime` and `stime` count them).

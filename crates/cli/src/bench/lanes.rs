@@ -1,8 +1,9 @@
 //! The simulated lanes: real `LaneService.Session` streams, with no driver behind them. A
 //! session stands for one worker and carries up to `lanes_per_session` lanes, as a real
-//! worker's does. Each lane loops: a work request (one credit), the assignment, one
-//! heartbeat renewing its lease (with the lease secret), then a passing outcome per trial,
-//! until the campaign has no more work or the bench stops it.
+//! worker's does. Each lane loops: a work request (one credit), the assignment, a heartbeat
+//! renewing its lease (with the lease secret), and with `--agent-s` one every second until
+//! that time has passed, then a passing outcome per trial, until the campaign has no more
+//! work or the bench stops it.
 //!
 //! A session's answers are routed back to its lanes: assignments and "no work" name their
 //! lane (the coordinator answers claims concurrently), while heartbeats and outcomes are
@@ -27,6 +28,8 @@ use super::stats::Latencies;
 
 /// How long a lane waits for any one answer before it gives up.
 const ANSWER: Duration = Duration::from_secs(30);
+/// How often a lane holding a lease renews it, as a worker's heartbeat does.
+const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
 /// The longest a lane honours a "no work, retry after" hint: the tail of a campaign must not
 /// sit idle while the last attempts finish.
 const MAX_RETRY_AFTER: Duration = Duration::from_millis(250);
@@ -71,6 +74,9 @@ pub(crate) struct LanePlan {
     pub(crate) campaign: String,
     pub(crate) lanes: u32,
     pub(crate) lanes_per_session: u32,
+    /// How long each lane holds an assignment before its outcome, renewing its lease every
+    /// second meanwhile (an agent at work). Zero: one renewal, then the outcome at once.
+    pub(crate) agent: Duration,
 }
 
 impl LanePlan {
@@ -229,12 +235,18 @@ pub(crate) async fn start(
         let n = plan.lanes_per_session.min(plan.lanes - next_lane);
         let session = Session::open(plan, &format!("bench-{s}"), n).await?;
         for _ in 0..n {
+            // Lanes that hold their work for a while start spread over that while, as a
+            // fleet in its steady state is, rather than all claiming in the same instant.
+            let delay = plan
+                .agent
+                .mul_f64(f64::from(next_lane) / f64::from(plan.lanes));
             let lane = format!("lane-{next_lane}");
             next_lane += 1;
             lanes.spawn(run_lane(
                 session.clone(),
                 lane,
                 plan.campaign.clone(),
+                (delay, plan.agent),
                 stats.clone(),
                 stop.clone(),
             ));
@@ -247,10 +259,15 @@ async fn run_lane(
     session: Arc<Session>,
     lane: String,
     campaign: String,
+    (delay, agent): (Duration, Duration),
     stats: Arc<Mutex<LaneStats>>,
     mut stop: watch::Receiver<bool>,
 ) {
-    if let Err(e) = lane_loop(&session, &lane, &campaign, &stats, &mut stop).await {
+    tokio::select! {
+        _ = tokio::time::sleep(delay) => {}
+        _ = stop.changed() => return,
+    }
+    if let Err(e) = lane_loop(&session, &lane, &campaign, agent, &stats, &mut stop).await {
         stats.lock().expect("stats").error(e);
     }
 }
@@ -259,6 +276,7 @@ async fn lane_loop(
     session: &Session,
     lane: &str,
     campaign: &str,
+    agent: Duration,
     stats: &Mutex<LaneStats>,
     stop: &mut watch::Receiver<bool>,
 ) -> Result<(), String> {
@@ -294,20 +312,18 @@ async fn lane_loop(
             }
             other => return Err(format!("expected an assignment, got {other:?}")),
         };
-        attempt(session, lane, campaign, &a, stats).await?;
+        attempt(session, lane, campaign, &a, agent, stats, stop).await?;
     }
     Ok(())
 }
 
-/// One assignment: renew every lease once, then a passing outcome for each trial.
-async fn attempt(
+/// One heartbeat renewing `tokens`.
+async fn renew(
     session: &Session,
-    lane: &str,
     campaign: &str,
-    a: &pb::Assignment,
+    tokens: &[pb::Token],
     stats: &Mutex<LaneStats>,
 ) -> Result<(), String> {
-    let tokens: Vec<pb::Token> = a.trials.iter().filter_map(|t| t.token.clone()).collect();
     let t1 = Instant::now();
     let heartbeat = pb::Heartbeat {
         tokens: tokens
@@ -333,6 +349,33 @@ async fn attempt(
                 .count() as u64;
         }
         other => return Err(format!("expected a heartbeat ack, got {other:?}")),
+    }
+    Ok(())
+}
+
+/// One assignment: renew every lease once, and then every second until `agent` has passed
+/// (or the bench stops), then a passing outcome for each trial.
+async fn attempt(
+    session: &Session,
+    lane: &str,
+    campaign: &str,
+    a: &pb::Assignment,
+    agent: Duration,
+    stats: &Mutex<LaneStats>,
+    stop: &mut watch::Receiver<bool>,
+) -> Result<(), String> {
+    let until = Instant::now() + agent;
+    let tokens: Vec<pb::Token> = a.trials.iter().filter_map(|t| t.token.clone()).collect();
+    loop {
+        renew(session, campaign, &tokens, stats).await?;
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() || *stop.borrow() {
+            break;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(left.min(HEARTBEAT_EVERY)) => {}
+            _ = stop.changed() => {}
+        }
     }
     for token in tokens {
         let outcome = pb::Outcome {

@@ -10,6 +10,7 @@ mod coordinator_proc;
 mod lanes;
 mod report;
 mod stats;
+mod workers;
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -27,6 +28,7 @@ use crate::exit::Code;
 use coordinator_proc::{CoordinatorProc, StoreTarget};
 use lanes::{LanePlan, LaneStats};
 use report::{CoordinatorFigures, Ending, Report, StoreKind};
+use workers::{WorkerFigures, WorkerPlan, WorkerProcs};
 
 /// How long each ceiling runs.
 const CEILING_RUN: Duration = Duration::from_secs(2);
@@ -34,6 +36,10 @@ const CEILING_RUN: Duration = Duration::from_secs(2);
 const MAX_CEILING_CONNECTIONS: u32 = 256;
 /// How long lanes may take to finish the attempt in hand once told to stop.
 const STOP_GRACE: Duration = Duration::from_secs(3);
+/// How often `--workers` asks the coordinator whether the campaign is done.
+const POLL: Duration = Duration::from_millis(50);
+/// The most `--workers` processes.
+const MAX_WORKERS: u32 = 64;
 /// How long a status, submit or stop call to the coordinator may take.
 const CALL_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -63,12 +69,23 @@ pub(crate) struct Args {
     /// Lanes per lane session (one session stands for one worker).
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
     lanes_per_session: u32,
+    /// Run the lanes in this many real `lanes worker` processes (sharing --lanes) with the
+    /// built-in sim driver, instead of simulated lanes: the whole path, end to end. Claim and
+    /// renew latencies are then not measured.
+    #[arg(long, value_name = "N", conflicts_with = "lanes_per_session",
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_WORKERS)))]
+    workers: Option<u32>,
     /// Trials of the bench campaign (one arm, one run each).
     #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u32).range(1..))]
     trials: u32,
     /// The longest the lanes run, in seconds (the report covers what finished).
     #[arg(long, value_name = "S", default_value = "10", value_parser = positive_seconds)]
     duration: Duration,
+    /// Seconds each lane holds an assignment (an agent at work), renewing its lease every
+    /// second, before its outcome. Lanes then start spread over this time, as a fleet in its
+    /// steady state. With --workers, the sim driver's agent takes this long. Default 0.
+    #[arg(long, value_name = "S", default_value = "0", value_parser = agent_seconds)]
+    agent_s: Duration,
     /// Print every figure as one JSON object instead of text.
     #[arg(long)]
     json: bool,
@@ -82,6 +99,17 @@ fn positive_seconds(s: &str) -> Result<Duration, String> {
         Ok(Duration::from_secs_f64(v))
     } else {
         Err("must be more than 0 and at most 86400 seconds".into())
+    }
+}
+
+fn agent_seconds(s: &str) -> Result<Duration, String> {
+    let v: f64 = s
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of seconds"))?;
+    if v.is_finite() && (0.0..=3_600.0).contains(&v) {
+        Ok(Duration::from_secs_f64(v))
+    } else {
+        Err("must be from 0 to 3600 seconds".into())
     }
 }
 
@@ -104,11 +132,13 @@ pub(crate) fn run(args: Args) -> anyhow::Result<Code> {
     Ok(code)
 }
 
-/// The bench campaign: `trials` tasks, one arm, one run, leases that outlive the run.
-fn submit_request(id: &str, trials: u32) -> anyhow::Result<pb::SubmitRequest> {
+/// The bench campaign: `trials` tasks, one arm, one run, leases that outlive the run; the sim
+/// driver's agent (for real workers) takes `agent`, the rest nothing.
+fn submit_request(id: &str, trials: u32, agent: Duration) -> anyhow::Result<pb::SubmitRequest> {
+    let a = agent.as_secs_f64();
     let mut text = format!(
         "id = \"{id}\"\nphase1_runs = 1\nschedule_seed = 1\npairing = \"none\"\nlease_ttl_s = 3600\n\
-         [[arms]]\nid = \"a\"\n[driver]\nsim = {{}}\n[tasks]\nitems = [\n"
+         [[arms]]\nid = \"a\"\n[driver]\nsim = {{ agent_s = [{a:?}, {a:?}] }}\n[tasks]\nitems = [\n"
     );
     for i in 0..trials {
         text.push_str(&format!("{{ id = \"t{i}\" }},\n"));
@@ -189,7 +219,7 @@ async fn setup(args: &Args, store: &StoreTarget) -> anyhow::Result<Ready> {
     )
     .await?;
     let campaign = format!("bench-{}", ceiling::random_hex()?);
-    let request = submit_request(&campaign, args.trials)?;
+    let request = submit_request(&campaign, args.trials, args.agent_s)?;
     let mem_before = redis_memory(store).await?;
     let submitted = Instant::now();
     call("submit", client.submit(request))
@@ -226,43 +256,18 @@ async fn bench(args: &Args, store: StoreTarget) -> anyhow::Result<(Report, Code)
         _ = interrupt.recv() => anyhow::bail!("interrupted before the lanes started"),
     };
 
-    let plan = LanePlan {
-        url: coord.url.clone(),
-        lane_token: coord.lane_token.clone(),
-        campaign: campaign.clone(),
-        lanes: args.lanes,
-        lanes_per_session: args.lanes_per_session,
+    let run = match args.workers {
+        None => drive_simulated(args, &coord, &campaign, &mut interrupt).await?,
+        Some(n) => drive_workers(args, n, &coord, &mut client, &campaign, &mut interrupt).await?,
     };
-    let stats = Arc::new(Mutex::new(LaneStats::default()));
-    let (stop, stop_rx) = watch::channel(false);
-    let cpu_before = coord.usage()?.cpu;
-    let start = Instant::now();
-    let mut lanes = tokio::select! {
-        r = lanes::start(&plan, stats.clone(), stop_rx) => r?,
-        _ = interrupt.recv() => anyhow::bail!("interrupted before the lanes started"),
-    };
-    progress!(
-        "lanes bench: {} lanes in {} sessions running (at most {:?})",
-        plan.lanes,
-        plan.sessions(),
-        args.duration
-    );
-    let mut ending = tokio::select! {
-        _ = join_all(&mut lanes) => Ending::Done,
-        _ = tokio::time::sleep(args.duration) => Ending::Duration,
-        _ = interrupt.recv() => Ending::Interrupted,
-    };
-    // Lanes finish the attempt in hand; a second interrupt, or the grace running out, ends
-    // them where they are.
-    let _ = stop.send(true);
-    tokio::select! {
-        _ = join_all(&mut lanes) => {}
-        _ = tokio::time::sleep(STOP_GRACE) => {}
-        _ = interrupt.recv() => {}
-    }
-    lanes.abort_all();
-    join_all(&mut lanes).await;
-    let elapsed = start.elapsed();
+    let Run {
+        mut ending,
+        elapsed,
+        stats,
+        sessions,
+        workers,
+        cpu_before,
+    } = run;
     let log = |coord: &CoordinatorProc| format!("the coordinator's log:\n{}", coord.log_tail());
     let usage = coord.usage().with_context(|| log(&coord))?;
 
@@ -308,15 +313,20 @@ async fn bench(args: &Args, store: StoreTarget) -> anyhow::Result<(Report, Code)
             }
         }
     };
-    let stats = std::mem::take(&mut *stats.lock().expect("stats"));
     let elapsed_s = elapsed.as_secs_f64();
+    // Real workers report no per-attempt figures: every row the campaign has is an attempt.
+    let attempts = match workers {
+        Some(_) => status.rows_total,
+        None => stats.attempts,
+    };
     let report = Report {
         store: match store {
             StoreTarget::Embedded => StoreKind::Embedded,
             StoreTarget::Redis { .. } => StoreKind::Redis,
         },
         lanes: args.lanes,
-        sessions: plan.sessions(),
+        sessions,
+        workers,
         trials: args.trials,
         campaign,
         ending,
@@ -324,8 +334,8 @@ async fn bench(args: &Args, store: StoreTarget) -> anyhow::Result<(Report, Code)
         submit_s,
         trials_final: status.trials_final,
         trials_counted: status.trials_counted,
-        attempts: stats.attempts,
-        attempts_per_s: stats.attempts as f64 / elapsed_s,
+        attempts,
+        attempts_per_s: attempts as f64 / elapsed_s,
         no_work: stats.no_work,
         renew_lost: stats.renew_lost,
         outcome_errors: stats.outcome_errors,
@@ -355,4 +365,135 @@ async fn bench(args: &Args, store: StoreTarget) -> anyhow::Result<(Report, Code)
         Ending::LanesFailed => Code::Failure,
     };
     Ok((report, code))
+}
+
+/// How the lanes ran.
+struct Run {
+    ending: Ending,
+    elapsed: Duration,
+    stats: LaneStats,
+    sessions: u32,
+    workers: Option<WorkerFigures>,
+    /// The coordinator's CPU time when the lanes started.
+    cpu_before: Duration,
+}
+
+/// Simulated lanes over real lane sessions, in this process.
+async fn drive_simulated(
+    args: &Args,
+    coord: &CoordinatorProc,
+    campaign: &str,
+    interrupt: &mut Interrupt,
+) -> anyhow::Result<Run> {
+    let plan = LanePlan {
+        url: coord.url.clone(),
+        lane_token: coord.lane_token.clone(),
+        campaign: campaign.to_owned(),
+        lanes: args.lanes,
+        lanes_per_session: args.lanes_per_session,
+        agent: args.agent_s,
+    };
+    let stats = Arc::new(Mutex::new(LaneStats::default()));
+    let (stop, stop_rx) = watch::channel(false);
+    let cpu_before = coord.usage()?.cpu;
+    let start = Instant::now();
+    let mut lanes = tokio::select! {
+        r = lanes::start(&plan, stats.clone(), stop_rx) => r?,
+        _ = interrupt.recv() => anyhow::bail!("interrupted before the lanes started"),
+    };
+    progress!(
+        "lanes bench: {} lanes in {} sessions running (at most {:?})",
+        plan.lanes,
+        plan.sessions(),
+        args.duration
+    );
+    let ending = tokio::select! {
+        _ = join_all(&mut lanes) => Ending::Done,
+        _ = tokio::time::sleep(args.duration) => Ending::Duration,
+        _ = interrupt.recv() => Ending::Interrupted,
+    };
+    // Lanes finish the attempt in hand; a second interrupt, or the grace running out, ends
+    // them where they are.
+    let _ = stop.send(true);
+    tokio::select! {
+        _ = join_all(&mut lanes) => {}
+        _ = tokio::time::sleep(STOP_GRACE) => {}
+        _ = interrupt.recv() => {}
+    }
+    lanes.abort_all();
+    join_all(&mut lanes).await;
+    let elapsed = start.elapsed();
+    let stats = std::mem::take(&mut *stats.lock().expect("stats"));
+    Ok(Run {
+        ending,
+        elapsed,
+        stats,
+        sessions: plan.sessions(),
+        workers: None,
+        cpu_before,
+    })
+}
+
+/// Real `lanes worker` processes, until the campaign is done, `--duration` ends or Ctrl-C.
+async fn drive_workers(
+    args: &Args,
+    workers: u32,
+    coord: &CoordinatorProc,
+    client: &mut crate::client::Client,
+    campaign: &str,
+    interrupt: &mut Interrupt,
+) -> anyhow::Result<Run> {
+    let dir = tempfile::Builder::new()
+        .prefix("lanes-bench-workers-")
+        .tempdir()
+        .context("cannot create a temp directory")?;
+    let plan = WorkerPlan {
+        url: &coord.url,
+        lane_token_file: &coord.lane_token_file,
+        workers,
+        lanes: args.lanes,
+        dir: dir.path(),
+    };
+    let cpu_before = coord.usage()?.cpu;
+    let start = Instant::now();
+    let mut procs = WorkerProcs::start(&plan)?;
+    let before = procs.usage()?;
+    progress!(
+        "lanes bench: {} lanes in {workers} worker processes running (at most {:?})",
+        args.lanes,
+        args.duration
+    );
+    let deadline = tokio::time::sleep(args.duration);
+    tokio::pin!(deadline);
+    let ending = loop {
+        tokio::select! {
+            _ = &mut deadline => break Ending::Duration,
+            _ = interrupt.recv() => break Ending::Interrupted,
+            _ = tokio::time::sleep(POLL) => {}
+        }
+        let status = call(
+            "status",
+            client.get(pb::GetRequest {
+                id: campaign.to_owned(),
+            }),
+        )
+        .await?;
+        if status.state == pb::CampaignState::Done as i32 {
+            break Ending::Done;
+        }
+        // A worker that exits fails the bench, with its log.
+        procs.usage()?;
+    };
+    let elapsed = start.elapsed();
+    let after = procs.usage().with_context(|| procs.log_tails())?;
+    let pids = procs.pids();
+    procs.kill();
+    Ok(Run {
+        ending,
+        elapsed,
+        stats: LaneStats::default(),
+        sessions: workers,
+        workers: Some(WorkerFigures::new(pids, &before, &after, elapsed)),
+        cpu_before,
+    })
 }

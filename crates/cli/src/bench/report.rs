@@ -5,6 +5,7 @@ use serde::Serialize;
 
 use super::ceiling::Ceiling;
 use super::stats::Summary;
+use super::workers::WorkerFigures;
 
 /// The store the coordinator ran on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -57,6 +58,8 @@ pub(crate) struct Report {
     pub(crate) store: StoreKind,
     pub(crate) lanes: u32,
     pub(crate) sessions: u32,
+    /// `--workers`: real worker processes ran the lanes (no latencies are measured then).
+    pub(crate) workers: Option<WorkerFigures>,
     pub(crate) trials: u32,
     pub(crate) campaign: String,
     pub(crate) ending: Ending,
@@ -140,13 +143,21 @@ impl Report {
                 self.trials_final, self.trials
             ),
         };
+        let (lanes, claim) = match &self.workers {
+            Some(w) => (
+                format!("{} lanes in {} workers", self.lanes, w.count),
+                String::new(),
+            ),
+            None => (
+                format!("{} lanes", self.lanes),
+                format!(", claim p99 {:.1} ms", self.claim.p99_ms),
+            ),
+        };
         format!(
-            "lanes bench: {}, {} lanes, {} trials: {:.0} attempts/s{ceiling}, claim p99 {:.1} ms, coordinator {:.0}% CPU, {:.0} MB RSS{ending}",
+            "lanes bench: {}, {lanes}, {} trials: {:.0} attempts/s{ceiling}{claim}, coordinator {:.0}% CPU, {:.0} MB RSS{ending}",
             self.store.as_str(),
-            self.lanes,
             self.trials,
             self.attempts_per_s,
-            self.claim.p99_ms,
             self.coordinator.cpu_percent,
             self.coordinator.peak_rss_mb,
         )
@@ -170,10 +181,14 @@ impl Report {
         };
         let c = &self.coordinator;
         let mut t = format!(
-            "lanes bench: {} store, {} lanes in {} sessions, {} trials (campaign {}, submitted in {:.2} s)\n",
+            "lanes bench: {} store, {} lanes in {} {}, {} trials (campaign {}, submitted in {:.2} s)\n",
             self.store.as_str(),
             self.lanes,
             self.sessions,
+            match &self.workers {
+                Some(_) => "lanes worker processes (sim driver)",
+                None => "simulated sessions",
+            },
             self.trials,
             self.campaign,
             self.submit_s
@@ -195,9 +210,19 @@ impl Report {
             "  attempts          {} ({:.1}/s); no-work answers {}, renewals lost {}, outcome errors {}\n",
             self.attempts, self.attempts_per_s, self.no_work, self.renew_lost, self.outcome_errors
         );
-        t += &format!("  claim latency     {}\n", lat(&self.claim, true));
-        t += &format!("  renew latency     {}\n", lat(&self.renew, false));
-        t += &format!("  outcome ack       {}\n", lat(&self.outcome_ack, false));
+        match &self.workers {
+            None => {
+                t += &format!("  claim latency     {}\n", lat(&self.claim, true));
+                t += &format!("  renew latency     {}\n", lat(&self.renew, false));
+                t += &format!("  outcome ack       {}\n", lat(&self.outcome_ack, false));
+            }
+            Some(w) => {
+                t += &format!(
+                    "  workers           {} processes, {:.1}% of one core together ({:.2} s CPU, their driver children aside), largest peak RSS {:.1} MB\n",
+                    w.count, w.cpu_percent, w.cpu_s, w.peak_rss_mb
+                );
+            }
+        }
         t += &format!(
             "  coordinator       {:.1}% of one core ({:.2} s CPU), peak RSS {:.1} MB (at the end {:.1} MB), pid {}\n",
             c.cpu_percent, c.cpu_s, c.peak_rss_mb, c.rss_mb, c.pid
@@ -236,6 +261,7 @@ mod tests {
             store: StoreKind::Embedded,
             lanes: 64,
             sessions: 4,
+            workers: None,
             trials: 20000,
             campaign: "bench-x".into(),
             ending: Ending::Done,
@@ -279,6 +305,38 @@ mod tests {
             "lanes bench: embedded, 64 lanes, 20000 trials: 812 attempts/s (41% of ceiling \
              1980/s), claim p99 12.3 ms, coordinator 38% CPU, 61 MB RSS"
         );
+    }
+
+    #[test]
+    fn a_run_of_real_workers_says_so_and_claims_no_latency() {
+        let mut r = report();
+        r.claim = Summary::default();
+        r.sessions = 2;
+        r.workers = Some(WorkerFigures {
+            count: 2,
+            pids: vec![10, 11],
+            cpu_s: 12.0,
+            cpu_percent: 48.8,
+            peak_rss_mb: 21.0,
+        });
+        let r = r.finish();
+        assert_eq!(
+            r.summary,
+            "lanes bench: embedded, 64 lanes in 2 workers, 20000 trials: 812 attempts/s (41% of \
+             ceiling 1980/s), coordinator 38% CPU, 61 MB RSS"
+        );
+        let text = r.to_text();
+        assert!(
+            text.contains("64 lanes in 2 lanes worker processes (sim driver)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("  workers           2 processes, 48.8% of one core"),
+            "{text}"
+        );
+        assert!(!text.contains("claim latency"), "{text}");
+        let v: serde_json::Value = serde_json::from_str(&r.to_json()).unwrap();
+        assert_eq!(v["workers"]["count"], 2);
     }
 
     #[test]

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Lanes beside Celery, in one run, on one Redis: the figures of docs/PERFORMANCE.md, "Lanes
+# beside Celery". It starts its own durable redis-server (AOF, fsync on every write) on a free
+# loopback port in a temp directory, then runs on it, one after the other:
+#   1. `lanes bench --redis` with simulated lanes (the scheduler alone: real gRPC sessions and
+#      a real coordinator process, no driver);
+#   2. `lanes bench --redis --workers 2` (2 real `lanes worker` processes x 32 lanes running the
+#      built-in sim driver with zero durations: the whole path, no-op trials);
+#   3. Celery no-op tasks, 2 worker processes x 32, with the prefork and the threads pool
+#      (scripts/celery_bench/run.py), publishing from 8 threads;
+# and prints each figure and the ratios to Celery's best. Celery is installed into a venv under
+# the cargo target directory. Usage: scripts/bench-vs-celery.sh [TRIALS] (default 20000).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+TRIALS="${1:-20000}"
+TARGET="${CARGO_TARGET_DIR:-target}"
+VENV="$TARGET/bench-venv"
+
+command -v redis-server >/dev/null || { echo "redis-server is missing (scripts/test.sh installs it)" >&2; exit 1; }
+if [ ! -x "$VENV/bin/celery" ]; then
+  python3 -m venv "$VENV"
+  "$VENV/bin/pip" install -q 'celery[redis]>=5.4,<6'
+fi
+cargo build --release -q -p lanes
+LANES="$TARGET/release/lanes"
+
+DIR="$(mktemp -d)"
+PORT="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+redis-server --port "$PORT" --bind 127.0.0.1 --dir "$DIR" --appendonly yes --appendfsync always \
+  --save "" --daemonize yes --pidfile "$DIR/redis.pid" --logfile "$DIR/redis.log"
+trap 'kill "$(cat "$DIR/redis.pid")" 2>/dev/null || true; rm -rf "$DIR"' EXIT
+URL="redis://127.0.0.1:$PORT/"
+for _ in $(seq 100); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+
+echo "== lanes bench, simulated lanes (64 lanes in 4 sessions), $TRIALS trials" >&2
+"$LANES" bench --redis "$URL" --lanes 64 --trials "$TRIALS" --duration 120 --json >"$DIR/sim.json"
+echo "== lanes bench, 2 lanes workers x 32 lanes, sim driver, $TRIALS trials" >&2
+"$LANES" bench --redis "$URL" --workers 2 --lanes 64 --trials "$TRIALS" --duration 120 --json >"$DIR/workers.json"
+for pool in prefork threads; do
+  echo "== celery, 2 workers x 32 ($pool), $TRIALS tasks" >&2
+  "$VENV/bin/python" scripts/celery_bench/run.py --redis "$URL" --tasks "$TRIALS" --workers 2 \
+    --concurrency 32 --pool "$pool" --publishers 8 >"$DIR/celery-$pool.json"
+done
+
+python3 - "$DIR" <<'PY'
+import json, sys, os
+d = sys.argv[1]
+load = lambda n: json.load(open(os.path.join(d, n)))
+sim, workers = load("sim.json"), load("workers.json")
+celery = [load("celery-prefork.json"), load("celery-threads.json")]
+best = max(celery, key=lambda c: c["tasks_per_s"])
+for c in celery:
+    print(f"celery {c['pool']:>8}: {c['tasks_per_s']:8.1f} tasks/s ({c['tasks']} no-op tasks in {c['elapsed_s']} s)")
+for name, r in (("lanes sim lanes", sim), ("lanes 2 workers", workers)):
+    print(f"{name}: {r['attempts_per_s']:8.1f} attempts/s ({r['trials_final']}/{r['trials']} trials final, {r['ending']}), "
+          f"{r['attempts_per_s'] / best['tasks_per_s']:.1f}x celery's best ({best['pool']})")
+    print(f"  {r['summary']}")
+PY
