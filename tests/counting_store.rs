@@ -1,7 +1,7 @@
 //! A real store seen through a counter: every call goes to the wrapped store unchanged, and
 //! `list` calls (one per work request a lane session handles) are counted, so a test can see
-//! how often workers ask for work. Submits can be held at the door (counted while they wait),
-//! so a test can keep several in flight at once.
+//! how often workers ask for work. Submits and completions can be held at the door (counted
+//! while they wait), so a test can keep several in flight at once; renewals are counted.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,6 +21,10 @@ pub struct CountingStore {
     /// While `true`, submits wait before they reach the store.
     hold: tokio::sync::watch::Sender<bool>,
     held: AtomicU64,
+    /// While `true`, completions wait before they reach the store.
+    hold_complete: tokio::sync::watch::Sender<bool>,
+    completes_held: AtomicU64,
+    renews: AtomicU64,
 }
 
 impl CountingStore {
@@ -30,7 +34,25 @@ impl CountingStore {
             lists: AtomicU64::new(0),
             hold: tokio::sync::watch::channel(false).0,
             held: AtomicU64::new(0),
+            hold_complete: tokio::sync::watch::channel(false).0,
+            completes_held: AtomicU64::new(0),
+            renews: AtomicU64::new(0),
         }
+    }
+
+    /// Holds completions (`true`) until they are let through (`false`).
+    pub fn hold_completes(&self, hold: bool) {
+        self.hold_complete.send_replace(hold);
+    }
+
+    /// Completions waiting at the door now.
+    pub fn completes_held(&self) -> u64 {
+        self.completes_held.load(Ordering::SeqCst)
+    }
+
+    /// `renew` calls so far.
+    pub fn renews(&self) -> u64 {
+        self.renews.load(Ordering::SeqCst)
     }
 
     /// Holds submits (`true`) until they are let through (`false`).
@@ -74,6 +96,7 @@ impl Store for CountingStore {
         tokens: Vec<(Token, Phase)>,
         now_ms: EpochMs,
     ) -> Result<Vec<(Token, RenewState)>, StoreError> {
+        self.renews.fetch_add(1, Ordering::SeqCst);
         self.inner.renew(campaign, tokens, now_ms).await
     }
     async fn ping(&self) -> Result<(), StoreError> {
@@ -100,6 +123,12 @@ impl Store for CountingStore {
         outcome: Outcome,
         now_ms: EpochMs,
     ) -> Result<CompleteAck, StoreError> {
+        let mut hold = self.hold_complete.subscribe();
+        if *hold.borrow_and_update() {
+            self.completes_held.fetch_add(1, Ordering::SeqCst);
+            let _ = hold.wait_for(|h| !*h).await;
+            self.completes_held.fetch_sub(1, Ordering::SeqCst);
+        }
         self.inner.complete(campaign, outcome, now_ms).await
     }
     async fn release(

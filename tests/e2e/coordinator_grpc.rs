@@ -1044,3 +1044,81 @@ async fn reaper_waits_one_ttl_after_start() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// A session's messages about different leases are in the store at once (so a worker's lanes
+/// share the store's commits instead of waiting for each other's), their answers still come
+/// back in the order sent, and a message about a lease waits for the earlier one about it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_sessions_outcomes_reach_the_store_together_and_are_answered_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let store = Arc::new(CountingStore::new(Arc::new(
+        EmbeddedStore::open(dir.path()).unwrap(),
+    )));
+    let coord = CoordinatorHandle::start(store.clone(), Arc::new(clock.clone())).await;
+    let mut c = client(&coord.url(), Some(CLIENT_TOKEN)).await;
+    c.submit(submit_request(&small_campaign(
+        "piped",
+        2,
+        "pairing = \"none\"",
+    )))
+    .await
+    .unwrap();
+    let mut l = lane(&coord.url(), "w", "h").await;
+    let mut leases = Vec::new();
+    for lane in ["w-0", "w-1"] {
+        let Msg::Assignment(a) = l.work(lane).await else {
+            panic!("work for {lane}")
+        };
+        leases.push((lane, tokens(&a).remove(0)));
+    }
+
+    store.hold_completes(true);
+    for (lane, t) in &leases {
+        l.send(In::Outcome(scored_outcome("piped", t, lane, "h", 1.0)))
+            .await;
+    }
+    // Both outcomes reach the store while neither is done.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while store.completes_held() < 2 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the second outcome waited for the first: {} in the store",
+            store.completes_held()
+        );
+        tokio::task::yield_now().await;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // A heartbeat about the second lease goes after its outcome, which is still held.
+    let (_, second) = &leases[1];
+    l.send(In::Heartbeat(pb::Heartbeat {
+        tokens: vec![pb::TokenPhase {
+            token: Some(second.clone()),
+            phase: pb::Phase::Publish as i32,
+            campaign: "piped".into(),
+        }],
+    }))
+    .await;
+    store.hold_completes(false);
+
+    for (_, t) in &leases {
+        match l.next().await.unwrap() {
+            Msg::OutcomeAck(a) => {
+                assert_eq!(a.token.unwrap().trial_id, t.trial_id, "acks out of order");
+                assert!(a.counted);
+            }
+            other => panic!("expected an outcome ack, got {other:?}"),
+        }
+    }
+    match l.next().await.unwrap() {
+        Msg::HeartbeatAck(ack) => {
+            assert_eq!(ack.tokens.len(), 1);
+            assert_ne!(
+                ack.tokens[0].state,
+                pb::RenewState::Renewed as i32,
+                "the heartbeat overtook the outcome about the same lease: {ack:?}"
+            );
+        }
+        other => panic!("expected the heartbeat ack last, got {other:?}"),
+    }
+}

@@ -14,7 +14,7 @@ use tonic::Status;
 use lanes_common::proto as pb;
 
 use crate::service::Shared;
-use crate::service::lane::serve_session;
+use crate::service::session::serve_session;
 use crate::store::{Clock, Store};
 
 /// One replica: its store, clock and session state.

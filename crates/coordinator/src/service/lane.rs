@@ -7,8 +7,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
+use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
-use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 
 use lanes_common::convert::{lease_of, no_work, token, wire_enum, worker_offer};
@@ -35,6 +35,7 @@ type Boxed<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 /// Retry-after hint for an outcome the store could not take.
 const OUTCOME_RETRY_MS: u64 = 1_000;
 
+#[derive(Clone)]
 pub(crate) struct LaneSvc {
     pub(crate) shared: Shared,
     /// The worker id this session's client certificate names, under mutual TLS.
@@ -43,7 +44,7 @@ pub(crate) struct LaneSvc {
 
 /// What a worker said about itself.
 #[derive(Debug, Clone)]
-struct Worker {
+pub(super) struct Worker {
     id: String,
     host: String,
     arms: Option<Vec<ArmId>>,
@@ -345,13 +346,15 @@ impl LaneSvc {
         }
     }
 
-    /// Handles one message; `None` means nothing to answer.
-    async fn handle(
+    /// Handles one message. Registration, claims and status reports are dealt with here (a
+    /// claim answers by itself, beside the session); every message about leases comes back as
+    /// `Handled::Later`, whose answer the session sends in the order the messages came.
+    pub(super) async fn handle(
         &self,
         worker: &mut Option<Worker>,
         m: In,
         out: &mpsc::Sender<Result<pb::CoordinatorMessage, Status>>,
-    ) -> Result<(), Status> {
+    ) -> Result<Handled, Status> {
         if let In::Register(r) = m {
             check_register(&r).map_err(from_limit)?;
             if let Err(e) = lanes_common::protocol::check_worker(r.protocol) {
@@ -406,22 +409,19 @@ impl LaneSvc {
                     protocol: lanes_common::protocol::LANE_PROTOCOL,
                 })))
                 .await;
-            return Ok(());
+            return Ok(Handled::Done);
         }
         let Some(w) = worker.clone() else {
             return Err(Status::failed_precondition("register first"));
         };
-        let reply = match m {
+        let svc = self.clone();
+        let later = match m {
             In::Register(_) => unreachable!("handled above"),
             In::WorkRequest(r) => {
                 let lane = LaneName::new(r.lane).map_err(|e| bad_field("work_request.lane", e))?;
                 // A claim runs beside the session: one that walks every campaign (or waits on
                 // a busy one) must not hold back the heartbeats behind it, or healthy leases
                 // would expire under load. Each credit still gets exactly one answer.
-                let svc = LaneSvc {
-                    shared: self.shared.clone(),
-                    identity: self.identity.clone(),
-                };
                 let out = out.clone();
                 tokio::spawn(async move {
                     // A session that has already gone (its worker left a paused replica, which
@@ -434,25 +434,8 @@ impl LaneSvc {
                         .await;
                     let _ = out.send(reply).await;
                 });
-                return Ok(());
+                return Ok(Handled::Done);
             }
-            In::Heartbeat(h) => {
-                let renewals = self.renew(&w, h.tokens).await?;
-                for r in renewals
-                    .iter()
-                    .filter(|r| r.state == pb::RenewState::Cancel as i32)
-                {
-                    let _ = out
-                        .send(msg(Out::Cancel(pb::Cancel {
-                            token: r.token.clone(),
-                            reason: "campaign cancelled".into(),
-                            campaign: r.campaign.clone(),
-                        })))
-                        .await;
-                }
-                msg(Out::HeartbeatAck(pb::HeartbeatAck { tokens: renewals }))?
-            }
-            In::Outcome(o) => self.outcome(&w, o).await?,
             In::Status(st) => {
                 if st.outbox_broken {
                     tracing::warn!(worker = %LogSafe(&w.id), unpersisted = st.unpersisted, detail = %LogSafe(&st.detail), "worker outbox not writable: it takes no work");
@@ -460,20 +443,107 @@ impl LaneSvc {
                     tracing::info!(worker = %LogSafe(&w.id), "worker healthy");
                 }
                 w.member.update(&st);
-                return Ok(());
+                return Ok(Handled::Done);
             }
-            In::Forfeit(f) => msg(Out::ForfeitAck(self.forfeit(&w, f).await?))?,
-            In::Release(r) => self.release(&w, r).await?,
-            In::Reconnect(r) => {
-                let renewals = self.renew(&w, r.in_flight).await?;
-                msg(Out::ReconnectAck(pb::ReconnectAck { tokens: renewals }))?
-            }
+            In::Heartbeat(h) => Later {
+                leases: Leases::Of(
+                    h.tokens
+                        .iter()
+                        .map(|tp| lease_key(&tp.campaign, tp.token.as_ref()))
+                        .collect(),
+                ),
+                answer: Box::pin(async move {
+                    let renewals = svc.renew(&w, h.tokens).await?;
+                    // A cancel precedes the ack that reports it.
+                    let mut answers: Vec<pb::CoordinatorMessage> = renewals
+                        .iter()
+                        .filter(|r| r.state == pb::RenewState::Cancel as i32)
+                        .map(|r| pb::CoordinatorMessage {
+                            msg: Some(Out::Cancel(pb::Cancel {
+                                token: r.token.clone(),
+                                reason: "campaign cancelled".into(),
+                                campaign: r.campaign.clone(),
+                            })),
+                        })
+                        .collect();
+                    answers.push(msg(Out::HeartbeatAck(pb::HeartbeatAck {
+                        tokens: renewals,
+                    }))?);
+                    Ok(answers)
+                }),
+            },
+            In::Outcome(o) => Later {
+                leases: Leases::Of(vec![lease_key(&o.campaign, o.token.as_ref())]),
+                answer: Box::pin(async move { Ok(vec![svc.outcome(&w, o).await?]) }),
+            },
+            In::Release(r) => Later {
+                leases: Leases::Of(vec![lease_key(&r.campaign, r.token.as_ref())]),
+                answer: Box::pin(async move { Ok(vec![svc.release(&w, r).await?]) }),
+            },
+            In::Forfeit(f) => Later {
+                leases: Leases::All,
+                answer: Box::pin(async move {
+                    Ok(vec![msg(Out::ForfeitAck(svc.forfeit(&w, f).await?))?])
+                }),
+            },
+            In::Reconnect(r) => Later {
+                leases: Leases::All,
+                answer: Box::pin(async move {
+                    let renewals = svc.renew(&w, r.in_flight).await?;
+                    Ok(vec![msg(Out::ReconnectAck(pb::ReconnectAck {
+                        tokens: renewals,
+                    }))?])
+                }),
+            },
         };
-        let _ = out.send(Ok(reply)).await;
-        Ok(())
+        Ok(Handled::Later(later))
     }
 }
 
+/// A lease a message is about, as the worker named it: (campaign, trial id, attempt).
+pub(super) type LeaseKey = (String, String, u32);
+
+fn lease_key(campaign: &str, t: Option<&pb::Token>) -> LeaseKey {
+    let (trial, attempt) = t.map_or((String::new(), 0), |t| (t.trial_id.clone(), t.attempt));
+    (campaign.to_owned(), trial, attempt)
+}
+
+/// The leases a message touches: it must not overtake an earlier message about any of them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Leases {
+    Of(Vec<LeaseKey>),
+    /// All of the worker's (a reconnect, a forfeit): it waits for everything before it.
+    All,
+}
+
+impl Leases {
+    pub(super) fn overlaps(&self, other: &Leases) -> bool {
+        match (self, other) {
+            (Leases::All, _) | (_, Leases::All) => true,
+            (Leases::Of(a), Leases::Of(b)) => a.iter().any(|k| b.contains(k)),
+        }
+    }
+}
+
+/// The answers to one message, once its store work is done.
+pub(super) type Answer =
+    Pin<Box<dyn Future<Output = Result<Vec<pb::CoordinatorMessage>, Status>> + Send>>;
+
+/// A message about leases, to be answered in order.
+pub(super) struct Later {
+    pub(super) leases: Leases,
+    pub(super) answer: Answer,
+}
+
+/// What became of one message.
+pub(super) enum Handled {
+    /// Nothing more to do: answered, or nothing to answer.
+    Done,
+    /// Its answers come later, in order.
+    Later(Later),
+}
+
+#[tonic::async_trait]
 #[tonic::async_trait]
 impl LaneService for LaneSvc {
     type SessionStream = Boxed<pb::CoordinatorMessage>;
@@ -483,82 +553,7 @@ impl LaneService for LaneSvc {
         request: Request<Streaming<pb::WorkerMessage>>,
     ) -> Result<Response<Self::SessionStream>, Status> {
         let identity = crate::tls::lane_identity(&request, self.shared.mutual_tls)?;
-        let rx = serve_session(self.shared.clone(), request.into_inner(), identity);
+        let rx = super::session::serve_session(self.shared.clone(), request.into_inner(), identity);
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
-}
-
-/// Serves one lane session: reads the worker's messages from `inbound` and answers on the
-/// returned channel until either side ends it. The gRPC handler and the in-process
-/// coordinator both run sessions through here.
-///
-/// `identity` is the worker id the session's client certificate names (mutual TLS): the
-/// worker must register under it.
-pub(crate) fn serve_session<S>(
-    shared: Shared,
-    mut inbound: S,
-    identity: Option<String>,
-) -> mpsc::Receiver<Result<pb::CoordinatorMessage, Status>>
-where
-    S: Stream<Item = Result<pb::WorkerMessage, Status>> + Unpin + Send + 'static,
-{
-    let (tx, rx) = mpsc::channel(64);
-    let svc = LaneSvc { shared, identity };
-    tokio::spawn(async move {
-        let mut worker = None;
-        let mut shutdown = svc.shared.shutdown.clone();
-        let mut store_up = svc.shared.store_up.clone();
-        let go_away = |reason: &str| {
-            msg(Out::GoAway(pb::GoAway {
-                reason: reason.to_owned(),
-            }))
-        };
-        loop {
-            // A replica that cannot reach its store could renew nothing: send the worker
-            // to one that can (also at the start of a session).
-            if !*store_up.borrow_and_update() {
-                let _ = tx
-                    .send(go_away("this replica cannot reach its store"))
-                    .await;
-                return;
-            }
-            // Biased: when the replica shuts down, its store watch stops too, and the session
-            // must see the shutdown (and say GoAway), not the watch closing.
-            let next = tokio::select! {
-                biased;
-                _ = shutdown.changed() => {
-                    let _ = tx.send(go_away("coordinator shutting down")).await;
-                    return;
-                }
-                changed = store_up.changed() => {
-                    if changed.is_err() {
-                        // The watch is gone: the server is stopping.
-                        let _ = tx.send(go_away("coordinator shutting down")).await;
-                        return;
-                    }
-                    continue;
-                }
-                m = inbound.next() => m,
-            };
-            match next {
-                None => return,
-                Some(Err(e)) => {
-                    tracing::debug!(error = %e, "session ended");
-                    return;
-                }
-                Some(Ok(pb::WorkerMessage { msg: None })) => {
-                    let _ = tx.send(Err(bad_field("msg", "empty message"))).await;
-                    return;
-                }
-                Some(Ok(pb::WorkerMessage { msg: Some(m) })) => {
-                    if let Err(status) = svc.handle(&mut worker, m, &tx).await {
-                        // A malformed message ends the session with the field named.
-                        let _ = tx.send(Err(status)).await;
-                        return;
-                    }
-                }
-            }
-        }
-    });
-    rx
 }

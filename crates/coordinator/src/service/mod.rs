@@ -5,6 +5,7 @@ pub(crate) mod campaign;
 pub(crate) mod lane;
 pub(crate) mod leases;
 pub(crate) mod limits;
+pub(crate) mod session;
 pub(crate) mod workers;
 
 use std::sync::Arc;
