@@ -1,9 +1,10 @@
 //! The simulated lanes: real `LaneService.Session` streams, with no driver behind them. A
 //! session stands for one worker and carries up to `lanes_per_session` lanes, as a real
 //! worker's does. Each lane loops: a work request (one credit), the assignment, a heartbeat
-//! renewing its lease (with the lease secret), and with `--agent-s` one every second until
-//! that time has passed, then a passing outcome per trial, until the campaign has no more
-//! work or the bench stops it.
+//! renewing its lease (with the lease secret), then a passing outcome per trial, until the
+//! campaign has no more work or the bench stops it. With `--agent-s`, a lane holds each
+//! assignment that long instead, and the session renews all its lanes' leases in one
+//! heartbeat every second, as a worker's supervisor does.
 //!
 //! A session's answers are routed back to its lanes: assignments and "no work" name their
 //! lane (the coordinator answers claims concurrently), while heartbeats and outcomes are
@@ -106,6 +107,8 @@ enum Answer {
 struct Session {
     tx: mpsc::UnboundedSender<pb::WorkerMessage>,
     pending: Mutex<Pending>,
+    /// With `--agent-s`: the tokens each lane holds now, which the session's heartbeat renews.
+    held: Mutex<HashMap<String, Vec<pb::Token>>>,
 }
 
 impl Session {
@@ -146,6 +149,7 @@ impl Session {
         let session = Arc::new(Self {
             tx,
             pending: Mutex::default(),
+            held: Mutex::default(),
         });
         tokio::spawn(session.clone().route(inbound));
         Ok(session)
@@ -234,6 +238,14 @@ pub(crate) async fn start(
     for s in 0..plan.sessions() {
         let n = plan.lanes_per_session.min(plan.lanes - next_lane);
         let session = Session::open(plan, &format!("bench-{s}"), n).await?;
+        if !plan.agent.is_zero() {
+            tokio::spawn(heartbeat(
+                session.clone(),
+                plan.campaign.clone(),
+                stats.clone(),
+                stop.clone(),
+            ));
+        }
         for _ in 0..n {
             // Lanes that hold their work for a while start spread over that while, as a
             // fleet in its steady state is, rather than all claiming in the same instant.
@@ -317,6 +329,37 @@ async fn lane_loop(
     Ok(())
 }
 
+/// A session's heartbeat (with `--agent-s`): every second, one message renewing every lease
+/// its lanes hold, as a worker's does, until the bench stops.
+async fn heartbeat(
+    session: Arc<Session>,
+    campaign: String,
+    stats: Arc<Mutex<LaneStats>>,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(HEARTBEAT_EVERY) => {}
+            _ = stop.changed() => return,
+        }
+        let tokens: Vec<pb::Token> = session
+            .held
+            .lock()
+            .expect("held")
+            .values()
+            .flatten()
+            .cloned()
+            .collect();
+        if tokens.is_empty() {
+            continue;
+        }
+        if let Err(e) = renew(&session, &campaign, &tokens, &stats).await {
+            stats.lock().expect("stats").error(e);
+            return;
+        }
+    }
+}
+
 /// One heartbeat renewing `tokens`.
 async fn renew(
     session: &Session,
@@ -353,8 +396,9 @@ async fn renew(
     Ok(())
 }
 
-/// One assignment: renew every lease once, and then every second until `agent` has passed
-/// (or the bench stops), then a passing outcome for each trial.
+/// One assignment: with no agent time, one renewal of its leases; otherwise `agent` of work
+/// (or until the bench stops) while the session's heartbeat renews them. Then a passing
+/// outcome for each trial.
 async fn attempt(
     session: &Session,
     lane: &str,
@@ -364,18 +408,21 @@ async fn attempt(
     stats: &Mutex<LaneStats>,
     stop: &mut watch::Receiver<bool>,
 ) -> Result<(), String> {
-    let until = Instant::now() + agent;
     let tokens: Vec<pb::Token> = a.trials.iter().filter_map(|t| t.token.clone()).collect();
-    loop {
+    if agent.is_zero() {
         renew(session, campaign, &tokens, stats).await?;
-        let left = until.saturating_duration_since(Instant::now());
-        if left.is_zero() || *stop.borrow() {
-            break;
-        }
+    } else {
+        // At work: the session's heartbeat renews these meanwhile.
+        session
+            .held
+            .lock()
+            .expect("held")
+            .insert(lane.to_owned(), tokens.clone());
         tokio::select! {
-            _ = tokio::time::sleep(left.min(HEARTBEAT_EVERY)) => {}
+            _ = tokio::time::sleep(agent) => {}
             _ = stop.changed() => {}
         }
+        session.held.lock().expect("held").remove(lane);
     }
     for token in tokens {
         let outcome = pb::Outcome {

@@ -47,23 +47,35 @@ impl Sink {
         }
     }
 
-    async fn write(&mut self, program: &str, bytes: &[u8], max: u64) {
-        if bytes.is_empty() || self.file.is_none() {
-            return;
-        }
-        if self.written > 0 && self.written + bytes.len() as u64 > max {
-            self.rotate().await;
-        }
-        let Some(f) = self.file.as_mut() else { return };
-        let written = async {
-            f.write_all(bytes).await?;
-            f.flush().await
-        };
-        match written.await {
-            Ok(()) => self.written += bytes.len() as u64,
-            Err(e) => {
-                tracing::warn!(driver = %program, "cannot write the driver's stderr file: {e}");
-                self.file = None;
+    /// Appends `bytes`, rotating so that no file passes `max`: lines stay whole where they fit
+    /// in a file (one read of the pipe may hold many lines), and a line longer than a whole
+    /// file is cut.
+    async fn write(&mut self, program: &str, mut bytes: &[u8], max: u64) {
+        while !bytes.is_empty() && self.file.is_some() {
+            let room = usize::try_from(max.saturating_sub(self.written)).unwrap_or(usize::MAX);
+            let take = if bytes.len() <= room {
+                bytes.len()
+            } else if let Some(nl) = bytes[..room].iter().rposition(|b| *b == b'\n') {
+                nl + 1
+            } else if self.written > 0 {
+                self.rotate().await;
+                continue;
+            } else {
+                room.max(1)
+            };
+            let (now, rest) = bytes.split_at(take);
+            bytes = rest;
+            let Some(f) = self.file.as_mut() else { return };
+            let written = async {
+                f.write_all(now).await?;
+                f.flush().await
+            };
+            match written.await {
+                Ok(()) => self.written += now.len() as u64,
+                Err(e) => {
+                    tracing::warn!(driver = %program, "cannot write the driver's stderr file: {e}");
+                    self.file = None;
+                }
             }
         }
     }
@@ -146,4 +158,45 @@ async fn open_append(path: &Path) -> io::Result<(tokio::fs::File, u64)> {
         .await?;
     let len = file.metadata().await?.len();
     Ok((file, len))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn one_read_of_many_lines_never_grows_a_file_past_its_cap() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("driver.stderr");
+        let mut sink = Sink::default();
+        sink.switch(Some(path.clone())).await;
+        // 22 lines of 100 bytes in one chunk, as one read of a busy pipe brings them.
+        let chunk: String = (0..22)
+            .map(|i| format!("line {i:02} {}\n", "x".repeat(91)))
+            .collect();
+        sink.write("d", chunk.as_bytes(), 1000).await;
+        let now = std::fs::read_to_string(&path).unwrap();
+        let before = std::fs::read_to_string(dir.path().join("driver.stderr.1")).unwrap();
+        assert!(
+            now.len() <= 1000 && before.len() <= 1000,
+            "{} {}",
+            now.len(),
+            before.len()
+        );
+        // Whole lines in each file, the newest in the current one.
+        assert!(
+            before.starts_with("line 10 ") && before.ends_with("x\n"),
+            "{before}"
+        );
+        assert!(
+            now.starts_with("line 20 ") && now.contains("line 21 ") && now.len() == 200,
+            "{now}"
+        );
+
+        // A line longer than a whole file is cut, and still no file passes the cap.
+        sink.write("d", "y".repeat(2500).as_bytes(), 1000).await;
+        let now = std::fs::read_to_string(&path).unwrap();
+        let before = std::fs::read_to_string(dir.path().join("driver.stderr.1")).unwrap();
+        assert_eq!((before.len(), now.len()), (1000, 500));
+    }
 }
