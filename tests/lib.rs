@@ -11,6 +11,7 @@ pub mod fleet;
 pub mod history;
 pub mod lane_client;
 pub mod python_driver;
+pub mod redis_dump;
 pub mod redis_server;
 pub mod synthetic_ledger;
 pub mod worker_campaigns;

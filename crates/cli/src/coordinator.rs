@@ -9,7 +9,9 @@ use serde::Deserialize;
 
 use lanes_coordinator::CoordinatorConfig;
 use lanes_coordinator::auth::{AuthConfig, Role};
-use lanes_coordinator::store::{EmbeddedStore, RedisOptions, RedisStore, Store, SystemClock};
+use lanes_coordinator::store::{
+    EmbeddedStore, RedisOptions, RedisStore, Store, StoreError, SystemClock,
+};
 use lanes_coordinator::tls::ServerTls;
 
 use crate::exit::Code;
@@ -246,16 +248,26 @@ pub(crate) fn run(args: Args) -> anyhow::Result<Code> {
     };
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async move {
-        let store: Arc<dyn Store> = match (redis, data_dir) {
-            (Some(url), _) => Arc::new(
-                RedisStore::connect(&url, opts)
-                    .await
-                    .context("cannot use the redis store")?,
-            ),
+        let opened = match (redis, data_dir) {
+            (Some(url), _) => RedisStore::connect(&url, opts)
+                .await
+                .map(|s| Arc::new(s) as Arc<dyn Store>)
+                .map_err(|e| (e, "cannot use the redis store")),
             (None, dir) => {
                 let dir = dir.unwrap_or_else(|| PathBuf::from(".lanes"));
-                Arc::new(EmbeddedStore::open(&dir).context("cannot open the embedded store")?)
+                EmbeddedStore::open(&dir)
+                    .map(|s| Arc::new(s) as Arc<dyn Store>)
+                    .map_err(|e| (e, "cannot open the embedded store"))
             }
+        };
+        let store = match opened {
+            Ok(store) => store,
+            // A layout to migrate (or a newer one): refused, with what to do.
+            Err((e @ StoreError::Layout(_), _)) => {
+                eprintln!("lanes: {e}");
+                return Ok(Code::Refused);
+            }
+            Err((e, what)) => return Err(anyhow::Error::new(e).context(what)),
         };
         let listener = tokio::net::TcpListener::bind(listen)
             .await

@@ -11,7 +11,8 @@ pub(crate) enum Code {
     Failure = 1,
     /// Bad input: a campaign file or an argument that does not validate.
     BadInput = 2,
-    /// Refused: a resume whose campaign file drifted from what was recorded.
+    /// Refused: a resume whose campaign file drifted from what was recorded, or a store of
+    /// a layout this version does not use.
     Refused = 3,
     /// Stopped by a gate (cutoff, budget, quota, auth) before the campaign was done.
     Gate = 4,

@@ -11,6 +11,7 @@ mod logging;
 mod progress;
 mod run;
 mod schedule;
+mod store;
 mod tls_args;
 mod tokens;
 mod worker;
@@ -46,6 +47,11 @@ enum Command {
     Client(commands::ClientCmd),
     /// Serve the gRPC API (CampaignService, LaneService) over a Redis or embedded store.
     Coordinator(coordinator::Args),
+    /// Store maintenance: `lanes store migrate` upgrades a store's layout in place.
+    Store {
+        #[command(subcommand)]
+        cmd: store::StoreCmd,
+    },
     /// Run lanes on this host: claim, boot, reset, agent, evaluate, publish.
     Worker(worker::Args),
     /// Measure the scheduling path: a child coordinator, a bench campaign and simulated
@@ -66,6 +72,7 @@ fn main() -> ExitCode {
         Command::Client(cmd) => commands::run(cmd),
         Command::Schedule { file, format } => schedule::run(&file, format),
         Command::Coordinator(args) => coordinator::run(args),
+        Command::Store { cmd } => store::run(cmd),
         Command::Worker(args) => worker::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Driver { which } => driver::run(which),

@@ -97,10 +97,18 @@ async fn run_async(args: Args, campaign: spec::Campaign, drivers: Drivers) -> an
     let id = campaign.spec.id.clone();
     let ttl = Duration::from_secs(u64::from(campaign.spec.ops.lease_ttl_s));
     private_dir(&args.data_dir)?;
-    let store: Arc<dyn Store> = Arc::new(
-        EmbeddedStore::open(&args.data_dir)
-            .with_context(|| format!("cannot open the store in {}", args.data_dir.display()))?,
-    );
+    let store: Arc<dyn Store> = match EmbeddedStore::open(&args.data_dir) {
+        Ok(store) => Arc::new(store),
+        // A layout to migrate (or a newer one): refused, with what to do.
+        Err(e @ StoreError::Layout(_)) => {
+            eprintln!("lanes: {e}");
+            return Ok(Code::Refused);
+        }
+        Err(e) => {
+            return Err(e)
+                .with_context(|| format!("cannot open the store in {}", args.data_dir.display()));
+        }
+    };
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     match store.submit(campaign, clock.now_ms()).await {
         Ok(s) => match s.kind {

@@ -10,7 +10,6 @@
 
 mod support;
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use serde_json::{Value, json};
@@ -21,7 +20,7 @@ use lanes_coordinator::store::{Release, ReleaseReason};
 use support::*;
 
 /// The layout the code writes now.
-const LAYOUT: u32 = 2;
+const LAYOUT: u32 = lanes_coordinator::store::layout::REDIS_LAYOUT;
 
 fn fixture_path(layout: u32) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -111,89 +110,9 @@ async fn scenario(h: &Harness) {
     assert_eq!(r.cancelled, 2);
 }
 
-/// Every key of the server, with its type and whole value.
+/// Every key of the server (see `lanes_tests::redis_dump`), under the layout it is of.
 async fn dump(url: &str) -> Value {
-    let client = redis::Client::open(url).expect("a redis url");
-    let mut conn = client
-        .get_multiplexed_async_connection()
-        .await
-        .expect("a connection");
-    let mut keys: Vec<String> = redis::cmd("KEYS")
-        .arg("*")
-        .query_async(&mut conn)
-        .await
-        .expect("keys");
-    keys.sort();
-    let mut out = BTreeMap::new();
-    for key in keys {
-        let kind: String = redis::cmd("TYPE")
-            .arg(&key)
-            .query_async(&mut conn)
-            .await
-            .expect("type");
-        let value = match kind.as_str() {
-            "string" => {
-                let v: String = redis::cmd("GET")
-                    .arg(&key)
-                    .query_async(&mut conn)
-                    .await
-                    .expect("get");
-                json!(v)
-            }
-            "hash" => {
-                let v: BTreeMap<String, String> = redis::cmd("HGETALL")
-                    .arg(&key)
-                    .query_async(&mut conn)
-                    .await
-                    .expect("hgetall");
-                json!(v)
-            }
-            "set" => {
-                let mut v: Vec<String> = redis::cmd("SMEMBERS")
-                    .arg(&key)
-                    .query_async(&mut conn)
-                    .await
-                    .expect("smembers");
-                v.sort();
-                json!(v)
-            }
-            "list" => {
-                let v: Vec<String> = redis::cmd("LRANGE")
-                    .arg(&key)
-                    .arg(0)
-                    .arg(-1)
-                    .query_async(&mut conn)
-                    .await
-                    .expect("lrange");
-                json!(v)
-            }
-            "zset" => {
-                // Scores as Redis prints them, so the dump loads back exactly.
-                let v: Vec<(String, String)> = redis::cmd("ZRANGE")
-                    .arg(&key)
-                    .arg(0)
-                    .arg(-1)
-                    .arg("WITHSCORES")
-                    .query_async(&mut conn)
-                    .await
-                    .expect("zrange");
-                json!(v)
-            }
-            "stream" => {
-                let v: Vec<(String, Vec<(String, String)>)> = redis::cmd("XRANGE")
-                    .arg(&key)
-                    .arg("-")
-                    .arg("+")
-                    .query_async(&mut conn)
-                    .await
-                    .expect("xrange");
-                json!(v)
-            }
-            other => panic!("{key}: a {other} key the dump does not know"),
-        };
-        out.insert(key, json!({ "type": kind, "value": value }));
-    }
-    json!({ "layout": LAYOUT, "keys": out })
+    json!({ "layout": LAYOUT, "keys": lanes_tests::redis_dump::dump(url).await })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

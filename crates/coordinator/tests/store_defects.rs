@@ -112,7 +112,8 @@ async fn concurrent_submits_of_one_id_store_only_the_winner(h: &mut Harness) {
 async fn redis_submit_that_cannot_list_commits_nothing(h: &mut Harness) {
     use lanes_coordinator::store::{RedisOptions, RedisStore, Store};
     let server = h.redis.as_ref().unwrap();
-    // A user that may touch every campaign key but not the index of campaigns.
+    // A user that may touch every campaign key but only read the index of campaigns (and
+    // the layout record, which connect checks).
     admin(
         h,
         &[
@@ -122,6 +123,8 @@ async fn redis_submit_that_cannot_list_commits_nothing(h: &mut Harness) {
             "on",
             ">pw",
             "~lanes:{c:*",
+            "%R~lanes:campaigns",
+            "%R~lanes:layout",
             "+@all",
         ],
     );

@@ -271,6 +271,9 @@ pub enum StoreError {
     /// Stored data that does not decode: a bug or a foreign writer.
     #[error("store data corrupt: {0}")]
     Corrupt(String),
+    /// The store's data is of a layout this code does not use: older (migrate it) or newer.
+    #[error(transparent)]
+    Layout(#[from] super::layout::LayoutError),
     /// Any other backend failure.
     #[error("store backend error: {0}")]
     Backend(String),

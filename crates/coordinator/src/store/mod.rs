@@ -9,6 +9,7 @@ mod api;
 pub mod clock;
 pub mod embedded;
 mod engine;
+pub mod layout;
 mod model;
 pub mod redis;
 mod tx;
@@ -25,6 +26,7 @@ pub use self::redis::{Durability, RedisOptions, RedisStats, RedisStore};
 pub use api::*;
 pub use clock::{Clock, ManualClock, OffsetClock, SystemClock};
 pub use embedded::EmbeddedStore;
+pub use layout::{LayoutError, MigrationReport, StoreAt};
 
 /// The store every coordinator replica shares. `now_ms` always comes from the caller's clock.
 #[async_trait]

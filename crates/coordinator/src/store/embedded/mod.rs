@@ -2,9 +2,11 @@
 //! one writer thread, many to a write transaction (group commit, see [`writer`]); each is
 //! answered only after its transaction committed durably (fsynced), so a reopened file keeps
 //! everything that was acknowledged. Reads of committed data (rows, events, the campaign
-//! list) use read transactions and wait for no writer.
+//! list) use read transactions and wait for no writer. The file records its layout
+//! ([`layout`]); a file of another layout is refused when the store opens.
 
 mod batch;
+mod layout;
 mod redb_tx;
 mod staged;
 mod writer;
@@ -26,6 +28,7 @@ use lanes_common::utc::EpochMs;
 use super::Store;
 use super::api::*;
 use super::engine;
+use super::layout::{MigrationReport, StoreAt};
 use super::tx::R;
 use redb_tx::{RedbTx, key, prefix, prefix_end};
 pub use writer::WriteStats;
@@ -97,6 +100,11 @@ impl EmbeddedStore {
         let db = Database::create(&path)
             .map_err(|e| backend(format!("cannot open {}: {e}", path.display())))?;
         let txn = db.begin_write().map_err(backend)?;
+        // The layout first: a file of another layout is left as it is.
+        if let Err(e) = layout::check(&txn, &StoreAt::Embedded(dir.to_owned())) {
+            txn.abort().map_err(backend)?;
+            return Err(e);
+        }
         for t in ALL {
             txn.open_table(t).map_err(backend)?;
         }
@@ -109,6 +117,12 @@ impl EmbeddedStore {
                 path,
             }),
         })
+    }
+
+    /// Upgrades the store in `dir` in place to [`EMBEDDED_LAYOUT`](super::layout::EMBEDDED_LAYOUT) (with `dry_run`, only says
+    /// what it would do). Fails if the store is open elsewhere.
+    pub fn migrate(dir: &Path, dry_run: bool) -> Result<MigrationReport, StoreError> {
+        layout::migrate(dir, dry_run)
     }
 
     pub fn path(&self) -> &Path {

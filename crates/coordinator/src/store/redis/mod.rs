@@ -45,6 +45,12 @@
 //! `wait_replicas = Some(n)` issues `WAIT n <timeout>` after each commit and logs when fewer
 //! replicas confirmed; it narrows that window but cannot close it.
 //!
+//! # Layout
+//! The shape of the stored data has a version, recorded in `lanes:layout` ([`layout`]). At
+//! connect a fresh store is stamped with [`REDIS_LAYOUT`](super::layout::REDIS_LAYOUT), and any other layout is refused
+//! ([`LayoutError`](super::layout::LayoutError)); [`RedisStore::migrate`] (`lanes store migrate`) upgrades an older one
+//! in place ([`migrate`]).
+//!
 //! # Connection loss and transient server states
 //! Operations run over a `ConnectionManager`, which reconnects in the background. A command
 //! that fails because the connection dropped, timed out or was refused, or because the server
@@ -59,7 +65,9 @@ mod batch;
 mod cache;
 mod commit;
 mod keys;
+mod layout;
 mod meta;
+mod migrate;
 mod stats;
 mod tx;
 mod writes;
@@ -87,6 +95,7 @@ use self::tx::RedisTx;
 use super::Store;
 use super::api::*;
 use super::engine;
+use super::layout::{MigrationReport, StoreAt};
 
 /// How long a campaign lock is held at most before another operation may take it. Short,
 /// because a replica that dies holding it stalls the campaign that long; safe, because the
@@ -177,8 +186,37 @@ pub enum Durability {
 }
 
 impl RedisStore {
-    /// Connects, loads the commit script and checks durability.
+    /// Connects, checks durability, loads the commit script and checks the store's layout
+    /// (stamping a fresh store).
     pub async fn connect(url: &str, opts: RedisOptions) -> Result<Self, StoreError> {
+        let store = Self::open(url, opts).await?;
+        store.check_durability().await?;
+        let mut conn = store.conn.clone();
+        store
+            .script
+            .load_async(&mut conn)
+            .await
+            .map_err(redis_err)?;
+        layout::check(&mut conn, &StoreAt::redis(url)).await?;
+        Ok(store)
+    }
+
+    /// Upgrades the store at `url` in place to [`REDIS_LAYOUT`](super::layout::REDIS_LAYOUT) (with `dry_run`, only says
+    /// what it would do); see the `migrate` module for what it rewrites and what a coordinator still
+    /// running meets. Durability is not checked: the migration writes what a coordinator
+    /// would, on the server the coordinators use.
+    pub async fn migrate(
+        url: &str,
+        opts: RedisOptions,
+        dry_run: bool,
+    ) -> Result<MigrationReport, StoreError> {
+        let store = Self::open(url, opts).await?;
+        let mut conn = store.conn.clone();
+        migrate::run(&mut conn, StoreAt::redis(url), dry_run).await
+    }
+
+    /// Connects (the connection manager reconnects by itself from then on).
+    async fn open(url: &str, opts: RedisOptions) -> Result<Self, StoreError> {
         let client = match &opts.tls_ca_pem {
             Some(_) if !url.starts_with("rediss://") => {
                 return Err(StoreError::Backend(
@@ -204,16 +242,20 @@ impl RedisStore {
         let conn = ConnectionManager::new_with_config(client, config)
             .await
             .map_err(redis_err)?;
-        let store = Self {
+        Ok(Self {
             conn: Conn::new(conn, counters.clone()),
             counters,
             rounds: Arc::default(),
             script: redis::Script::new(include_str!("commit.lua")),
             opts,
-        };
-        match store.durability().await? {
+        })
+    }
+
+    /// Refuses a server that can lose acknowledged writes, unless `allow_lossy`.
+    async fn check_durability(&self) -> Result<(), StoreError> {
+        match self.durability().await? {
             Durability::Durable => {}
-            Durability::Lossy(what) | Durability::Unknown(what) if store.opts.allow_lossy => {
+            Durability::Lossy(what) | Durability::Unknown(what) if self.opts.allow_lossy => {
                 tracing::warn!(what = %what, "redis store is not durable: acknowledged outcomes can be lost on a redis crash");
             }
             Durability::Lossy(what) => {
@@ -227,13 +269,7 @@ impl RedisStore {
                 )));
             }
         }
-        let mut conn = store.conn.clone();
-        store
-            .script
-            .load_async(&mut conn)
-            .await
-            .map_err(redis_err)?;
-        Ok(store)
+        Ok(())
     }
 
     /// What this store (and its clones) sent, and how often its commits conflicted.
