@@ -10,24 +10,31 @@
 //! with each other, and the cost of a commit (its script, its fsync with `appendfsync
 //! always`) is shared by every operation of the round.
 //!
-//! Rounds are pipelined: while one round's commit is in flight (the script, then the fsync
-//! with `appendfsync always`), the next round already runs on the state that commit will
-//! leave (its cache with the commit's writes applied, [`RedisTx::pipelined`]); its own commit
-//! expects the version that commit leaves, so it can only land after it, and it is sent (and
-//! its operations answered) only once that commit landed. If that commit does not land, the
-//! next round is dropped unseen and both run again the usual way. Only rounds that hold no
-//! lock and stage nothing are pipelined; a round with nothing to write is validated by
-//! re-reading the version.
+//! Rounds are chained: while commits are in flight (the script, then the fsync with
+//! `appendfsync always`), the next round already runs on the state the last of them will
+//! leave (its cache with their writes applied, [`RedisTx::pipelined`]) and its commit is sent
+//! at once, behind theirs, so several commits share one fsync of Redis (at most [`DEPTH`] in
+//! flight). Each commit leaves a version no other commit leaves (`<count>:<random>`), and
+//! each expects the one its predecessor leaves, so a commit lands only if every one before
+//! it landed, with nothing else in between. A commit that landed answers its own operations
+//! at once (its predecessors landed too); one that did not is handed back to the driver,
+//! which collects every commit behind it (none of them can land) and runs their operations
+//! again the usual way, in order. Only rounds that hold no lock and stage nothing are
+//! chained; a round with nothing to write is validated by re-reading the version after the
+//! commits in flight.
 //!
 //! The driver is a spawned task, so a caller that goes away (a cancelled request) never leaves
-//! a round half done; the driver ends when the queue is empty and no commit is in flight.
+//! a round half done; the driver ends when the queue is empty and no commit is in flight. It
+//! sleeps on the campaign's [`Notify`], woken by a queued operation or a commit that ended.
 //! Between rounds the campaign's [`Cache`] stays here, valid while the stored version is the
 //! one its last commit left.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::task::Poll;
 
-use tokio::sync::{oneshot, watch};
+use tokio::sync::{Notify, oneshot, watch};
+use tokio::task::JoinHandle;
 
 use lanes_common::ids::{CampaignId, Token, TrialId};
 use lanes_common::row::{Outcome, Phase};
@@ -45,6 +52,12 @@ use crate::store::tx::R;
 
 /// Operations one round takes at most; the rest wait for the next round.
 const MAX_ROUND: usize = 256;
+/// Commits in flight at most: several queued behind one another share Redis's next fsync.
+const DEPTH: usize = 4;
+/// Operations a round chained behind commits in flight takes at least; fewer wait for the
+/// oldest commit to end. A round costs CPU of its own (client and script), so tiny rounds
+/// sent as soon as one operation is queued cost more than the latency they save.
+const MIN_CHAINED: usize = 16;
 /// Rounds run again after conflicts before the operations fail as unavailable.
 const MAX_ATTEMPTS: u32 = 100;
 
@@ -112,6 +125,8 @@ struct CampaignQueue {
     running: bool,
     /// The cache between rounds (taken by the running round).
     cache: Option<Cache>,
+    /// Wakes the running driver: an operation was queued, or a commit ended.
+    wake: Arc<Notify>,
 }
 
 /// Every campaign's queue.
@@ -148,36 +163,34 @@ fn deliver(batch: Vec<Pending>, answers: Vec<R<Answer>>) {
 enum Base {
     /// The campaign's cache between rounds, if any.
     Cache(Option<Cache>),
-    /// The state a round whose commit is in flight will leave.
-    InFlight(InFlight),
+    /// The state the commits in flight will leave, and when the last of them is over.
+    InFlight(Cache, Settled),
 }
 
 /// A round whose commit is in flight.
 struct InFlight {
-    batch: Vec<Pending>,
-    answers: Vec<R<Answer>>,
-    commit: tokio::task::JoinHandle<R<Committed>>,
-    /// Tells pipelined transactions when the commit is over.
+    /// The task that sends the commit and, if it lands, answers the round's operations.
+    commit: JoinHandle<Landing>,
+    /// Tells chained transactions when the commit is over.
     settled: Settled,
-    /// The version the commit leaves when it lands.
-    expected: String,
-    /// The state it leaves (taken by the round pipelined on it).
+    /// The state it leaves (taken by the round chained on it).
     next: Option<Cache>,
 }
 
-/// What the driver does after a round.
-enum Next {
-    /// Nothing in flight; the cache for the next round.
-    Idle(Option<Cache>),
-    InFlight(InFlight),
+/// How a commit in flight ended.
+enum Landing {
+    /// It landed; its operations are answered.
+    Landed,
+    /// Another transaction came first: its operations, to run again.
+    Rerun(Vec<Pending>),
+    /// Its outcome is unknown: its operations got the error.
+    Failed,
 }
 
-/// How an in-flight commit ended.
-enum Landed {
-    /// Its operations are answered; the state it left.
-    Committed(Box<Cache>),
-    /// Its operations ran again (or failed): nothing is known of the state.
-    Failed,
+/// The commit task's end (a task that panicked dropped its operations' reply channels, which
+/// then fail).
+fn landing(joined: Result<Landing, tokio::task::JoinError>) -> Landing {
+    joined.unwrap_or(Landing::Failed)
 }
 
 fn fail_all(batch: Vec<Pending>, e: &StoreError) {
@@ -195,6 +208,7 @@ impl RedisStore {
             let mut queues = self.rounds.lock();
             let q = queues.entry(c.clone()).or_default();
             q.pending.push(Pending { op, now, reply });
+            q.wake.notify_one();
             !std::mem::replace(&mut q.running, true)
         };
         if start {
@@ -207,40 +221,66 @@ impl RedisStore {
         })
     }
 
-    /// Runs rounds until the campaign's queue is empty. While one round's commit is in
-    /// flight, the next round already runs on the state that commit will leave; it commits
-    /// (and answers) only after that commit landed, and runs again from scratch if it did not.
+    /// Runs rounds until the campaign's queue is empty and no commit is in flight. A round
+    /// runs on the state the commits in flight will leave, and its own commit is sent at
+    /// once, behind theirs (at most [`DEPTH`] in flight).
     async fn drive(self, c: CampaignId) {
-        let mut inflight: Option<InFlight> = None;
+        let mut chain: VecDeque<InFlight> = VecDeque::new();
+        let (mut cache, wake) = {
+            let mut queues = self.rounds.lock();
+            let q = queues.entry(c.clone()).or_default();
+            (q.cache.take(), q.wake.clone())
+        };
         loop {
-            let (batch, cache) = {
+            // Land what is over, oldest first, without waiting.
+            while chain.front().is_some_and(|f| f.commit.is_finished()) {
+                self.land_front(&c, &mut chain, &mut cache).await;
+            }
+            let batch = {
                 let mut queues = self.rounds.lock();
                 let q = queues.entry(c.clone()).or_default();
-                if q.pending.is_empty() && inflight.is_none() {
+                if q.pending.is_empty() && chain.is_empty() {
                     q.running = false;
+                    q.cache = cache;
                     return;
                 }
-                let n = q.pending.len().min(MAX_ROUND);
-                (q.pending.drain(..n).collect::<Vec<_>>(), q.cache.take())
+                let n = match chain.is_empty() || q.pending.len() >= MIN_CHAINED {
+                    true => q.pending.len().min(MAX_ROUND),
+                    false => 0,
+                };
+                q.pending.drain(..n).collect::<Vec<_>>()
             };
-            let next = match inflight.take() {
-                None => self.start(&c, batch, Base::Cache(cache)).await,
-                // Only the commit in flight is left: land it.
-                Some(prev) if batch.is_empty() => match self.land(&c, prev).await {
-                    Landed::Committed(cache) => Next::Idle(Some(*cache)),
-                    Landed::Failed => Next::Idle(None),
-                },
-                // A cache grown too large is dropped, as `begin` drops it: land first.
-                Some(prev) if prev.next.as_ref().is_some_and(Cache::is_large) => {
-                    let _ = self.land(&c, prev).await;
-                    self.start(&c, batch, Base::Cache(None)).await
+            if batch.is_empty() {
+                // Commits in flight and few operations: wait for the oldest commit, or for
+                // more operations.
+                let front = &mut chain.front_mut().expect("a commit in flight").commit;
+                let ended = tokio::select! {
+                    joined = front => Some(landing(joined)),
+                    () = wake.notified() => None,
+                };
+                if let Some(ended) = ended {
+                    let f = chain.pop_front().expect("the commit that ended");
+                    self.landed(&c, f, ended, &mut chain, &mut cache).await;
                 }
-                Some(prev) => self.start(&c, batch, Base::InFlight(prev)).await,
-            };
-            match next {
-                Next::Idle(cache) => self.rounds.lock().entry(c.clone()).or_default().cache = cache,
-                Next::InFlight(f) => inflight = Some(f),
+                continue;
             }
+            if chain.len() >= DEPTH {
+                self.land_front(&c, &mut chain, &mut cache).await;
+            }
+            let base = match chain.back_mut() {
+                // A cache grown too large is dropped, as `begin` drops it: land everything.
+                Some(last) if last.next.as_ref().is_some_and(Cache::is_large) => {
+                    self.land_all(&c, &mut chain, &mut cache).await;
+                    Base::Cache(None)
+                }
+                Some(last) => match last.next.take() {
+                    Some(next) => Base::InFlight(next, last.settled.clone()),
+                    None => Base::Cache(None),
+                },
+                None => Base::Cache(cache.take()),
+            };
+            self.start(&c, batch, base, &mut chain, &mut cache, &wake)
+                .await;
         }
     }
 
@@ -270,121 +310,171 @@ impl RedisStore {
         Ok(answers)
     }
 
-    /// Runs a round optimistically on `base`, and sends its commit without waiting for it
-    /// when it can (no lock held, nothing to stage); anything else (a conflict, a failed
-    /// commit in flight below it, a round with nothing to write) ends synchronously.
-    async fn start(&self, c: &CampaignId, batch: Vec<Pending>, base: Base) -> Next {
-        let (mut tx, prev) = match base {
+    /// Runs a round optimistically on `base` and sends its commit behind those in flight
+    /// (pushed on `chain`), when it can: a round that writes nothing, has bulk parts to stage,
+    /// or cannot start, ends here, after the commits in flight landed.
+    async fn start(
+        &self,
+        c: &CampaignId,
+        batch: Vec<Pending>,
+        base: Base,
+        chain: &mut VecDeque<InFlight>,
+        cache: &mut Option<Cache>,
+        wake: &Arc<Notify>,
+    ) {
+        let mut tx = match base {
             Base::Cache(cache) => match self.begin(c.as_str(), false, cache).await {
-                Ok(tx) => (tx, None),
+                Ok(tx) => tx,
                 Err(e) => {
-                    fail_all(batch, &e);
-                    return Next::Idle(None);
+                    self.land_all(c, chain, &mut None).await;
+                    return fail_all(batch, &e);
                 }
             },
-            Base::InFlight(mut prev) => {
+            Base::InFlight(next, settled) => {
                 Counters::bump(&self.counters.attempts);
-                let cache = prev.next.take().expect("an in-flight round's next cache");
-                let tx = RedisTx::pipelined(
+                RedisTx::pipelined(
                     self.conn.clone(),
                     super::keys::Keys::new(c.as_str()),
-                    cache,
-                    prev.settled.clone(),
-                );
-                (tx, Some(prev))
+                    next,
+                    settled,
+                )
             }
         };
-        let answers = self.run_batch(&mut tx, c, &batch).await;
-        if let Some(prev) = prev
-            && let Landed::Failed = self.land(c, prev).await
-        {
-            // This round read the state of a commit that did not land.
-            return Next::Idle(self.round(c, batch, None).await);
-        }
-        let answers = match answers {
+        let answers = match self.run_batch(&mut tx, c, &batch).await {
             Ok(a) => a,
             Err(e) => {
-                fail_all(batch, &e);
-                return Next::Idle(None);
+                self.land_all(c, chain, cache).await;
+                return fail_all(batch, &e);
             }
         };
-        if !tx.has_writes() {
-            // Nothing to write: the answers hold if the reads saw one version.
-            return match self.read_version(c.as_str()).await {
-                Ok(v) if v == tx.version() => {
-                    deliver(batch, answers);
-                    Next::Idle(Some(tx.into_cache(v, false)))
+        let prepared = match tx.prepare(&self.script) {
+            Ok(Some(p)) if p.wrote => p,
+            // Nothing to write, or bulk parts to stage first: after what is in flight.
+            Ok(_) => {
+                self.land_all(c, chain, cache).await;
+                if !tx.has_writes() {
+                    // The answers hold if the reads saw one version.
+                    match self.read_version(c.as_str()).await {
+                        Ok(v) if v == tx.version() => {
+                            deliver(batch, answers);
+                            *cache = Some(tx.into_cache(v, false));
+                        }
+                        Ok(_) => {
+                            Counters::bump(&self.counters.conflicts);
+                            *cache = self.round(c, batch, None).await;
+                        }
+                        Err(e) => fail_all(batch, &e),
+                    }
+                } else {
+                    *cache = self.round(c, batch, None).await;
                 }
-                Ok(_) => {
-                    Counters::bump(&self.counters.conflicts);
-                    Next::Idle(self.round(c, batch, None).await)
+                return;
+            }
+            Err(e) => {
+                self.land_all(c, chain, cache).await;
+                return fail_all(batch, &e);
+            }
+        };
+        let leaves = prepared.leaves.clone();
+        let (settle, settled) = watch::channel(None);
+        let (store, wake) = (self.clone(), wake.clone());
+        let mut send = Box::pin(async move {
+            let mut conn = store.conn.clone();
+            let answer = send(&mut conn, &store.script, &prepared).await;
+            let _ = settle.send(Some(matches!(answer, Ok(Committed::Yes { .. }))));
+            let landing = match answer {
+                // Every commit before it landed too (it expects the version they leave):
+                // its answers can go out now, whatever the driver is doing.
+                Ok(Committed::Yes { .. }) => {
+                    Counters::bump(&store.counters.writes);
+                    store.after_commit(true).await;
+                    deliver(batch, answers);
+                    Landing::Landed
+                }
+                Ok(Committed::Conflict) => {
+                    Counters::bump(&store.counters.conflicts);
+                    Landing::Rerun(batch)
                 }
                 Err(e) => {
                     fail_all(batch, &e);
-                    Next::Idle(None)
+                    Landing::Failed
                 }
             };
-        }
-        let prepared = match tx.prepare(&self.script) {
-            Ok(Some(p)) => p,
-            // Bulk parts to stage first: commit the usual way.
-            Ok(None) => return Next::Idle(self.round(c, batch, None).await),
-            Err(e) => {
-                fail_all(batch, &e);
-                return Next::Idle(None);
-            }
-        };
-        let Some(expected) = tx
-            .version()
-            .parse::<u64>()
-            .ok()
-            .map(|v| (v + 1).to_string())
-        else {
-            return Next::Idle(self.round(c, batch, None).await);
-        };
-        let (settle, settled) = watch::channel(None);
-        let (mut conn, script) = (self.conn.clone(), self.script.clone());
-        let commit = tokio::spawn(async move {
-            let answer = send(&mut conn, &script, &prepared).await;
-            let _ = settle.send(Some(matches!(answer, Ok(Committed::Yes { .. }))));
-            answer
+            wake.notify_one();
+            landing
         });
-        Next::InFlight(InFlight {
-            batch,
-            answers,
+        // One poll hands the request to the connection, so commits reach Redis in the order
+        // they were built (one that overtook its predecessor would only conflict); the rest
+        // runs in a task of its own.
+        let commit = match std::future::poll_fn(|cx| Poll::Ready(send.as_mut().poll(cx))).await {
+            Poll::Ready(landing) => tokio::spawn(async move { landing }),
+            Poll::Pending => tokio::spawn(send),
+        };
+        chain.push_back(InFlight {
             commit,
             settled,
-            next: Some(tx.into_cache(expected.clone(), false)),
-            expected,
-        })
+            next: Some(tx.into_cache(leaves, false)),
+        });
     }
 
-    /// Waits for a round's commit: answers its operations if it landed, runs them again (the
-    /// usual way, with the lock after a conflict) if another transaction came first.
-    async fn land(&self, c: &CampaignId, mut f: InFlight) -> Landed {
-        let answer = match (&mut f.commit).await {
-            Ok(answer) => answer,
-            Err(e) => Err(StoreError::Backend(format!("a commit task failed: {e}"))),
+    /// Lands every commit in flight, in order.
+    async fn land_all(
+        &self,
+        c: &CampaignId,
+        chain: &mut VecDeque<InFlight>,
+        cache: &mut Option<Cache>,
+    ) {
+        while !chain.is_empty() {
+            self.land_front(c, chain, cache).await;
+        }
+    }
+
+    /// Waits for the oldest commit in flight, then [`Self::landed`].
+    async fn land_front(
+        &self,
+        c: &CampaignId,
+        chain: &mut VecDeque<InFlight>,
+        cache: &mut Option<Cache>,
+    ) {
+        if let Some(mut f) = chain.pop_front() {
+            let ended = landing((&mut f.commit).await);
+            self.landed(c, f, ended, chain, cache).await;
+        }
+    }
+
+    /// After the oldest commit in flight, `f`, ended: if it landed, the cache is the state it
+    /// left when nothing was chained on it. If it did not, every commit behind it is waited
+    /// for too (none of them can land: each expects the version of one that did not), and
+    /// the operations handed back run again in one round the usual way (with the lock after
+    /// a conflict), in order.
+    async fn landed(
+        &self,
+        c: &CampaignId,
+        mut f: InFlight,
+        ended: Landing,
+        chain: &mut VecDeque<InFlight>,
+        cache: &mut Option<Cache>,
+    ) {
+        let mut rerun = match ended {
+            Landing::Landed => {
+                if chain.is_empty() {
+                    *cache = f.next.take();
+                }
+                return;
+            }
+            Landing::Rerun(batch) => batch,
+            Landing::Failed => Vec::new(),
         };
-        match answer {
-            Ok(Committed::Yes { version, .. }) if version == f.expected => {
-                Counters::bump(&self.counters.writes);
-                self.after_commit(true).await;
-                deliver(f.batch, f.answers);
-                Landed::Committed(Box::new(
-                    f.next.take().unwrap_or_else(|| Cache::at(version)),
-                ))
-            }
-            Ok(Committed::Yes { .. }) | Ok(Committed::Conflict) => {
-                Counters::bump(&self.counters.conflicts);
-                self.round(c, f.batch, None).await;
-                Landed::Failed
-            }
-            Err(e) => {
-                fail_all(f.batch, &e);
-                Landed::Failed
+        while let Some(mut later) = chain.pop_front() {
+            match landing((&mut later.commit).await) {
+                Landing::Rerun(batch) => rerun.extend(batch),
+                Landing::Landed | Landing::Failed => {}
             }
         }
+        *cache = match rerun.is_empty() {
+            true => None,
+            false => self.round(c, rerun, None).await,
+        };
     }
 
     /// Runs one round synchronously: every operation of `batch` in one transaction, then one

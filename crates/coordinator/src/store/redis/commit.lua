@@ -8,8 +8,9 @@
 -- Cluster slot. It makes no decision: it moves the data it is given.
 --
 -- KEYS[1] version, KEYS[2] lock, KEYS[3..] keys the ops refer to by index.
--- ARGV[1] expected version, ARGV[2] lock token, then ops, each an opcode, a key index and
--- its arguments. Ops that take several items give their count first, and the script applies
+-- ARGV[1] expected version, ARGV[2] lock token, ARGV[3] the version to leave (a token unique
+-- to this commit, chosen by the committer, so a transaction that expects it builds on this
+-- very commit and no other), then ops, each an opcode, a key index and its arguments. Ops that take several items give their count first, and the script applies
 -- them with one command per slice of at most SLICE items, not one per item:
 --   F k n t1..tn        first scored wins: none of the fields t may exist in hash k yet,
 --                       else nothing is written (an error); then HSET k t1 a1 ... (the
@@ -23,8 +24,9 @@
 --   M k staging         merge a staged hash into k, then delete it
 --   U k staging         merge a staged sorted set into k (ZADD's meaning), then delete it
 --
--- Returns the version after the commit (>= 0), or -1 (conflict: another transaction
--- committed first; retry) or -2 (another transaction holds the lock; retry).
+-- Returns 1 (committed; the version is ARGV[3] if anything was written, else unchanged), or
+-- -1 (conflict: another transaction committed first; retry) or -2 (another transaction holds
+-- the lock; retry).
 
 local SLICE = 1000
 
@@ -52,7 +54,7 @@ local function sliced(cmd, k, from, n, per)
 end
 
 -- First scored wins is checked before anything is written (F comes first when present).
-local i = 3
+local i = 4
 if ARGV[i] == 'F' then
   local k = KEYS[tonumber(ARGV[i + 1])]
   local last = i + 2 + tonumber(ARGV[i + 2])
@@ -129,9 +131,9 @@ while i <= #ARGV do
 end
 
 if writes > 0 then
-  version = redis.call('INCR', KEYS[1])
+  redis.call('SET', KEYS[1], ARGV[3])
 end
 if holder then
   redis.call('DEL', KEYS[2])
 end
-return tonumber(version)
+return 1

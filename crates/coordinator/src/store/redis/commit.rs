@@ -80,13 +80,14 @@ struct Call<'a> {
 }
 
 impl<'a> Call<'a> {
-    fn new(keys: &Keys, version: &'a str, lock_token: &'a str) -> Self {
+    fn new(keys: &Keys, version: &'a str, lock_token: &'a str, next: &'a str) -> Self {
         Self {
             keys: vec![keys.version(), keys.lock()],
             index: HashMap::new(),
             args: vec![
                 Arg::Ref(version.as_bytes()),
                 Arg::Ref(lock_token.as_bytes()),
+                Arg::Ref(next.as_bytes()),
             ],
             ops: 0,
         }
@@ -221,6 +222,21 @@ pub(crate) struct Prepared {
     cmd: redis::Cmd,
     /// Whether it writes anything.
     pub(crate) wrote: bool,
+    /// The version it leaves when it lands: `next` if it writes, else the one it expects.
+    pub(crate) leaves: String,
+}
+
+/// A version token for the commit after `version`: a counter (for people reading the key)
+/// and a random part, so no two commits ever leave the same version and a transaction that
+/// expects one builds on exactly that commit (with plain counters, another replica's commit
+/// could leave the number a pipelined commit expects).
+pub(crate) fn next_version(version: &str) -> String {
+    let n = version
+        .split(':')
+        .next()
+        .and_then(|n| n.parse::<u64>().ok())
+        .unwrap_or(0);
+    format!("{}:{:016x}", n + 1, nonce())
 }
 
 /// Builds the script call of a write set whose bulk parts (if any) are in `staging`.
@@ -237,7 +253,8 @@ fn build(
         Some(meta) => parts(keys, committed, meta)?,
         None => Vec::new(),
     };
-    let mut call = Call::new(keys, version, lock_token);
+    let next = next_version(version);
+    let mut call = Call::new(keys, version, lock_token, &next);
     // First scored wins: checked before anything else is written. The first counted row of
     // a trial wins within the write set too (the engine never writes two).
     if !writes.scored.is_empty() {
@@ -349,9 +366,11 @@ fn build(
         call.op("X", key, None, [Arg::Ref(id.as_bytes()), Arg::Ref(v)]);
     }
     let wrote = call.ops > 0;
+    let cmd = call.command(script);
     Ok(Prepared {
-        cmd: call.command(script),
+        cmd,
         wrote,
+        leaves: if wrote { next } else { version.to_owned() },
     })
 }
 
@@ -395,10 +414,10 @@ pub(crate) async fn send(
         };
     }
     match answer.map_err(redis_err)? {
-        v if v >= 0 => Ok(Committed::Yes {
+        1 => Ok(Committed::Yes {
             wrote: prepared.wrote,
             staged: false,
-            version: v.to_string(),
+            version: prepared.leaves.clone(),
         }),
         _ => Ok(Committed::Conflict),
     }
@@ -435,5 +454,70 @@ pub(crate) async fn commit(
             drop_staging(conn, staged).await;
             other
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use lanes_tests::redis_server::RedisServer;
+    use redis::aio::ConnectionManager;
+
+    use super::*;
+
+    /// A write set of one field.
+    fn one_write(field: &str) -> Writes {
+        let mut w = Writes::default();
+        w.hashes
+            .entry("lanes:{c:chain}:x".to_owned())
+            .or_default()
+            .insert(field.to_owned(), Some(b"1".to_vec()));
+        w
+    }
+
+    /// A commit built on another one (expecting the version it leaves), as a replica chains
+    /// its rounds, lands only if that one did: here a foreign commit from the same version
+    /// lands first, so ours conflicts, and the one built on ours must conflict too, although
+    /// the version moved by exactly one commit (with plain counters it would land, on a state
+    /// it never read).
+    #[tokio::test]
+    async fn a_commit_built_on_one_that_did_not_land_never_lands() {
+        let server = RedisServer::start();
+        let client = redis::Client::open(server.url()).expect("client");
+        let manager = ConnectionManager::new(client).await.expect("connect");
+        let mut conn = Conn::new(manager, Arc::default());
+        let (keys, script) = (
+            Keys::new("chain"),
+            redis::Script::new(include_str!("commit.lua")),
+        );
+        let call = |version: &str, field: &str| {
+            prepare(&keys, &script, version, "", &one_write(field), None)
+                .expect("build")
+                .expect("nothing to stage")
+        };
+        let (foreign, ours) = (call("0", "foreign"), call("0", "ours"));
+        let chained = call(&ours.leaves, "chained");
+        assert!(matches!(
+            send(&mut conn, &script, &foreign).await,
+            Ok(Committed::Yes { wrote: true, .. })
+        ));
+        assert_eq!(
+            send(&mut conn, &script, &ours).await.ok(),
+            Some(Committed::Conflict)
+        );
+        assert_eq!(
+            send(&mut conn, &script, &chained).await.ok(),
+            Some(Committed::Conflict)
+        );
+        assert_eq!(server.command(&["HLEN", "lanes:{c:chain}:x"]), ":1");
+        assert_eq!(
+            server.command(&["HGET", "lanes:{c:chain}:x", "foreign"]),
+            "1"
+        );
+        assert_eq!(
+            server.command(&["GET", "lanes:{c:chain}:ver"]),
+            foreign.leaves
+        );
     }
 }

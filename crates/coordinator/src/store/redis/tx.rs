@@ -14,7 +14,7 @@ use serde::de::DeserializeOwned;
 
 use lanes_common::ids::TrialId;
 use lanes_common::row::Row;
-use lanes_common::schedule::{block_name, from_position_key, phase_of, trial_at};
+use lanes_common::schedule::{arm_index, block_name, from_position_key, phase_of};
 use lanes_common::spec::Task;
 use lanes_common::utc::EpochMs;
 
@@ -30,7 +30,7 @@ use crate::store::tx::{R, Tx};
 
 /// The fewest members a sorted-set scan fetches, so later scans of the round (and of the next
 /// rounds, through the cache) find them there.
-const MIN_SCAN: usize = 128;
+const MIN_SCAN: usize = 256;
 
 fn corrupt(e: impl std::fmt::Display) -> StoreError {
     StoreError::Corrupt(e.to_string())
@@ -250,17 +250,19 @@ impl RedisTx {
             .await?;
         let n = meta.spec.arms.len() as u32;
         let mut ids = Vec::new();
+        let mut blocks = Vec::new();
         for key in keys {
-            let (_, tp, run, slot) = from_position_key(*key);
-            let task: Task = match self.cache.task(tp) {
-                Some(t) => t.clone(),
+            let (phase, tp, run, slot) = from_position_key(*key);
+            let task_id = match self.cache.task(tp) {
+                Some(t) => t.id.clone(),
                 None => {
                     let Some(Some(bytes)) = self.cache.field(&tasks_key, &tp.to_string()) else {
                         continue;
                     };
                     let task: Task = parse(bytes)?;
-                    self.cache.put_task(tp, task.clone());
-                    task
+                    let id = task.id.clone();
+                    self.remember_task(tp, task);
+                    id
                 }
             };
             let slots = match unit {
@@ -268,15 +270,32 @@ impl RedisTx {
                 Unit::Group => 0..n,
             };
             for s in slots {
-                let t = trial_at(&meta.spec, meta.n_tasks as usize, tp, &task, run, s);
-                ids.push(t.trial_id.to_string());
+                let arm = &meta.spec.arms[arm_index(tp, run, s, n) as usize];
+                ids.push(TrialId::from_parts(&task_id, run, &arm.id).to_string());
             }
+            // Its completion adds to its block.
+            blocks.push(block_name(phase, &task_id));
         }
         self.read_ahead(vec![
             (self.keys.trials(), ids.clone()),
             (self.keys.leases(), ids),
+            (self.keys.blocks(), blocks),
         ])
         .await
+    }
+
+    /// Caches a committed task, parsed, and its position by id (a task and its position never
+    /// change once committed), so completions of its trials need not look it up.
+    fn remember_task(&mut self, pos: u32, task: Task) {
+        let pos_key = self.keys.task_pos();
+        if self.cache.field(&pos_key, task.id.as_str()).is_none() {
+            self.cache.put_field(
+                &pos_key,
+                task.id.to_string(),
+                Some(pos.to_string().into_bytes()),
+            );
+        }
+        self.cache.put_task(pos, task);
     }
 
     /// Fetches ahead, in two pipelines, what completing or renewing these tokens reads: the
@@ -452,7 +471,7 @@ impl Tx for RedisTx {
             .await?
             .ok_or_else(|| corrupt(format!("task {pos} missing")))?;
         let task: Task = parse(&v)?;
-        self.cache.put_task(pos, task.clone());
+        self.remember_task(pos, task.clone());
         Ok(task)
     }
     async fn put_task(&mut self, pos: u32, task: &Task) -> R<()> {
@@ -573,7 +592,14 @@ impl Tx for RedisTx {
             .map(|(m, _)| m.parse::<u64>().map_err(corrupt))
             .collect::<R<Vec<u64>>>()?;
         if fetched {
-            self.read_ahead_units(queue.unit(), &keys).await?;
+            // Every member the scan fetched, not only those answered now: later claims of
+            // the round (and of later rounds) take them from the cache.
+            let members: Vec<u64> = self
+                .cache
+                .zset(&k)
+                .map(|z| z.order.iter().filter_map(|(_, m)| m.parse().ok()).collect())
+                .unwrap_or_default();
+            self.read_ahead_units(queue.unit(), &members).await?;
         }
         Ok(keys)
     }
