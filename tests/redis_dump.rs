@@ -199,7 +199,12 @@ pub fn migrated_v2_fixture() -> BTreeMap<String, Value> {
         if key.ends_with("}:ver") {
             // The count of `<count>:<token>` (layout 2 writes a token after it).
             let v = text(&entry["value"], key);
-            let n: u64 = v.split(':').next().unwrap_or(&v).parse().expect("a version");
+            let n: u64 = v
+                .split(':')
+                .next()
+                .unwrap_or(&v)
+                .parse()
+                .expect("a version");
             entry["value"] = json!((n + 1).to_string());
         } else if let Some(prefix) = key.strip_suffix(":seen") {
             let meta = &v1[&format!("{prefix}:meta")]["value"];

@@ -29,6 +29,9 @@ use super::stats::Latencies;
 
 /// How long a lane waits for any one answer before it gives up.
 const ANSWER: Duration = Duration::from_secs(30);
+/// Lanes holding their work start spread over the agent time, but over no more than this, so
+/// a long `--agent-s` measures a fleet that holds its leases and only heartbeats.
+const MAX_RAMP: Duration = Duration::from_secs(10);
 /// How often a lane holding a lease renews it, as a worker's heartbeat does.
 const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
 /// The longest a lane honours a "no work, retry after" hint: the tail of a campaign must not

@@ -82,8 +82,9 @@ pub(crate) struct Args {
     #[arg(long, value_name = "S", default_value = "10", value_parser = positive_seconds)]
     duration: Duration,
     /// Seconds each lane holds an assignment (an agent at work) before its outcome, while its
-    /// session renews all its lanes' leases in one heartbeat every second, as a worker does. Lanes then start spread over this time, as a fleet in its
-    /// steady state. With --workers, the sim driver's agent takes this long. Default 0.
+    /// session renews all its lanes' leases in one heartbeat every second, as a worker does.
+    /// Lanes then start spread over this time (at most 10 s), as a fleet in its steady state.
+    /// With --workers, the sim driver's agent takes this long. Default 0.
     #[arg(long, value_name = "S", default_value = "0", value_parser = agent_seconds)]
     agent_s: Duration,
     /// Print every figure as one JSON object instead of text.
