@@ -254,6 +254,7 @@ pub(crate) async fn start(
             // fleet in its steady state is, rather than all claiming in the same instant.
             let delay = plan
                 .agent
+                .min(MAX_RAMP)
                 .mul_f64(f64::from(next_lane) / f64::from(plan.lanes));
             let lane = format!("lane-{next_lane}");
             next_lane += 1;
