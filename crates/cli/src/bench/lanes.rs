@@ -242,8 +242,12 @@ pub(crate) async fn start(
         let n = plan.lanes_per_session.min(plan.lanes - next_lane);
         let session = Session::open(plan, &format!("bench-{s}"), n).await?;
         if !plan.agent.is_zero() {
+            // Workers start at different times, so their heartbeats are spread over the
+            // second rather than all sent in the same instant.
+            let phase = HEARTBEAT_EVERY.mul_f64(f64::from(s) / f64::from(plan.sessions()));
             tokio::spawn(heartbeat(
                 session.clone(),
+                phase,
                 plan.campaign.clone(),
                 stats.clone(),
                 stop.clone(),
@@ -337,10 +341,15 @@ async fn lane_loop(
 /// its lanes hold, as a worker's does, until the bench stops.
 async fn heartbeat(
     session: Arc<Session>,
+    phase: Duration,
     campaign: String,
     stats: Arc<Mutex<LaneStats>>,
     mut stop: watch::Receiver<bool>,
 ) {
+    tokio::select! {
+        _ = tokio::time::sleep(phase) => {}
+        _ = stop.changed() => return,
+    }
     loop {
         tokio::select! {
             _ = tokio::time::sleep(HEARTBEAT_EVERY) => {}
