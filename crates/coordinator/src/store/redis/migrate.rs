@@ -26,9 +26,9 @@ use serde_json::Value;
 use super::commit::nonce;
 use super::keys::{CAMPAIGNS, Keys};
 use super::meta::{Part, parts};
-use super::redis_err;
 use super::stats::Conn;
 use super::{layout, layout::LAYOUT_KEY};
+use super::{redis_err, try_lock};
 use crate::store::api::StoreError;
 use crate::store::layout::{LayoutError, MigrationReport, REDIS_LAYOUT, StoreAt};
 use crate::store::model::Meta;
@@ -234,16 +234,7 @@ async fn lock(conn: &mut Conn, id: &str, keys: &Keys) -> R<String> {
     let token = format!("migrate-{}", nonce());
     let started = Instant::now();
     loop {
-        let got: Option<String> = redis::cmd("SET")
-            .arg(keys.lock())
-            .arg(&token)
-            .arg("NX")
-            .arg("PX")
-            .arg(LOCK_TTL_MS)
-            .query_async(conn)
-            .await
-            .map_err(redis_err)?;
-        if got.is_some() {
+        if try_lock(conn, keys, &token, LOCK_TTL_MS).await? {
             return Ok(token);
         }
         if started.elapsed() > LOCK_WAIT {

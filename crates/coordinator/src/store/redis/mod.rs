@@ -130,6 +130,26 @@ pub(crate) fn is_transient_code(code: &str) -> bool {
     TRANSIENT_CODES.contains(&code)
 }
 
+/// Takes a campaign's lock for `token` if nobody holds it (`SET NX PX`); `true` when taken.
+/// The store's transactions and `lanes store migrate` both queue on it.
+async fn try_lock(
+    conn: &mut Conn,
+    keys: &Keys,
+    token: &str,
+    ttl_ms: u64,
+) -> Result<bool, StoreError> {
+    let got: Option<String> = redis::cmd("SET")
+        .arg(keys.lock())
+        .arg(token)
+        .arg("NX")
+        .arg("PX")
+        .arg(ttl_ms)
+        .query_async(conn)
+        .await
+        .map_err(redis_err)?;
+    Ok(got.is_some())
+}
+
 /// Maps a Redis error: connection trouble and transient server states are retryable
 /// ([`StoreError::Unavailable`]), the rest is a backend error.
 pub(crate) fn redis_err(e: redis::RedisError) -> StoreError {
@@ -360,16 +380,7 @@ impl RedisStore {
         let started = std::time::Instant::now();
         let mut pause = 100u64;
         loop {
-            let got: Option<String> = redis::cmd("SET")
-                .arg(keys.lock())
-                .arg(&token)
-                .arg("NX")
-                .arg("PX")
-                .arg(LOCK_TTL_MS)
-                .query_async(&mut conn)
-                .await
-                .map_err(redis_err)?;
-            if got.is_some() {
+            if try_lock(&mut conn, keys, &token, LOCK_TTL_MS).await? {
                 return Ok(token);
             }
             Counters::bump(&self.counters.lock_waits);
