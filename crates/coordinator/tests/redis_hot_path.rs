@@ -205,3 +205,97 @@ async fn a_renewal_that_only_extends_a_lease_writes_nothing_campaign_wide() {
     let st = h.store.status(&c, h.now()).await.unwrap();
     assert_eq!(st.in_flight[0].deadline_ms, T0 + 20_000 + 60_000);
 }
+
+/// The calls of one Redis command so far, from `INFO commandstats` (0 if never called).
+fn calls(server: &lanes_tests::redis_server::RedisServer, command: &str) -> u64 {
+    let info = server.command(&["INFO", "commandstats"]);
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
+        .map_or(0, |rest| {
+            rest.split(',').next().unwrap().parse().expect("a count")
+        })
+}
+
+/// A large submit stages its tasks and ready queue beside the campaign's keys; for a new
+/// campaign the commit script renames them into place, in O(1) whatever their size, and the
+/// renamed keys keep no staging expiry. Before, the script merged them (HGETALL + HSET,
+/// ZDIFFSTORE + ZUNIONSTORE): for 1M trials that blocked Redis for 12 s, past the store's
+/// response timeout, so the client was told the submit failed while it landed. An amendment
+/// adds its tasks to the stored ones, with ZADD's meaning for the ready queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_submit_is_renamed_into_place_and_its_keys_never_expire() {
+    let h = Harness::redis().await;
+    let c = cid("big");
+    let server = h.redis.as_ref().expect("a redis harness");
+    let submitted = h
+        .submit(campaign(
+            "big",
+            &[("a", "pa")],
+            3000,
+            "pairing = \"none\"",
+            "",
+        ))
+        .await;
+    assert_eq!(submitted.trials, 3000);
+    assert_eq!(
+        calls(server, "zdiffstore"),
+        0,
+        "a new campaign's ready queue is not merged"
+    );
+    assert_eq!(calls(server, "zunionstore"), 0);
+    assert!(
+        calls(server, "rename") >= 3,
+        "tasks, positions and ready queue renamed"
+    );
+    let keys = [
+        "lanes:{c:big}:tasks",
+        "lanes:{c:big}:task_pos",
+        "lanes:{c:big}:ready:p:pa",
+    ];
+    for key in keys {
+        assert_eq!(
+            server.command(&["TTL", key]),
+            ":-1",
+            "{key} must not expire"
+        );
+    }
+    assert_eq!(server.command(&["HLEN", keys[0]]), ":3000");
+    assert_eq!(server.command(&["ZCARD", keys[2]]), ":3000");
+    let staged = server.command(&["EVAL", "return #redis.call('KEYS', '*staging*')", "0"]);
+    assert_eq!(staged, ":0", "no staging key is left behind");
+
+    // Take one trial, then amend with 3,000 more tasks: merged, not renamed over.
+    let t = h.claim_tokens(&c, "l", "h").await.remove(0);
+    let amended = h
+        .submit(campaign(
+            "big",
+            &[("a", "pa")],
+            6000,
+            "pairing = \"none\"",
+            "",
+        ))
+        .await;
+    assert_eq!(amended.trials, 6000);
+    assert_eq!(server.command(&["HLEN", keys[0]]), ":6000");
+    assert_eq!(
+        server.command(&["ZCARD", keys[2]]),
+        ":5999",
+        "the claimed one stays out"
+    );
+    for key in keys {
+        assert_eq!(
+            server.command(&["TTL", key]),
+            ":-1",
+            "{key} must not expire"
+        );
+    }
+    let ack = h
+        .store
+        .complete(&c, scored(&t, "l", "h", Status::Completed, 1.0), h.now())
+        .await
+        .expect("complete");
+    assert!(ack.counted);
+    let st = h.store.status(&c, h.now()).await.unwrap();
+    assert_eq!(st.trials_total, 6000);
+    assert_eq!(st.trials_final, 1);
+}

@@ -21,8 +21,10 @@
 --   A k n m1 ..         SADD
 --   L k keep n v1 ..    RPUSH k v1 .., then keep its last `keep` items (0: DEL k)
 --   X k id body         XADD k id j body
---   M k staging         merge a staged hash into k, then delete it
---   U k staging         merge a staged sorted set into k (ZADD's meaning), then delete it
+--   M k staging         merge a staged hash into k (a rename if k does not exist), then
+--                       delete it
+--   U k staging         merge a staged sorted set into k with ZADD's meaning (a rename if
+--                       k does not exist), then delete it
 --
 -- Returns 1 (committed; the version is ARGV[3] if anything was written, else unchanged), or
 -- -1 (conflict: another transaction committed first; retry) or -2 (another transaction holds
@@ -110,20 +112,44 @@ while i <= #ARGV do
   elseif op == 'X' then
     redis.call('XADD', k, ARGV[i + 2], 'j', ARGV[i + 3]); i = i + 4
   elseif op == 'M' then
-    -- Merge a staged hash (a large submit's tasks) in slices that fit Lua's unpack.
+    -- Merge a staged hash (a large submit's tasks). A fresh campaign has no such hash yet:
+    -- then the staged one is renamed into place in O(1), however many tasks it holds (a
+    -- merge of a million fields blocks Redis for seconds). Otherwise it is copied in slices
+    -- that fit Lua's unpack; it holds only the amendment's new tasks.
     local staging = KEYS[tonumber(ARGV[i + 2])]
-    local all = redis.call('HGETALL', staging)
-    for j = 1, #all, 2 * SLICE do
-      redis.call('HSET', k, unpack(all, j, math.min(j + 2 * SLICE - 1, #all)))
+    if redis.call('EXISTS', k) == 0 then
+      redis.call('RENAME', staging, k)
+      -- A rename keeps the staging key's expiry; the campaign's data must not expire.
+      redis.call('PERSIST', k)
+    else
+      local all = redis.call('HGETALL', staging)
+      for j = 1, #all, 2 * SLICE do
+        redis.call('HSET', k, unpack(all, j, math.min(j + 2 * SLICE - 1, #all)))
+      end
+      redis.call('UNLINK', staging)
     end
-    redis.call('DEL', staging); i = i + 3
+    i = i + 3
   elseif op == 'U' then
-    -- Merge a staged sorted set with ZADD's meaning: a staged score replaces the stored one
-    -- (ZUNIONSTORE alone would add the two up), so drop the staged members first.
+    -- Merge a staged sorted set with ZADD's meaning (a staged score replaces the stored one).
+    -- Renamed into place when the set does not exist yet, as above; otherwise its members are
+    -- added in slices, so the cost follows the staged set, not the (possibly huge) stored one.
     local staging = KEYS[tonumber(ARGV[i + 2])]
-    redis.call('ZDIFFSTORE', k, 2, k, staging)
-    redis.call('ZUNIONSTORE', k, 2, k, staging)
-    redis.call('DEL', staging); i = i + 3
+    if redis.call('EXISTS', k) == 0 then
+      redis.call('RENAME', staging, k)
+      redis.call('PERSIST', k)
+    else
+      local all = redis.call('ZRANGE', staging, 0, -1, 'WITHSCORES')
+      local items = {}
+      for j = 1, #all, 2 do
+        items[#items + 1] = all[j + 1]
+        items[#items + 1] = all[j]
+      end
+      for j = 1, #items, 2 * SLICE do
+        redis.call('ZADD', k, unpack(items, j, math.min(j + 2 * SLICE - 1, #items)))
+      end
+      redis.call('UNLINK', staging)
+    end
+    i = i + 3
   else
     return redis.error_reply('LANES unknown op ' .. tostring(op))
   end
