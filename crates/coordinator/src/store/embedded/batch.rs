@@ -50,6 +50,18 @@ impl<'t> Batch<'t> {
         Ok(&self.tables[Self::slot(table)?])
     }
 
+    /// Writes straight into the transaction (`None` removes): for an operation that runs
+    /// alone in its transaction, which is rolled back as a whole if the operation fails.
+    pub(super) fn write(&mut self, table: Table, k: &[u8], v: Option<&[u8]>) -> R<()> {
+        let t = &mut self.tables[Self::slot(table)?];
+        match v {
+            Some(v) => t.insert(k, v).map_err(backend)?,
+            None => t.remove(k).map_err(backend)?,
+        };
+        self.wrote = true;
+        Ok(())
+    }
+
     /// The campaign's meta as the batch stands, decoded once per batch.
     pub(super) fn meta(&mut self, campaign: &[u8]) -> R<Option<Meta>> {
         if let Some(m) = self.metas.get(campaign) {

@@ -61,14 +61,19 @@ pub(crate) struct RedbTx<'a, 't> {
     batch: &'a mut Batch<'t>,
     campaign: &'a [u8],
     staged: Staged,
+    /// The operation runs alone in its transaction: its table writes go straight into it
+    /// (the writer rolls the whole transaction back if the operation fails), so a submit of
+    /// a million trials is not held in memory as staged writes first.
+    direct: bool,
 }
 
 impl<'a, 't> RedbTx<'a, 't> {
-    pub(super) fn new(batch: &'a mut Batch<'t>, campaign: &'a [u8]) -> Self {
+    pub(super) fn new(batch: &'a mut Batch<'t>, campaign: &'a [u8], direct: bool) -> Self {
         Self {
             batch,
             campaign,
             staged: Staged::default(),
+            direct,
         }
     }
 
@@ -101,11 +106,17 @@ impl<'a, 't> RedbTx<'a, 't> {
 
     fn put<T: Serialize>(&mut self, table: Table, k: &[u8], v: &T) -> R<()> {
         let bytes = serde_json::to_vec(v).map_err(backend)?;
+        if self.direct {
+            return self.batch.write(table, k, Some(&bytes));
+        }
         self.staged.put(table, k.to_vec(), Some(bytes));
         Ok(())
     }
 
     pub(super) fn put_raw(&mut self, table: Table, k: &[u8], v: &[u8]) -> R<()> {
+        if self.direct {
+            return self.batch.write(table, k, Some(v));
+        }
         self.staged.put(table, k.to_vec(), Some(v.to_vec()));
         Ok(())
     }
@@ -114,7 +125,11 @@ impl<'a, 't> RedbTx<'a, 't> {
     fn del(&mut self, table: Table, k: &[u8]) -> R<bool> {
         let existed = self.get_raw(table, k)?.is_some();
         if existed {
-            self.staged.put(table, k.to_vec(), None);
+            if self.direct {
+                self.batch.write(table, k, None)?;
+            } else {
+                self.staged.put(table, k.to_vec(), None);
+            }
         }
         Ok(existed)
     }

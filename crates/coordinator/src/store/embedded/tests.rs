@@ -2,6 +2,7 @@
 //! its own answer, a failing one leaves the others alone, and what was acknowledged is on
 //! disk when the file is opened again.
 
+use redb::{ReadableDatabase, TableHandle};
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -274,6 +275,87 @@ async fn a_failing_operation_leaves_the_rest_of_its_batch_alone() {
     assert_eq!(st.state, CampaignState::Running);
     assert_eq!(st.stop_mode, None);
     assert_eq!((st.rows_total, st.in_flight.len()), (1, 2), "{st:?}");
+}
+
+/// A solo operation (a submit) runs in a transaction of its own, writing straight into it: a
+/// batch ends before it, the operations queued after it share the next one, and if it fails
+/// after writing, its transaction is rolled back whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_solo_operation_runs_alone_and_a_failing_one_leaves_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = EmbeddedStore::open(dir.path()).unwrap();
+    let c = CampaignId::new("around").unwrap();
+    store.submit(campaign("around", 10), NOW).await.unwrap();
+
+    let before = store.write_stats();
+    let mut blocked = Blocked::new(&store);
+    let (s, cc) = (store.clone(), c.clone());
+    let first = blocked
+        .queued(tokio::spawn(
+            async move { s.claim(&cc, request(1), NOW).await },
+        ))
+        .await;
+    let s = store.clone();
+    let failing = blocked
+        .queued(tokio::spawn(async move {
+            s.shared
+                .writer
+                .run("ghost".into(), true, move |tx| {
+                    super::ready(engine::submit(tx, campaign("ghost", 50), NOW))?;
+                    Err::<(), _>(StoreError::Backend("failed after writing".into()))
+                })
+                .await
+        }))
+        .await;
+    let s = store.clone();
+    let solo = blocked
+        .queued(tokio::spawn(async move {
+            s.submit(campaign("solo", 5), NOW).await
+        }))
+        .await;
+    let (s, cc) = (store.clone(), c.clone());
+    let second = blocked
+        .queued(tokio::spawn(
+            async move { s.claim(&cc, request(2), NOW).await },
+        ))
+        .await;
+    let (s, cc) = (store.clone(), c.clone());
+    let third = blocked
+        .queued(tokio::spawn(
+            async move { s.claim(&cc, request(3), NOW).await },
+        ))
+        .await;
+    blocked.release();
+
+    let err = failing.await.unwrap().unwrap_err();
+    assert!(matches!(err, StoreError::Backend(ref m) if m == "failed after writing"));
+    assert_eq!(solo.await.unwrap().unwrap().trials, 5);
+    let tokens = [first, second, third].map(|h| async { token_of(h.await.unwrap().unwrap()) });
+    let mut trials = BTreeSet::new();
+    for t in tokens {
+        trials.insert(t.await.trial_id);
+    }
+    assert_eq!(trials.len(), 3);
+    let after = store.write_stats();
+    assert_eq!(after.ops - before.ops, 5);
+    // [claim] [failing submit] [submit] [claim, claim]: the solo ones each alone.
+    assert_eq!(after.batches - before.batches, 4, "{before:?} {after:?}");
+    let ghost = CampaignId::new("ghost").unwrap();
+    let err = store.status(&ghost, NOW).await.unwrap_err();
+    assert!(matches!(err, StoreError::UnknownCampaign(_)), "{err}");
+    let txn = store.shared.db.begin_read().unwrap();
+    for t in [TASKS, READY, TASK_POS] {
+        let table = txn.open_table(t).unwrap();
+        let p = super::redb_tx::prefix(b"ghost");
+        let end = super::redb_tx::prefix_end(&p);
+        let left = table.range(p.as_slice()..end.as_slice()).unwrap().count();
+        assert_eq!(left, 0, "{} holds the failed submit's writes", t.name());
+    }
+    let st = store
+        .status(&CampaignId::new("solo").unwrap(), NOW)
+        .await
+        .unwrap();
+    assert_eq!(st.trials_total, 5);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
