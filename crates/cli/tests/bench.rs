@@ -166,11 +166,14 @@ fn embedded_bench_runs_every_trial_through_a_child_coordinator() {
         "4",
         "--trials",
         "100",
+        "--runs",
+        "4",
         "--json",
         "--duration",
         "250",
     ]);
     assert!(status.success(), "{status}: {v:#}");
+    // 25 tasks run 4 times each: every one of the 100 trials.
     check_complete_run(&v, 100.0);
     assert_eq!(v["store"], "embedded");
     assert_eq!(f(&v, &["sessions"]), 1.0);
@@ -335,6 +338,10 @@ fn bad_arguments_exit_2_with_a_clear_error() {
         ),
         (&["--lanes", "0"][..], "--lanes"),
         (&["--trials", "0"][..], "--trials"),
+        (
+            &["--trials", "10", "--runs", "3"][..],
+            "--runs 3 does not divide",
+        ),
         (&["--duration", "0"][..], "--duration"),
         (&["--allow-lossy-store"][..], "--redis"),
     ] {

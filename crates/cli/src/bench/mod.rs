@@ -74,9 +74,14 @@ pub(crate) struct Args {
     #[arg(long, value_name = "N", conflicts_with = "lanes_per_session",
           value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_WORKERS)))]
     workers: Option<u32>,
-    /// Trials of the bench campaign (one arm, one run each).
+    /// Trials of the bench campaign (one arm; --trials / --runs tasks).
     #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u32).range(1..))]
     trials: u32,
+    /// Runs per task: the campaign has --trials / --runs tasks, each run --runs times (so a
+    /// large campaign of few tasks can be measured beside one of many). It must divide
+    /// --trials.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    runs: u32,
     /// The longest the lanes run, in seconds (the report covers what finished).
     #[arg(long, value_name = "S", default_value = "10", value_parser = positive_seconds)]
     duration: Duration,
@@ -114,6 +119,17 @@ fn agent_seconds(s: &str) -> Result<Duration, String> {
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<Code> {
+    if !args.trials.is_multiple_of(args.runs) {
+        // A usage error, as clap reports its own (exit 2).
+        clap::Error::raw(
+            clap::error::ErrorKind::ValueValidation,
+            format!(
+                "--runs {} does not divide --trials {}\n",
+                args.runs, args.trials
+            ),
+        )
+        .exit();
+    }
     crate::logging::init_quiet();
     let store = match &args.redis {
         Some(url) => StoreTarget::Redis {
@@ -132,12 +148,18 @@ pub(crate) fn run(args: Args) -> anyhow::Result<Code> {
     Ok(code)
 }
 
-/// The bench campaign: `trials` tasks, one arm, one run, leases that outlive the run; the sim
-/// driver's agent (for real workers) takes `agent`, the rest nothing.
-fn submit_request(id: &str, trials: u32, agent: Duration) -> anyhow::Result<pb::SubmitRequest> {
+/// The bench campaign: `trials / runs` tasks run `runs` times each, one arm, leases that
+/// outlive the run; the sim driver's agent (for real workers) takes `agent`, the rest nothing.
+fn submit_request(
+    id: &str,
+    trials: u32,
+    runs: u32,
+    agent: Duration,
+) -> anyhow::Result<pb::SubmitRequest> {
+    let n_tasks = trials / runs;
     let a = agent.as_secs_f64();
     let text = format!(
-        "id = \"{id}\"\nphase1_runs = 1\nschedule_seed = 1\npairing = \"none\"\nlease_ttl_s = 3600\n\
+        "id = \"{id}\"\nphase1_runs = {runs}\nschedule_seed = 1\npairing = \"none\"\nlease_ttl_s = 3600\n\
          [[arms]]\nid = \"a\"\n[driver]\nsim = {{ agent_s = [{a:?}, {a:?}] }}\n[tasks]\nfile = \"tasks.jsonl\"\n"
     );
     // The tasks go through a JSONL file, as a large campaign's do: a TOML array of a million
@@ -146,8 +168,8 @@ fn submit_request(id: &str, trials: u32, agent: Duration) -> anyhow::Result<pb::
         .prefix("lanes-bench-campaign-")
         .tempdir()
         .context("cannot create a temp directory")?;
-    let mut tasks = String::with_capacity(trials as usize * 16);
-    for i in 0..trials {
+    let mut tasks = String::with_capacity(n_tasks as usize * 16);
+    for i in 0..n_tasks {
         tasks.push_str(&format!("{{\"id\": \"t{i}\"}}\n"));
     }
     std::fs::write(dir.path().join("tasks.jsonl"), tasks).context("cannot write the tasks")?;
@@ -226,7 +248,7 @@ async fn setup(args: &Args, store: &StoreTarget) -> anyhow::Result<Ready> {
     )
     .await?;
     let campaign = format!("bench-{}", ceiling::random_hex()?);
-    let request = submit_request(&campaign, args.trials, args.agent_s)?;
+    let request = submit_request(&campaign, args.trials, args.runs, args.agent_s)?;
     let mem_before = redis_memory(store).await?;
     let submitted = Instant::now();
     call("submit", client.submit(request))

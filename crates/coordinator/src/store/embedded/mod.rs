@@ -199,7 +199,7 @@ impl Store for EmbeddedStore {
         self.shared
             .writer
             .run(id.to_string(), true, move |tx| {
-                ready(engine::submit(tx, campaign, now_ms))
+                ready(engine::submit(tx, &campaign, now_ms))
             })
             .await
     }

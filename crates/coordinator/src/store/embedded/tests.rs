@@ -301,7 +301,7 @@ async fn a_solo_operation_runs_alone_and_a_failing_one_leaves_nothing() {
             s.shared
                 .writer
                 .run("ghost".into(), true, move |tx| {
-                    super::ready(engine::submit(tx, campaign("ghost", 50), NOW))?;
+                    super::ready(engine::submit(tx, &campaign("ghost", 50), NOW))?;
                     Err::<(), _>(StoreError::Backend("failed after writing".into()))
                 })
                 .await

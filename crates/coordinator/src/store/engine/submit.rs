@@ -82,11 +82,13 @@ fn new_meta(campaign: &Campaign, hash: String, now: EpochMs) -> Meta {
     }
 }
 
-pub(crate) async fn submit(tx: &mut impl Tx, campaign: Campaign, now: EpochMs) -> R<Submitted> {
+/// Borrows the campaign: a retry after a conflict runs again on the same one, and a copy of
+/// a million tasks per attempt was a large part of a 1M-trial submit's memory.
+pub(crate) async fn submit(tx: &mut impl Tx, campaign: &Campaign, now: EpochMs) -> R<Submitted> {
     let hash = spec_hash(&campaign.spec, &campaign.tasks);
     let id = campaign.spec.id.clone();
     let Some(mut meta) = tx.meta().await? else {
-        let meta = new_meta(&campaign, hash.clone(), now);
+        let meta = new_meta(campaign, hash.clone(), now);
         for (pos, task) in campaign.tasks.iter().enumerate() {
             tx.put_task(pos as u32, task).await?;
         }
@@ -117,7 +119,7 @@ pub(crate) async fn submit(tx: &mut impl Tx, campaign: Campaign, now: EpochMs) -
             recorded.push(t);
         }
     }
-    let plan = resume::compare(&old, &campaign, &recorded).map_err(StoreError::Refused)?;
+    let plan = resume::compare(&old, campaign, &recorded).map_err(StoreError::Refused)?;
 
     let old_tasks = meta.n_tasks;
     let old_p1 = meta.spec.phase1_runs;

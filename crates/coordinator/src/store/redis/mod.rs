@@ -529,12 +529,8 @@ impl Store for RedisStore {
             .query_async::<()>(&mut conn)
             .await
             .map_err(redis_err)?;
-        op!(self, &id, |tx| engine::submit(
-            &mut tx,
-            campaign.clone(),
-            now_ms
-        )
-        .await)
+        op!(self, &id, |tx| engine::submit(&mut tx, &campaign, now_ms)
+            .await)
     }
 
     async fn claim(
