@@ -15,7 +15,7 @@ use crate::store::model::Meta;
 use crate::store::tx::R;
 
 /// More pending additions than this to one sorted set are staged in chunks before the commit.
-const STAGE_ABOVE: usize = 1000;
+pub(crate) const STAGE_ABOVE: usize = 1000;
 /// Fields or members per chunked write.
 const CHUNK: usize = 5000;
 /// Staging keys expire on their own if the process that wrote them dies before its commit.
@@ -156,9 +156,17 @@ impl Staging {
     }
 }
 
+/// A sorted-set member to stage: a string, or a numeric ready entry (its decimal form).
+enum Member<'a> {
+    Str(&'a String),
+    Num(u64),
+}
+
 /// Whether a write set has bulk parts to stage before its script call.
 fn needs_staging(writes: &Writes) -> bool {
-    !writes.bulk_tasks.is_empty() || writes.zsets.values().any(|z| z.added.len() > STAGE_ABOVE)
+    !writes.bulk_tasks.is_empty()
+        || !writes.ready_bulk.is_empty()
+        || writes.zsets.values().any(|z| z.added.len() > STAGE_ABOVE)
 }
 
 /// Writes the bulk parts to staging keys. Bulk task writes go to staging hashes of their own,
@@ -193,18 +201,29 @@ async fn stage(conn: &mut Conn, keys: &Keys, writes: &Writes) -> R<Staging> {
         }
     }
     for (key, z) in &writes.zsets {
-        if z.added.len() <= STAGE_ABOVE {
+        let numeric: &[u64] = writes.ready_bulk.get(key).map_or(&[], Vec::as_slice);
+        if z.added.len() + numeric.len() <= STAGE_ABOVE {
             continue;
         }
         let stage = format!("{key}:staging:{nonce}");
         staging.zsets.insert(key.clone(), stage.clone());
-        let added: Vec<_> = z.added.iter().collect();
+        // Numeric ready entries are written as `zadd` would: score and member the entry.
+        let added: Vec<(f64, Member)> = z
+            .added
+            .iter()
+            .map(|(m, s)| (*s, Member::Str(m)))
+            .chain(numeric.iter().map(|e| (*e as f64, Member::Num(*e))))
+            .collect();
         for chunk in added.chunks(CHUNK) {
             let mut pipe = redis::pipe();
             let mut cmd = redis::cmd("ZADD");
             cmd.arg(&stage);
-            for (m, s) in chunk {
-                cmd.arg(**s).arg(m.as_str());
+            for (s, m) in chunk {
+                cmd.arg(*s);
+                match m {
+                    Member::Str(m) => cmd.arg(m.as_str()),
+                    Member::Num(e) => cmd.arg(*e),
+                };
             }
             pipe.add_command(cmd).ignore();
             pipe.cmd("PEXPIRE").arg(&stage).arg(STAGING_TTL_MS).ignore();
@@ -345,6 +364,11 @@ fn build(
         if let Some(stage) = staging.zsets.get(key) {
             let sx = call.key(stage);
             call.op("U", key, None, [Arg::Own(sx.to_string().into_bytes())]);
+        } else if writes.ready_bulk.get(key).is_some_and(|v| !v.is_empty()) {
+            // Folded before the commit unless large enough to be staged.
+            return Err(crate::store::StoreError::Backend(format!(
+                "numeric ready entries of {key} neither folded nor staged"
+            )));
         } else if !z.added.is_empty() {
             let mut added: Vec<_> = z.added.iter().collect();
             added.sort_by(|a, b| a.0.cmp(b.0));

@@ -94,7 +94,7 @@ impl RedisTx {
         }
     }
 
-    pub(crate) fn savepoint(&self) -> Savepoint {
+    pub(crate) fn savepoint(&mut self) -> Savepoint {
         self.writes.savepoint()
     }
 
@@ -137,6 +137,7 @@ impl RedisTx {
     }
 
     pub(crate) async fn commit(&mut self, script: &redis::Script) -> R<Committed> {
+        self.writes.fold_ready_up_to(super::commit::STAGE_ABOVE);
         commit(
             &mut self.conn,
             &self.keys,
@@ -153,11 +154,14 @@ impl RedisTx {
     /// with its writes applied, or an empty cache when the commit merged staged writes.
     pub(crate) fn into_cache(self, version: String, staged: bool) -> Cache {
         let Self {
-            mut cache, writes, ..
+            mut cache,
+            mut writes,
+            ..
         } = self;
         if staged {
             return Cache::at(version);
         }
+        writes.fold_ready_up_to(usize::MAX);
         cache.version = version;
         if let Some(meta) = writes.meta {
             cache.meta = Some(Some(*meta));
@@ -379,6 +383,7 @@ impl RedisTx {
         limit: usize,
     ) -> R<(Vec<(String, f64)>, bool)> {
         let max = max.unwrap_or(f64::INFINITY);
+        self.writes.fold_ready(key);
         if let Some(known) = self.zrange_known(key, max, limit) {
             return Ok((known, false));
         }
@@ -418,6 +423,7 @@ impl RedisTx {
     }
 
     async fn zexists(&mut self, key: &str, member: &str, score: f64) -> R<bool> {
+        self.writes.fold_ready(key);
         if let Some(z) = self.writes.zsets.get(key) {
             if z.added.contains_key(member) {
                 return Ok(true);
@@ -569,8 +575,7 @@ impl Tx for RedisTx {
     }
 
     async fn add_ready(&mut self, queue: &Queue, key: u64) -> R<()> {
-        self.writes
-            .zadd(self.keys.ready(queue), key as f64, key.to_string());
+        self.writes.add_ready(self.keys.ready(queue), key);
         self.writes.add_queue(queue);
         Ok(())
     }
