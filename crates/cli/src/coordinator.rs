@@ -245,6 +245,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<Code> {
         allow_lossy: args.allow_lossy_store || file.allow_lossy_store,
         wait_replicas: args.redis_wait.or(file.redis_wait),
         tls_ca_pem: redis_tls_ca,
+        ..RedisOptions::default()
     };
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async move {

@@ -299,3 +299,78 @@ async fn a_large_submit_is_renamed_into_place_and_its_keys_never_expire() {
     assert_eq!(st.trials_total, 6000);
     assert_eq!(st.trials_final, 1);
 }
+
+/// A round of renewals alone lingers for company: renewals that arrive apart share one round
+/// and one commit script (before, each heartbeat paid a commit of its own), and any other
+/// operation ends the wait at once. The linger here is long (10 s), so the test depends on no
+/// timing but "well under 10 s".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewals_linger_for_company_and_other_work_ends_the_wait() {
+    let h = Harness::redis().await;
+    let c = cid("linger");
+    h.submit(campaign(
+        "linger",
+        &[("a", "pa")],
+        10,
+        "pairing = \"none\"",
+        "",
+    ))
+    .await;
+    let url = h.redis.as_ref().expect("a redis harness").url();
+    let opts = RedisOptions {
+        renew_linger: Some(std::time::Duration::from_secs(10)),
+        ..RedisOptions::default()
+    };
+    let store = Arc::new(RedisStore::connect(&url, opts).await.expect("connect"));
+    let mut tokens = Vec::new();
+    for l in 0..2 {
+        let a = match store
+            .claim(&c, request(&format!("l{l}"), "h", 1), h.now())
+            .await
+        {
+            Ok(ClaimOutcome::Assigned(a)) => a,
+            other => panic!("{other:?}"),
+        };
+        tokens.push(a[0].trials[0].token.clone());
+    }
+    let before = store.stats();
+    let started = std::time::Instant::now();
+    let renew = |t: &lanes_common::ids::Token| {
+        let (s, c, t, now) = (store.clone(), c.clone(), t.clone(), h.now());
+        tokio::spawn(async move {
+            s.renew(&c, vec![(t, lanes_common::row::Phase::Agent)], now)
+                .await
+        })
+    };
+    // The second renewal only once the first is queued, then a claim.
+    let first = renew(&tokens[0]);
+    while store.stats().ops == before.ops {
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    }
+    let second = renew(&tokens[1]);
+    while store.stats().ops < before.ops + 2 {
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    }
+    let claimed = store
+        .claim(&c, request("l9", "h", 1), h.now())
+        .await
+        .expect("claim");
+    assert!(matches!(claimed, ClaimOutcome::Assigned(_)));
+    for r in [first, second] {
+        let answer = r.await.unwrap().expect("renew");
+        assert_eq!(
+            answer[0].1,
+            lanes_coordinator::store::RenewState::Renewed,
+            "{answer:?}"
+        );
+    }
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(5),
+        "the claim ended the linger: {:?}",
+        started.elapsed()
+    );
+    let d = store.stats().since(&before);
+    assert_eq!((d.ops, d.writes, d.conflicts), (3, 1, 0), "{d:?}");
+}

@@ -32,7 +32,7 @@ use super::layout::{MigrationReport, StoreAt};
 use super::tx::R;
 use redb_tx::{RedbTx, key, prefix, prefix_end};
 pub use writer::WriteStats;
-use writer::Writer;
+use writer::{Mode, Writer};
 
 type Table = TableDefinition<'static, &'static [u8], &'static [u8]>;
 
@@ -99,6 +99,11 @@ const CACHE_BYTES: usize = 32 << 20;
 impl EmbeddedStore {
     /// Opens (or creates) the store in `dir`.
     pub fn open(dir: &Path) -> Result<Self, StoreError> {
+        Self::open_with_linger(dir, writer::LINGER)
+    }
+
+    /// [`Self::open`] with another linger for batches of renewals (tests).
+    fn open_with_linger(dir: &Path, linger: std::time::Duration) -> Result<Self, StoreError> {
         std::fs::create_dir_all(dir)
             .map_err(|e| backend(format!("cannot create {}: {e}", dir.display())))?;
         let path = dir.join(FILE_NAME);
@@ -119,7 +124,7 @@ impl EmbeddedStore {
         let db = Arc::new(db);
         Ok(Self {
             shared: Arc::new(Shared {
-                writer: Writer::start(db.clone())?,
+                writer: Writer::start(db.clone(), linger)?,
                 db,
                 path,
             }),
@@ -148,7 +153,10 @@ impl EmbeddedStore {
         T: Send + 'static,
         F: FnOnce(&mut RedbTx<'_, '_>) -> R<T> + Send + 'static,
     {
-        self.shared.writer.run(campaign.to_string(), false, f).await
+        self.shared
+            .writer
+            .run(campaign.to_string(), Mode::Batched, f)
+            .await
     }
 
     async fn read_range<T: DeserializeOwned + Send + 'static>(
@@ -198,7 +206,7 @@ impl Store for EmbeddedStore {
         // Solo: a large submit writes straight into its own transaction (see `writer`).
         self.shared
             .writer
-            .run(id.to_string(), true, move |tx| {
+            .run(id.to_string(), Mode::Solo, move |tx| {
                 ready(engine::submit(tx, &campaign, now_ms))
             })
             .await
@@ -224,10 +232,12 @@ impl Store for EmbeddedStore {
         now_ms: EpochMs,
     ) -> Result<Vec<(Token, RenewState)>, StoreError> {
         let c = campaign.clone();
-        self.write(campaign, move |tx| {
-            ready(engine::renew(tx, &c, &tokens, now_ms))
-        })
-        .await
+        // Lingers: heartbeats spread over the second share commits (see `writer`).
+        let f = move |tx: &mut RedbTx<'_, '_>| ready(engine::renew(tx, &c, &tokens, now_ms));
+        self.shared
+            .writer
+            .run(campaign.to_string(), Mode::Lingering, f)
+            .await
     }
 
     async fn forfeit(
@@ -334,7 +344,7 @@ impl Store for EmbeddedStore {
         // The key belongs to no campaign: the view's campaign prefix goes unused.
         let writer = &self.shared.writer;
         writer
-            .run(String::new(), false, move |tx| {
+            .run(String::new(), Mode::Batched, move |tx| {
                 match tx.get_raw(SECRETS, LEASE_KEY)? {
                     Some(bytes) => std::str::from_utf8(&bytes)
                         .ok()

@@ -300,7 +300,7 @@ async fn a_solo_operation_runs_alone_and_a_failing_one_leaves_nothing() {
         .queued(tokio::spawn(async move {
             s.shared
                 .writer
-                .run("ghost".into(), true, move |tx| {
+                .run("ghost".into(), super::writer::Mode::Solo, move |tx| {
                     super::ready(engine::submit(tx, &campaign("ghost", 50), NOW))?;
                     Err::<(), _>(StoreError::Backend("failed after writing".into()))
                 })
@@ -356,6 +356,65 @@ async fn a_solo_operation_runs_alone_and_a_failing_one_leaves_nothing() {
         .await
         .unwrap();
     assert_eq!(st.trials_total, 5);
+}
+
+/// Renewals linger: a batch of renewals alone waits for more work before it commits, so
+/// heartbeats that arrive apart share one commit (before, each paid a commit and an fsync);
+/// any other operation ends the wait at once. The linger here is long (10 s), so the test
+/// depends on no timing but "well under 10 s".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewals_linger_for_company_and_other_work_ends_the_wait() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = EmbeddedStore::open_with_linger(dir.path(), Duration::from_secs(10)).unwrap();
+    let c = CampaignId::new("linger").unwrap();
+    store.submit(campaign("linger", 10), NOW).await.unwrap();
+    let tokens: Vec<Token> = {
+        let mut t = Vec::new();
+        for l in 0..3 {
+            t.push(token_of(store.claim(&c, request(l), NOW).await.unwrap()));
+        }
+        t
+    };
+    let before = store.write_stats();
+    let started = Instant::now();
+    let renew = |t: &Token| {
+        let (s, c, t) = (store.clone(), c.clone(), t.clone());
+        tokio::spawn(async move {
+            s.renew(&c, vec![(t, lanes_common::row::Phase::Agent)], NOW + 1)
+                .await
+        })
+    };
+    // Two renewals, the second sent only once the first is with the writer (so they are
+    // apart), then a claim: all three share one batch and one commit.
+    let first = renew(&tokens[0]);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while store.write_stats().submitted == before.submitted {
+        assert!(Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let second = renew(&tokens[1]);
+    while store.write_stats().submitted < before.submitted + 2 {
+        assert!(Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let claim = store.claim(&c, request(9), NOW + 1).await.unwrap();
+    token_of(claim);
+    for h in [first, second] {
+        let answer = h.await.unwrap().unwrap();
+        assert_eq!(answer[0].1, RenewState::Renewed, "{answer:?}");
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "the claim ended the linger: {:?}",
+        started.elapsed()
+    );
+    let after = store.write_stats();
+    assert_eq!(
+        (after.ops - before.ops, after.batches - before.batches),
+        (3, 1),
+        "{before:?} {after:?}"
+    );
+    assert_eq!(after.commits - before.commits, 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

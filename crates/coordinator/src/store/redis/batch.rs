@@ -23,6 +23,10 @@
 //! chained; a round with nothing to write is validated by re-reading the version after the
 //! commits in flight.
 //!
+//! A round of renewals alone, with no commit in flight, lingers up to [`LINGER`] for more
+//! operations before it runs: heartbeats arrive spread over each second and share a commit
+//! instead of paying one each; any other operation ends the wait.
+//!
 //! The driver is a spawned task, so a caller that goes away (a cancelled request) never leaves
 //! a round half done; the driver ends when the queue is empty and no commit is in flight. It
 //! sleeps on the campaign's [`Notify`], woken by a queued operation or a commit that ended.
@@ -52,6 +56,11 @@ use crate::store::tx::R;
 
 /// Operations one round takes at most; the rest wait for the next round.
 const MAX_ROUND: usize = 256;
+/// The longest a round of renewals alone (nothing in flight) waits for more operations, unless
+/// `RedisOptions::renew_linger` says otherwise:
+/// heartbeats arrive spread over each second, and without it each paid a commit of its own.
+/// Any other operation ends the wait at once.
+const LINGER: std::time::Duration = std::time::Duration::from_millis(25);
 /// Commits in flight at most: several queued behind one another share Redis's next fsync.
 const DEPTH: usize = 4;
 /// Operations a round chained behind commits in flight takes at least; fewer wait for the
@@ -115,6 +124,8 @@ struct Pending {
     op: Op,
     now: EpochMs,
     reply: oneshot::Sender<R<Answer>>,
+    /// When it was queued: a round of renewals alone lingers from the oldest one's.
+    queued: tokio::time::Instant,
 }
 
 /// One campaign's queue in this replica.
@@ -207,7 +218,12 @@ impl RedisStore {
         let start = {
             let mut queues = self.rounds.lock();
             let q = queues.entry(c.clone()).or_default();
-            q.pending.push(Pending { op, now, reply });
+            q.pending.push(Pending {
+                op,
+                now,
+                reply,
+                queued: tokio::time::Instant::now(),
+            });
             q.wake.notify_one();
             !std::mem::replace(&mut q.running, true)
         };
@@ -236,6 +252,7 @@ impl RedisStore {
             while chain.front().is_some_and(|f| f.commit.is_finished()) {
                 self.land_front(&c, &mut chain, &mut cache).await;
             }
+            let mut linger = None;
             let batch = {
                 let mut queues = self.rounds.lock();
                 let q = queues.entry(c.clone()).or_default();
@@ -244,12 +261,30 @@ impl RedisStore {
                     q.cache = cache;
                     return;
                 }
-                let n = match chain.is_empty() || q.pending.len() >= MIN_CHAINED {
-                    true => q.pending.len().min(MAX_ROUND),
-                    false => 0,
-                };
-                q.pending.drain(..n).collect::<Vec<_>>()
+                let renewals_only = q.pending.iter().all(|p| matches!(p.op, Op::Renew(_)));
+                if chain.is_empty() && renewals_only && q.pending.len() < MAX_ROUND {
+                    let wait = self.opts.renew_linger.unwrap_or(LINGER);
+                    let until = q.pending.iter().map(|p| p.queued).min().map(|t| t + wait);
+                    linger = until.filter(|u| *u > tokio::time::Instant::now());
+                }
+                if linger.is_some() {
+                    Vec::new()
+                } else {
+                    let n = match chain.is_empty() || q.pending.len() >= MIN_CHAINED {
+                        true => q.pending.len().min(MAX_ROUND),
+                        false => 0,
+                    };
+                    q.pending.drain(..n).collect::<Vec<_>>()
+                }
             };
+            if let Some(until) = linger {
+                // Woken by a new operation, or the linger is over: look again.
+                tokio::select! {
+                    () = wake.notified() => {}
+                    () = tokio::time::sleep_until(until) => {}
+                }
+                continue;
+            }
             if batch.is_empty() {
                 // Commits in flight and few operations: wait for the oldest commit, or for
                 // more operations.

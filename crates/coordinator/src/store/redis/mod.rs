@@ -174,6 +174,9 @@ pub struct RedisOptions {
     pub wait_replicas: Option<u32>,
     /// The CA (PEM) of a `rediss://` server's certificate; the system roots when `None`.
     pub tls_ca_pem: Option<Vec<u8>>,
+    /// How long a round of renewals alone waits for more operations before it commits
+    /// (`None`: 25 ms). Heartbeats spread over the second then share commits.
+    pub renew_linger: Option<std::time::Duration>,
 }
 
 /// The store on Redis.
