@@ -55,6 +55,16 @@ fn token_of(out: ClaimOutcome) -> Token {
     }
 }
 
+/// A claim by lane `lane`, as a task (to queue behind a [`Blocked`] writer).
+fn spawn_claim(
+    store: &EmbeddedStore,
+    c: &CampaignId,
+    lane: usize,
+) -> tokio::task::JoinHandle<Result<ClaimOutcome, StoreError>> {
+    let (s, c) = (store.clone(), c.clone());
+    tokio::spawn(async move { s.claim(&c, request(lane), NOW).await })
+}
+
 /// Holds the file's write side, so the writer stops at its next transaction and everything
 /// handed to it meanwhile queues up for one batch.
 struct Blocked<'a> {
@@ -108,12 +118,7 @@ async fn queued_operations_share_one_commit_and_each_gets_its_own_answer() {
     // N claims queued together: each must see the trials the ones before it took.
     let before = store.write_stats();
     let blocked = Blocked::new(&store);
-    let claims: Vec<_> = (0..N)
-        .map(|l| {
-            let (s, c) = (store.clone(), c.clone());
-            tokio::spawn(async move { s.claim(&c, request(l), NOW).await })
-        })
-        .collect();
+    let claims: Vec<_> = (0..N).map(|l| spawn_claim(&store, &c, l)).collect();
     blocked.until_submitted(before.submitted + N as u64).await;
     blocked.release();
     let mut tokens = Vec::new();
@@ -210,12 +215,7 @@ async fn a_failing_operation_leaves_the_rest_of_its_batch_alone() {
     // In queue order: a claim; an operation that writes (a cancel stop) and then fails; a
     // claim that the stop would refuse; completions of an unknown token and of an unknown
     // campaign; the completion of the held lease.
-    let (s, cc) = (store.clone(), c.clone());
-    let first = blocked
-        .queued(tokio::spawn(
-            async move { s.claim(&cc, request(1), NOW).await },
-        ))
-        .await;
+    let first = blocked.queued(spawn_claim(&store, &c, 1)).await;
     let (s, cc) = (store.clone(), c.clone());
     let failing = blocked
         .queued(tokio::spawn(async move {
@@ -226,12 +226,7 @@ async fn a_failing_operation_leaves_the_rest_of_its_batch_alone() {
             .await
         }))
         .await;
-    let (s, cc) = (store.clone(), c.clone());
-    let second = blocked
-        .queued(tokio::spawn(
-            async move { s.claim(&cc, request(2), NOW).await },
-        ))
-        .await;
+    let second = blocked.queued(spawn_claim(&store, &c, 2)).await;
     let unknown = Token {
         attempt: 7,
         ..held.clone()
@@ -289,12 +284,7 @@ async fn a_solo_operation_runs_alone_and_a_failing_one_leaves_nothing() {
 
     let before = store.write_stats();
     let mut blocked = Blocked::new(&store);
-    let (s, cc) = (store.clone(), c.clone());
-    let first = blocked
-        .queued(tokio::spawn(
-            async move { s.claim(&cc, request(1), NOW).await },
-        ))
-        .await;
+    let first = blocked.queued(spawn_claim(&store, &c, 1)).await;
     let s = store.clone();
     let failing = blocked
         .queued(tokio::spawn(async move {
@@ -313,18 +303,8 @@ async fn a_solo_operation_runs_alone_and_a_failing_one_leaves_nothing() {
             s.submit(campaign("solo", 5), NOW).await
         }))
         .await;
-    let (s, cc) = (store.clone(), c.clone());
-    let second = blocked
-        .queued(tokio::spawn(
-            async move { s.claim(&cc, request(2), NOW).await },
-        ))
-        .await;
-    let (s, cc) = (store.clone(), c.clone());
-    let third = blocked
-        .queued(tokio::spawn(
-            async move { s.claim(&cc, request(3), NOW).await },
-        ))
-        .await;
+    let second = blocked.queued(spawn_claim(&store, &c, 2)).await;
+    let third = blocked.queued(spawn_claim(&store, &c, 3)).await;
     blocked.release();
 
     let err = failing.await.unwrap().unwrap_err();
