@@ -224,18 +224,11 @@ fn calls(server: &lanes_tests::redis_server::RedisServer, command: &str) -> u64 
 /// adds its tasks to the stored ones, with ZADD's meaning for the ready queue.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_large_submit_is_renamed_into_place_and_its_keys_never_expire() {
+    let big = |tasks| campaign("big", &[("a", "pa")], tasks, "pairing = \"none\"", "");
     let h = Harness::redis().await;
     let c = cid("big");
     let server = h.redis.as_ref().expect("a redis harness");
-    let submitted = h
-        .submit(campaign(
-            "big",
-            &[("a", "pa")],
-            3000,
-            "pairing = \"none\"",
-            "",
-        ))
-        .await;
+    let submitted = h.submit(big(3000)).await;
     assert_eq!(submitted.trials, 3000);
     assert_eq!(
         calls(server, "zdiffstore"),
@@ -266,15 +259,7 @@ async fn a_large_submit_is_renamed_into_place_and_its_keys_never_expire() {
 
     // Take one trial, then amend with 3,000 more tasks: merged, not renamed over.
     let t = h.claim_tokens(&c, "l", "h").await.remove(0);
-    let amended = h
-        .submit(campaign(
-            "big",
-            &[("a", "pa")],
-            6000,
-            "pairing = \"none\"",
-            "",
-        ))
-        .await;
+    let amended = h.submit(big(6000)).await;
     assert_eq!(amended.trials, 6000);
     assert_eq!(server.command(&["HLEN", keys[0]]), ":6000");
     assert_eq!(

@@ -153,10 +153,16 @@ impl EmbeddedStore {
         T: Send + 'static,
         F: FnOnce(&mut RedbTx<'_, '_>) -> R<T> + Send + 'static,
     {
-        self.shared
-            .writer
-            .run(campaign.to_string(), Mode::Batched, f)
-            .await
+        self.write_as(campaign, Mode::Batched, f).await
+    }
+
+    /// [`Self::write`], sharing the batch as `mode` says (see `writer`).
+    async fn write_as<T, F>(&self, campaign: &CampaignId, mode: Mode, f: F) -> R<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut RedbTx<'_, '_>) -> R<T> + Send + 'static,
+    {
+        self.shared.writer.run(campaign.to_string(), mode, f).await
     }
 
     async fn read_range<T: DeserializeOwned + Send + 'static>(
@@ -203,13 +209,11 @@ fn ready<F: std::future::Future>(f: F) -> F::Output {
 impl Store for EmbeddedStore {
     async fn submit(&self, campaign: Campaign, now_ms: EpochMs) -> Result<Submitted, StoreError> {
         let id = campaign.spec.id.clone();
-        // Solo: a large submit writes straight into its own transaction (see `writer`).
-        self.shared
-            .writer
-            .run(id.to_string(), Mode::Solo, move |tx| {
-                ready(engine::submit(tx, &campaign, now_ms))
-            })
-            .await
+        // Solo: a large submit writes straight into its own transaction.
+        self.write_as(&id, Mode::Solo, move |tx| {
+            ready(engine::submit(tx, &campaign, now_ms))
+        })
+        .await
     }
 
     async fn claim(
@@ -232,12 +236,11 @@ impl Store for EmbeddedStore {
         now_ms: EpochMs,
     ) -> Result<Vec<(Token, RenewState)>, StoreError> {
         let c = campaign.clone();
-        // Lingers: heartbeats spread over the second share commits (see `writer`).
-        let f = move |tx: &mut RedbTx<'_, '_>| ready(engine::renew(tx, &c, &tokens, now_ms));
-        self.shared
-            .writer
-            .run(campaign.to_string(), Mode::Lingering, f)
-            .await
+        // Lingers: heartbeats spread over the second share commits.
+        self.write_as(campaign, Mode::Lingering, move |tx| {
+            ready(engine::renew(tx, &c, &tokens, now_ms))
+        })
+        .await
     }
 
     async fn forfeit(

@@ -32,6 +32,19 @@
 
 local SLICE = 1000
 
+-- A large submit's staged key, moved into place in O(1) if `k` does not exist yet (a new
+-- campaign), however many entries it holds: a merge of a million blocks Redis for seconds.
+-- Answers whether it did; if not, the caller merges the staged entries in.
+local function moved_into_place(staging, k)
+  if redis.call('EXISTS', k) == 1 then
+    return false
+  end
+  redis.call('RENAME', staging, k)
+  -- A rename keeps the staging key's expiry; the campaign's data must not expire.
+  redis.call('PERSIST', k)
+  return true
+end
+
 local version = redis.call('GET', KEYS[1]) or '0'
 if version ~= ARGV[1] then
   return -1
@@ -112,16 +125,10 @@ while i <= #ARGV do
   elseif op == 'X' then
     redis.call('XADD', k, ARGV[i + 2], 'j', ARGV[i + 3]); i = i + 4
   elseif op == 'M' then
-    -- Merge a staged hash (a large submit's tasks). A fresh campaign has no such hash yet:
-    -- then the staged one is renamed into place in O(1), however many tasks it holds (a
-    -- merge of a million fields blocks Redis for seconds). Otherwise it is copied in slices
-    -- that fit Lua's unpack; it holds only the amendment's new tasks.
+    -- Merge a staged hash (a large submit's tasks): moved into place for a new campaign, else
+    -- copied in slices that fit Lua's unpack (it holds only the amendment's new tasks).
     local staging = KEYS[tonumber(ARGV[i + 2])]
-    if redis.call('EXISTS', k) == 0 then
-      redis.call('RENAME', staging, k)
-      -- A rename keeps the staging key's expiry; the campaign's data must not expire.
-      redis.call('PERSIST', k)
-    else
+    if not moved_into_place(staging, k) then
       local all = redis.call('HGETALL', staging)
       for j = 1, #all, 2 * SLICE do
         redis.call('HSET', k, unpack(all, j, math.min(j + 2 * SLICE - 1, #all)))
@@ -130,14 +137,11 @@ while i <= #ARGV do
     end
     i = i + 3
   elseif op == 'U' then
-    -- Merge a staged sorted set with ZADD's meaning (a staged score replaces the stored one).
-    -- Renamed into place when the set does not exist yet, as above; otherwise its members are
-    -- added in slices, so the cost follows the staged set, not the (possibly huge) stored one.
+    -- Merge a staged sorted set with ZADD's meaning (a staged score replaces the stored one):
+    -- moved into place for a new set, else its members are added in slices, so the cost
+    -- follows the staged set, not the (possibly huge) stored one.
     local staging = KEYS[tonumber(ARGV[i + 2])]
-    if redis.call('EXISTS', k) == 0 then
-      redis.call('RENAME', staging, k)
-      redis.call('PERSIST', k)
-    else
+    if not moved_into_place(staging, k) then
       local all = redis.call('ZRANGE', staging, 0, -1, 'WITHSCORES')
       local items = {}
       for j = 1, #all, 2 do
