@@ -2,6 +2,7 @@
 //! answer and map errors in one place (`grpc_status`).
 
 pub(crate) mod campaign;
+pub(crate) mod in_flight;
 pub(crate) mod lane;
 pub(crate) mod leases;
 pub(crate) mod limits;

@@ -1,14 +1,10 @@
-//! One lane session's loop: it reads the worker's messages and answers them. Messages about
-//! leases (heartbeats, outcomes, releases, forfeits, reconnects) each run as their own task,
-//! so a worker's many lanes share the store's group commits instead of waiting for each
-//! other's, and their answers go out in the order the messages came. A message waits for the
-//! earlier ones about the same lease (a reconnect or a forfeit for all of them), so what one
-//! attempt's messages do in the store happens in the order the worker sent them.
-
-use std::collections::VecDeque;
+//! One lane session's loop: it reads the worker's messages and answers them. Work requests
+//! are answered beside the loop; messages about leases (heartbeats, outcomes, releases,
+//! forfeits, reconnects) go to the session's [`InFlight`] queue, which runs each as its own
+//! task after the earlier ones about the same lease and hands their answers back in order.
+//! The loop itself never waits for a store operation, so it keeps reading.
 
 use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
 use tokio_stream::{Stream, StreamExt};
 use tonic::Status;
 
@@ -16,7 +12,8 @@ use lanes_common::proto as pb;
 use lanes_common::proto::coordinator_message::Msg as Out;
 
 use super::Shared;
-use super::lane::{Handled, LaneSvc, Later, Leases};
+use super::in_flight::{Answers, InFlight};
+use super::lane::{Handled, LaneSvc, Later};
 use crate::grpc_status::bad_field;
 
 /// Messages of one session in the store at once; the session reads no more until the oldest
@@ -24,12 +21,6 @@ use crate::grpc_status::bad_field;
 const MAX_IN_FLIGHT: usize = 1024;
 
 type Reply = Result<pb::CoordinatorMessage, Status>;
-
-/// A message whose answer is being worked out, oldest first.
-struct InFlight {
-    leases: Leases,
-    task: JoinHandle<Result<Vec<pb::CoordinatorMessage>, Status>>,
-}
 
 /// Serves one lane session: reads the worker's messages from `inbound` and answers on the
 /// returned channel until either side ends it. The gRPC handler and the in-process
@@ -60,10 +51,7 @@ fn go_away(reason: &str) -> Reply {
 }
 
 /// Sends the answers of the oldest message in flight; `false` when the session must end.
-async fn deliver(
-    task: Result<Result<Vec<pb::CoordinatorMessage>, Status>, tokio::task::JoinError>,
-    tx: &mpsc::Sender<Reply>,
-) -> bool {
+async fn deliver(task: Result<Answers, tokio::task::JoinError>, tx: &mpsc::Sender<Reply>) -> bool {
     match task {
         Ok(Ok(answers)) => {
             for a in answers {
@@ -91,7 +79,7 @@ where
     let mut worker = None;
     let mut shutdown = svc.shared.shutdown.clone();
     let mut store_up = svc.shared.store_up.clone();
-    let mut in_flight: VecDeque<InFlight> = VecDeque::new();
+    let mut in_flight = InFlight::default();
     loop {
         // A replica that cannot reach its store could renew nothing: send the worker to one
         // that can (also at the start of a session).
@@ -117,10 +105,7 @@ where
                 }
                 continue;
             }
-            done = async { (&mut in_flight.front_mut().expect("not empty").task).await },
-                if !in_flight.is_empty() =>
-            {
-                in_flight.pop_front();
+            done = in_flight.oldest(), if !in_flight.is_empty() => {
                 if !deliver(done, &tx).await {
                     return;
                 }
@@ -144,46 +129,12 @@ where
         };
         match svc.handle(&mut worker, m, &tx).await {
             Ok(Handled::Done) => {}
-            Ok(Handled::Later(Later { leases, answer })) => {
-                // Earlier messages about the same leases are answered first.
-                while in_flight.iter().any(|f| f.leases.overlaps(&leases)) {
-                    let oldest = in_flight.pop_front().expect("not empty");
-                    if !deliver(oldest.task.await, &tx).await {
-                        return;
-                    }
-                }
-                in_flight.push_back(InFlight {
-                    leases,
-                    task: tokio::spawn(answer),
-                });
-            }
+            Ok(Handled::Later(Later { leases, answer })) => in_flight.push(leases, answer),
             Err(status) => {
                 // A malformed message ends the session with the field named.
                 let _ = tx.send(Err(status)).await;
                 return;
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn key(trial: &str) -> (String, String, u32) {
-        ("c".into(), trial.into(), 1)
-    }
-
-    #[test]
-    fn messages_wait_only_for_earlier_ones_about_the_same_lease() {
-        let a = Leases::Of(vec![key("t1"), key("t2")]);
-        let b = Leases::Of(vec![key("t3")]);
-        let c = Leases::Of(vec![key("t2")]);
-        assert!(!a.overlaps(&b));
-        assert!(a.overlaps(&c) && c.overlaps(&a));
-        // Another attempt of the same trial is another lease.
-        assert!(!Leases::Of(vec![("c".into(), "t1".into(), 2)]).overlaps(&a));
-        assert!(Leases::All.overlaps(&b) && b.overlaps(&Leases::All));
-        assert!(Leases::All.overlaps(&Leases::Of(Vec::new())));
     }
 }
