@@ -9,7 +9,11 @@
 //! the whole cache.
 
 use std::cmp::Ordering;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
+
+// foldhash, not std's SipHash: a round looks up its keys and fields here many times per
+// operation. It is still seeded per process, so task ids cannot be chosen to collide.
+use foldhash::{HashMap, HashMapExt};
 
 use super::writes::ZOverlay;
 use lanes_common::spec::Task;
@@ -198,7 +202,7 @@ impl Cache {
             }
             None => {
                 self.fields
-                    .insert(key.to_owned(), HashMap::from([(field, value)]));
+                    .insert(key.to_owned(), HashMap::from_iter([(field, value)]));
             }
         }
     }

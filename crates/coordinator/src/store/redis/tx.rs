@@ -184,12 +184,19 @@ impl RedisTx {
         cache
     }
 
-    async fn hget(&mut self, key: &str, field: &str) -> R<Option<Vec<u8>>> {
+    /// A hash field as this transaction sees it, handed to `f` where it lies (pending writes,
+    /// then the cache, then Redis) rather than copied out first.
+    async fn hget_with<T>(
+        &mut self,
+        key: &str,
+        field: &str,
+        f: impl FnOnce(&[u8]) -> R<T>,
+    ) -> R<Option<T>> {
         if let Some(v) = self.writes.hashes.get(key).and_then(|h| h.get(field)) {
-            return Ok(v.clone());
+            return v.as_deref().map(f).transpose();
         }
         if let Some(v) = self.cache.field(key, field) {
-            return Ok(v.clone());
+            return v.as_deref().map(f).transpose();
         }
         let v: Option<Vec<u8>> = redis::cmd("HGET")
             .arg(key)
@@ -197,8 +204,9 @@ impl RedisTx {
             .query_async(&mut self.conn)
             .await
             .map_err(redis_err)?;
-        self.cache.put_field(key, field.to_owned(), v.clone());
-        Ok(v)
+        let out = v.as_deref().map(f).transpose();
+        self.cache.put_field(key, field.to_owned(), v);
+        out
     }
 
     /// Reads the fields not cached yet of several hashes in one pipeline, into the cache.
@@ -472,11 +480,10 @@ impl Tx for RedisTx {
             return Ok(t.clone());
         }
         let key = self.keys.tasks();
-        let v = self
-            .hget(&key, &pos.to_string())
+        let task: Task = self
+            .hget_with(&key, &pos.to_string(), parse)
             .await?
             .ok_or_else(|| corrupt(format!("task {pos} missing")))?;
-        let task: Task = parse(&v)?;
         self.remember_task(pos, task.clone());
         Ok(task)
     }
@@ -500,20 +507,18 @@ impl Tx for RedisTx {
             return Ok(Some(*p));
         }
         let key = self.keys.task_pos();
-        match self.hget(&key, id).await? {
-            Some(v) => Ok(Some(
-                std::str::from_utf8(&v)
-                    .map_err(corrupt)?
-                    .parse()
-                    .map_err(corrupt)?,
-            )),
-            None => Ok(None),
-        }
+        self.hget_with(&key, id, |v| {
+            std::str::from_utf8(v)
+                .map_err(corrupt)?
+                .parse()
+                .map_err(corrupt)
+        })
+        .await
     }
 
     async fn trial(&mut self, id: &str) -> R<Option<TrialState>> {
         let key = self.keys.trials();
-        self.hget(&key, id).await?.map(|b| parse(&b)).transpose()
+        self.hget_with(&key, id, parse).await
     }
     async fn put_trial(&mut self, id: &str, state: &TrialState) -> R<()> {
         let v = json(state)?;
@@ -532,7 +537,7 @@ impl Tx for RedisTx {
 
     async fn lease(&mut self, trial: &str) -> R<Option<Lease>> {
         let key = self.keys.leases();
-        self.hget(&key, trial).await?.map(|b| parse(&b)).transpose()
+        self.hget_with(&key, trial, parse).await
     }
     async fn put_lease(&mut self, trial: &str, lease: &Lease) -> R<()> {
         let v = json(lease)?;
@@ -655,10 +660,8 @@ impl Tx for RedisTx {
 
     async fn token(&mut self, trial: &str, attempt: u32) -> R<Option<TokenRecord>> {
         let key = self.keys.tokens();
-        self.hget(&key, &token_field(trial, attempt))
-            .await?
-            .map(|b| parse(&b))
-            .transpose()
+        self.hget_with(&key, &token_field(trial, attempt), parse)
+            .await
     }
     async fn put_token(&mut self, trial: &str, attempt: u32, record: &TokenRecord) -> R<()> {
         let v = json(record)?;
@@ -684,12 +687,7 @@ impl Tx for RedisTx {
 
     async fn block(&mut self, name: &str) -> R<BlockState> {
         let key = self.keys.blocks();
-        Ok(self
-            .hget(&key, name)
-            .await?
-            .map(|b| parse(&b))
-            .transpose()?
-            .unwrap_or_default())
+        Ok(self.hget_with(&key, name, parse).await?.unwrap_or_default())
     }
     async fn put_block(&mut self, name: &str, block: &BlockState) -> R<()> {
         let v = json(block)?;

@@ -5,7 +5,10 @@
 //! 1M-trial submit the log held a key and a member string per ready-queue entry, more than
 //! the entries themselves.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::BTreeSet;
+
+// foldhash, as in the cache: hashed many times per operation, seeded per process.
+use foldhash::{HashMap, HashSet};
 
 use crate::store::model::{Meta, Queue};
 
@@ -292,8 +295,14 @@ mod tests {
         w.rollback(sp);
         assert_eq!(w.hashes["h"].len(), 1);
         assert_eq!(w.hashes["h"]["f"], Some(b"1".to_vec()));
-        assert_eq!(w.zsets["z"].added, HashMap::from([("a".to_owned(), 1.0)]));
-        assert_eq!(w.zsets["z"].removed, HashSet::from(["gone".to_owned()]));
+        assert_eq!(
+            w.zsets["z"].added,
+            HashMap::from_iter([("a".to_owned(), 1.0)])
+        );
+        assert_eq!(
+            w.zsets["z"].removed,
+            HashSet::from_iter(["gone".to_owned()])
+        );
         assert_eq!(w.queues_added, BTreeSet::from([Queue::Groups]));
         assert_eq!(w.streams.len(), 1);
         assert!(w.scored.is_empty() && w.bulk_tasks.is_empty());
@@ -315,9 +324,9 @@ mod tests {
         assert!(w.ready_bulk.is_empty());
         assert_eq!(
             w.zsets["r"].added,
-            HashMap::from([("30".to_owned(), 30.0), ("20".to_owned(), 20.0)])
+            HashMap::from_iter([("30".to_owned(), 30.0), ("20".to_owned(), 20.0)])
         );
-        assert_eq!(w.zsets["r"].removed, HashSet::from(["10".to_owned()]));
+        assert_eq!(w.zsets["r"].removed, HashSet::from_iter(["10".to_owned()]));
         // Added back after a removal: a plain member again, no longer removed.
         w.add_ready("r".into(), 10);
         assert!(w.ready_bulk.is_empty());
