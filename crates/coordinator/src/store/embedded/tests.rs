@@ -13,6 +13,7 @@ use lanes_common::spec::Campaign;
 use lanes_common::state::{CampaignState, StopMode};
 
 use super::*;
+use crate::store::tx::Tx;
 
 const NOW: EpochMs = 1_700_000_000_000;
 
@@ -486,4 +487,77 @@ async fn a_paused_clock_does_not_move_while_the_writer_works() {
     }
     token_of(store.claim(&c, request(0), NOW).await.unwrap());
     assert_eq!(start.elapsed(), Duration::ZERO);
+}
+
+/// The meta as the writer's next batch sees it (its `next_event`, which every operation
+/// that emits an event moves on).
+async fn next_event_seen(store: &EmbeddedStore, c: &str) -> u64 {
+    store
+        .shared
+        .writer
+        .run(c.into(), super::writer::Mode::Batched, |tx| {
+            let meta = super::ready(tx.meta())?.expect("a meta");
+            Ok(meta.next_event)
+        })
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_meta_is_decoded_once_while_batches_commit_and_again_after_one_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = CampaignId::new("kept").unwrap();
+    {
+        let store = EmbeddedStore::open(dir.path()).unwrap();
+        store.submit(campaign("kept", 10), NOW).await.unwrap();
+    }
+    // A fresh writer knows no meta yet.
+    let store = EmbeddedStore::open(dir.path()).unwrap();
+    let mut tokens = Vec::new();
+    for lane in 0..4 {
+        tokens.push(token_of(store.claim(&c, request(lane), NOW).await.unwrap()));
+    }
+    for t in &tokens {
+        store.complete(&c, scored(t), NOW).await.unwrap();
+    }
+    let stats = store.write_stats();
+    assert_eq!(stats.batches, 8, "{stats:?}");
+    assert_eq!(stats.metas_decoded, 1, "{stats:?}");
+    // What the carried meta says is what the file says.
+    let st = store.status(&c, NOW).await.unwrap();
+    assert_eq!((st.trials_final, st.in_flight.len()), (4, 0));
+    let seen = next_event_seen(&store, "kept").await;
+    let stored: crate::store::model::Meta = {
+        let txn = store.shared.db.begin_read().unwrap();
+        let t = txn.open_table(META).unwrap();
+        serde_json::from_slice(t.get(b"kept".as_slice()).unwrap().unwrap().value()).unwrap()
+    };
+    assert_eq!(seen, stored.next_event);
+
+    // An operation that changed the meta and then failed leaves the carried meta alone.
+    let failed = store
+        .shared
+        .writer
+        .run("kept".into(), super::writer::Mode::Batched, |tx| {
+            let mut meta = super::ready(tx.meta())?.expect("a meta");
+            meta.next_event += 1_000;
+            super::ready(tx.put_meta(&meta))?;
+            Err::<(), _>(StoreError::Backend("failed after changing the meta".into()))
+        })
+        .await;
+    assert!(failed.is_err());
+    assert_eq!(next_event_seen(&store, "kept").await, stored.next_event);
+    assert_eq!(store.write_stats().metas_decoded, 1);
+
+    // A solo operation that fails rolls its transaction back: the next batch decodes again.
+    let failed = store
+        .shared
+        .writer
+        .run("ghost".into(), super::writer::Mode::Solo, |_tx| {
+            Err::<(), _>(StoreError::Backend("failed alone".into()))
+        })
+        .await;
+    assert!(failed.is_err());
+    assert_eq!(next_event_seen(&store, "kept").await, stored.next_event);
+    assert_eq!(store.write_stats().metas_decoded, 2);
 }

@@ -25,7 +25,7 @@ use tokio::runtime::{Handle, RuntimeFlavor};
 use tokio::sync::oneshot;
 
 use super::backend;
-use super::batch::Batch;
+use super::batch::{Batch, Metas};
 use super::redb_tx::RedbTx;
 use super::staged::Staged;
 use crate::store::api::StoreError;
@@ -36,7 +36,7 @@ use crate::store::tx::R;
 const MAX_BATCH: usize = 256;
 
 /// The longest a batch of renewals alone waits for more operations before it commits.
-pub(super) const LINGER: Duration = Duration::from_millis(25);
+pub(super) const LINGER: Duration = Duration::from_millis(100);
 
 /// How an operation shares transactions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,6 +60,9 @@ pub struct WriteStats {
     pub batches: u64,
     /// Durable commits: batches that wrote something (a batch of reads only is not committed).
     pub commits: u64,
+    /// Campaign metas decoded from the file: once per campaign while batches commit, since
+    /// each batch starts from the metas the one before it committed.
+    pub metas_decoded: u64,
 }
 
 #[derive(Default)]
@@ -68,6 +71,7 @@ struct Counters {
     ops: AtomicU64,
     batches: AtomicU64,
     commits: AtomicU64,
+    metas_decoded: AtomicU64,
 }
 
 /// An operation queued for the writer.
@@ -136,6 +140,9 @@ impl Writer {
             .spawn(move || {
                 // A solo operation met while filling a batch waits for the next one.
                 let mut carried: Option<Box<dyn Op>> = None;
+                // The metas as the last batch committed them (this thread is the file's only
+                // writer, and redb locks the file to this process).
+                let mut metas = Metas::new();
                 while let Some(first) = carried.take().or_else(|| rx.recv().ok()) {
                     let mut lingering = first.mode() == Mode::Lingering;
                     let solo = first.mode() == Mode::Solo;
@@ -169,7 +176,7 @@ impl Writer {
                     // its callers get an error; the transaction was rolled back as it
                     // unwound, and the writer goes on with the next batch.
                     let _ = std::panic::catch_unwind(AssertUnwindSafe(|| {
-                        run_batch(&db, batch, &c);
+                        run_batch(&db, batch, &c, &mut metas);
                     }));
                 }
             })
@@ -220,6 +227,7 @@ impl Writer {
             ops: self.counters.ops.load(Ordering::Relaxed),
             batches: self.counters.batches.load(Ordering::Relaxed),
             commits: self.counters.commits.load(Ordering::Relaxed),
+            metas_decoded: self.counters.metas_decoded.load(Ordering::Relaxed),
         }
     }
 }
@@ -234,13 +242,15 @@ impl Drop for Writer {
     }
 }
 
-/// Runs one batch in one transaction and answers every operation of it.
-fn run_batch(db: &Database, mut batch: Vec<Box<dyn Op>>, counters: &Counters) {
+/// Runs one batch in one transaction and answers every operation of it. `metas` holds the
+/// decoded metas as committed: the batch starts from them and leaves its own once it has
+/// committed, and nothing if it did not (a panic unwinding through here leaves nothing too).
+fn run_batch(db: &Database, mut batch: Vec<Box<dyn Op>>, counters: &Counters, metas: &mut Metas) {
     counters.batches.fetch_add(1, Ordering::Relaxed);
     counters
         .ops
         .fetch_add(batch.len() as u64, Ordering::Relaxed);
-    let fate = match run_in_txn(db, &mut batch) {
+    let fate = match run_in_txn(db, &mut batch, metas, counters) {
         Ok(wrote) => {
             if wrote {
                 counters.commits.fetch_add(1, Ordering::Relaxed);
@@ -256,11 +266,17 @@ fn run_batch(db: &Database, mut batch: Vec<Box<dyn Op>>, counters: &Counters) {
 
 /// Runs the batch's operations in order, each seeing the writes of those before it, and
 /// commits; answers whether anything was written.
-fn run_in_txn(db: &Database, batch: &mut [Box<dyn Op>]) -> Result<bool, StoreError> {
+fn run_in_txn(
+    db: &Database,
+    batch: &mut [Box<dyn Op>],
+    metas: &mut Metas,
+    counters: &Counters,
+) -> Result<bool, StoreError> {
+    let known = std::mem::take(metas);
     let mut txn = db.begin_write().map_err(backend)?;
     // redb's default, spelled out: commit returns only once the batch is on disk.
     txn.set_durability(Durability::Immediate).map_err(backend)?;
-    let mut open = Batch::open(&txn)?;
+    let mut open = Batch::open(&txn, known)?;
     for op in batch.iter_mut() {
         // A panicking operation answers an error; its writes were only staged, so the
         // transaction holds none of them.
@@ -278,12 +294,16 @@ fn run_in_txn(db: &Database, batch: &mut [Box<dyn Op>]) -> Result<bool, StoreErr
             None => {}
         }
     }
-    let wrote = open.finish()?;
+    counters
+        .metas_decoded
+        .fetch_add(open.metas_decoded(), Ordering::Relaxed);
+    let (wrote, left) = open.finish()?;
     if wrote {
         txn.commit().map_err(backend)?;
     } else {
         // Nothing to make durable: every answer was read from committed data.
         txn.abort().map_err(backend)?;
     }
+    *metas = left;
     Ok(wrote)
 }

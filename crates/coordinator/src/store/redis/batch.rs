@@ -60,7 +60,7 @@ const MAX_ROUND: usize = 256;
 /// `RedisOptions::renew_linger` says otherwise:
 /// heartbeats arrive spread over each second, and without it each paid a commit of its own.
 /// Any other operation ends the wait at once.
-const LINGER: std::time::Duration = std::time::Duration::from_millis(25);
+const LINGER: std::time::Duration = std::time::Duration::from_millis(100);
 /// Commits in flight at most: several queued behind one another share Redis's next fsync.
 const DEPTH: usize = 4;
 /// Operations a round chained behind commits in flight takes at least; fewer wait for the

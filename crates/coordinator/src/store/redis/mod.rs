@@ -175,7 +175,7 @@ pub struct RedisOptions {
     /// The CA (PEM) of a `rediss://` server's certificate; the system roots when `None`.
     pub tls_ca_pem: Option<Vec<u8>>,
     /// How long a round of renewals alone waits for more operations before it commits
-    /// (`None`: 25 ms). Heartbeats spread over the second then share commits.
+    /// (`None`: 100 ms). Heartbeats spread over the second then share commits.
     pub renew_linger: Option<std::time::Duration>,
 }
 
