@@ -170,6 +170,7 @@ impl ScriptedLane {
                     token: Some(t.clone()),
                     phase: phase as i32,
                     campaign: campaign.to_owned(),
+                    traceparent: String::new(),
                 })
                 .collect(),
         }))

@@ -26,6 +26,14 @@ error answer to `run_agent` becomes an infra failure of that kind (default harne
 a result says the same more precisely, e.g. {"status": "infra_error", "failure_kind":
 "rate_limit", "reset_epoch": ..., "error": "..."}.
 
+Tracing: every per-attempt call carries `params["attempt"]["traceparent"]`, the W3C context of
+the lane's span for that phase (`agent` for `run_agent`) when the worker exports OpenTelemetry
+traces. While a method runs, the helper puts it in the environment as TRACEPARENT (so child
+processes, such as an agent CLI, can join the trace), and, when the `opentelemetry` package is
+importable, runs the method inside a span `driver.<method>` that is its child; spans the
+method opens itself nest under that one. Exporting those spans is the driver's own
+OpenTelemetry SDK setup (for example `opentelemetry-instrument` and the OTEL_* variables).
+
 `run_agent` runs on its own thread, so `cancel` and other calls are read and answered while
 an agent runs; every other method runs on the reading thread, one at a time. (The lane waits
 for each answer before its next request; do the same when driving a driver by hand.) The helper moves
@@ -52,6 +60,13 @@ DRIVER_ERROR = -32000
 
 # How long `shutdown` (or EOF) waits for cancelled agents to answer before exiting anyway.
 STOP_GRACE_S = 5.0
+
+try:                                         # optional: spans of the driver's own work
+    from opentelemetry import trace as _otel_trace
+    from opentelemetry.trace.propagation.tracecontext import (
+        TraceContextTextMapPropagator as _Propagator)
+except ImportError:                          # the standard library is enough without it
+    _otel_trace = None
 
 logger = logging.getLogger("lanes_driver")
 
@@ -272,7 +287,7 @@ class Driver:
     def _call(self, msg_id, method, handler, params):
         """Run one handler and answer: its result, or its exception as an error."""
         try:
-            result = handler(params)
+            result = _traced(method, params, handler)
             result = {} if result is None else result
             # Encoded here, so a result JSON cannot hold is an error answer too.
             data = json.dumps({"jsonrpc": "2.0", "id": msg_id, "result": result},
@@ -344,3 +359,36 @@ class Driver:
 if __name__ == "__main__":
     # Run on its own, this is a driver with no benchmark: useful to try the framing by hand.
     Driver.main()
+
+
+_env_lock = threading.Lock()
+
+
+def _traceparent(params):
+    attempt = params.get("attempt")
+    tp = attempt.get("traceparent") if isinstance(attempt, dict) else None
+    return tp if isinstance(tp, str) and tp else None
+
+
+def _traced(method, params, handler):
+    """Run handler(params) with the call's TRACEPARENT set, inside a child span if it can."""
+    tp = _traceparent(params)
+    if tp is None:
+        return handler(params)
+    with _env_lock:
+        before = os.environ.get("TRACEPARENT")
+        os.environ["TRACEPARENT"] = tp
+    try:
+        if _otel_trace is None:
+            return handler(params)
+        parent = _Propagator().extract({"traceparent": tp})
+        tracer = _otel_trace.get_tracer("lanes_driver")
+        with tracer.start_as_current_span(f"driver.{method}", context=parent):
+            return handler(params)
+    finally:
+        with _env_lock:
+            if os.environ.get("TRACEPARENT") == tp:
+                if before is None:
+                    os.environ.pop("TRACEPARENT", None)
+                else:
+                    os.environ["TRACEPARENT"] = before

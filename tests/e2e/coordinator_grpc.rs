@@ -499,6 +499,7 @@ async fn redis_heartbeats_are_not_held_back_by_a_slow_claim() {
                 token: Some(t.clone()),
                 phase: pb::Phase::Agent as i32,
                 campaign: "a-busy".into(),
+                traceparent: String::new(),
             })
             .collect(),
     }))
@@ -656,6 +657,7 @@ async fn stop_drain_and_cancel() {
             token: Some(t.clone()),
             phase: pb::Phase::Agent as i32,
             campaign: "cancel".into(),
+            traceparent: String::new(),
         }],
     }))
     .await;
@@ -885,6 +887,7 @@ async fn oversized_and_malformed_requests_are_refused_with_the_field_named() {
             }),
             phase: pb::Phase::Agent as i32,
             campaign: "lanebad".into(),
+            traceparent: String::new(),
         }],
     }))
     .await;
@@ -1096,6 +1099,7 @@ async fn a_sessions_outcomes_reach_the_store_together_and_are_answered_in_order(
             token: Some(second.clone()),
             phase: pb::Phase::Publish as i32,
             campaign: "piped".into(),
+            traceparent: String::new(),
         }],
     }))
     .await;

@@ -129,6 +129,7 @@ async fn forged_outcomes_for_in_flight_trials_are_never_counted() {
                 token: Some(without_lease(&held[0])),
                 phase: pb::Phase::Agent as i32,
                 campaign: "bound".into(),
+                traceparent: String::new(),
             }],
         }))
         .await;

@@ -38,6 +38,11 @@ DRIVER_SOURCE = textwrap.dedent("""
         def boot(self, params):
             if params.get("payload", {{}}).get("explode"):
                 raise DriverError("boot exploded", failure_kind="boot_failed")
+            if params.get("payload", {{}}).get("echo_trace"):
+                child = subprocess.run(["sh", "-c", 'printf %s "$TRACEPARENT"'],
+                                       capture_output=True, text=True, timeout=5).stdout
+                import os
+                return {{"env": os.environ.get("TRACEPARENT"), "child": child}}
             return {{}}
 
         def reset(self, params):
@@ -208,6 +213,18 @@ class LanesDriverTest(unittest.TestCase):
         self.assertEqual(code, 0)
         self.assertIn("a stray print must not reach the lane", stderr)
         self.assertIn("a child wrote this", stderr)
+
+    def test_the_call_traceparent_reaches_the_environment_and_child_processes(self):
+        d = self.driver
+        self.initialize()
+        tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+        params = env_params("x", echo_trace=True)
+        params["attempt"]["traceparent"] = tp
+        r = d.call(2, "boot", params)
+        self.assertEqual(r["result"], {"env": tp, "child": tp})
+        # Set only while the call runs: a call without one sees none.
+        r = d.call(3, "boot", env_params("x", echo_trace=True))
+        self.assertEqual(r["result"], {"env": None, "child": ""})
 
     def test_cancel_stops_a_long_agent(self):
         d = self.driver

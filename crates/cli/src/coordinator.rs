@@ -15,11 +15,14 @@ use lanes_coordinator::store::{
 use lanes_coordinator::tls::ServerTls;
 
 use crate::exit::Code;
+use crate::telemetry::Service;
 use crate::tokens;
 
 /// Flags, each also settable from the environment (`LANES_*`) or a config file.
 #[derive(clap::Args, Debug)]
 pub(crate) struct Args {
+    #[command(flatten)]
+    log: crate::telemetry::LogArgs,
     /// Address to serve on [default: 127.0.0.1:7700].
     #[arg(long, env = "LANES_LISTEN")]
     listen: Option<SocketAddr>,
@@ -167,7 +170,18 @@ fn server_tls(
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<Code> {
-    crate::logging::init();
+    let rt = tokio::runtime::Runtime::new()?;
+    let telemetry = match crate::telemetry::init(
+        Service::Coordinator,
+        args.log.log_format,
+        Some(rt.handle()),
+    ) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("lanes: {e:#}");
+            return Ok(Code::BadInput);
+        }
+    };
     let file: FileConfig = match &args.config {
         Some(p) => {
             let text = std::fs::read_to_string(p)
@@ -247,8 +261,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<Code> {
         tls_ca_pem: redis_tls_ca,
         ..RedisOptions::default()
     };
-    let rt = tokio::runtime::Runtime::new()?;
-    rt.block_on(async move {
+    let result = rt.block_on(async move {
         let opened = match (redis, data_dir) {
             (Some(url), _) => RedisStore::connect(&url, opts)
                 .await
@@ -291,5 +304,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<Code> {
         };
         lanes_coordinator::run(config, store, clock, listener, shutdown).await?;
         Ok::<_, anyhow::Error>(Code::Ok)
-    })
+    });
+    rt.block_on(telemetry.shutdown());
+    result
 }

@@ -17,6 +17,7 @@ use lanes_worker::{Drivers, WorkerConfig, load_drivers_file};
 
 use crate::exit::Code;
 use crate::local_api::{LocalApi, addr_file, private_dir};
+use crate::telemetry::Service;
 use crate::tokens;
 
 /// Prints a line to stdout, ignoring a closed pipe (`lanes run … | head` is fine).
@@ -43,10 +44,20 @@ pub(crate) struct Args {
     /// A drivers file, for a campaign that names its driver (`[driver] name = ...`).
     #[arg(long, value_name = "FILE")]
     drivers: Option<PathBuf>,
+    #[command(flatten)]
+    log: crate::telemetry::LogArgs,
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<Code> {
-    crate::logging::init_quiet();
+    let rt = tokio::runtime::Runtime::new()?;
+    let telemetry =
+        match crate::telemetry::init(Service::Run, args.log.log_format, Some(rt.handle())) {
+            Ok(t) => t,
+            Err(e) => {
+                eprintln!("lanes: {e:#}");
+                return Ok(Code::BadInput);
+            }
+        };
     let campaign = match spec::load_file(&args.file) {
         Ok(c) => c,
         Err(e) => {
@@ -61,8 +72,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<Code> {
             return Ok(Code::BadInput);
         }
     };
-    let rt = tokio::runtime::Runtime::new()?;
-    rt.block_on(run_async(args, campaign, drivers))
+    let result = rt.block_on(run_async(args, campaign, drivers));
+    rt.block_on(telemetry.shutdown());
+    result
 }
 
 /// What the local lanes run: the campaign file's own command and the env names it uses (its

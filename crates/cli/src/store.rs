@@ -42,7 +42,7 @@ pub(crate) fn run(cmd: StoreCmd) -> anyhow::Result<Code> {
 }
 
 fn migrate(args: MigrateArgs) -> anyhow::Result<Code> {
-    crate::logging::init();
+    crate::telemetry::init_logs(false);
     let report = match (args.redis, args.data_dir) {
         (Some(url), _) => {
             // A URL the client cannot parse (an unknown scheme, say) is bad input, not a failure.

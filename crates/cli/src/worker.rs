@@ -9,9 +9,12 @@ use lanes_worker::http::HttpOptions;
 use lanes_worker::{Drivers, WorkerConfig, load_drivers_file};
 
 use crate::exit::Code;
+use crate::telemetry::Service;
 
 #[derive(clap::Args, Debug)]
 pub(crate) struct Args {
+    #[command(flatten)]
+    log: crate::telemetry::LogArgs,
     /// The coordinator's address. Repeat it, or give a comma list, for several replicas: the
     /// worker uses one at a time and moves to the next when its session fails or stalls.
     #[arg(
@@ -105,7 +108,15 @@ fn hostname() -> String {
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<Code> {
-    crate::logging::init();
+    let rt = tokio::runtime::Runtime::new()?;
+    let telemetry =
+        match crate::telemetry::init(Service::Worker, args.log.log_format, Some(rt.handle())) {
+            Ok(t) => t,
+            Err(e) => {
+                eprintln!("lanes: {e:#}");
+                return Ok(Code::BadInput);
+            }
+        };
     let host = args.host.unwrap_or_else(hostname);
     let worker_id = args.worker_id.unwrap_or_else(|| host.clone());
     anyhow::ensure!(
@@ -158,8 +169,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<Code> {
             max_body: args.http_max_body_bytes,
         },
     };
-    let rt = tokio::runtime::Runtime::new()?;
-    rt.block_on(async move {
+    let result = rt.block_on(async move {
         let shutdown = async {
             use tokio::signal::unix::{SignalKind, signal};
             let mut term = signal(SignalKind::terminate()).expect("sigterm handler");
@@ -170,5 +180,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<Code> {
         };
         lanes_worker::run(config, shutdown).await?;
         Ok::<_, anyhow::Error>(Code::Ok)
-    })
+    });
+    rt.block_on(telemetry.shutdown());
+    result
 }

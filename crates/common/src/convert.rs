@@ -375,6 +375,8 @@ impl From<Outcome> for pb::Outcome {
                 turns: g.turns,
                 cost_usd: g.cost_usd,
             }),
+            // Set by the lane from its attempt span; the domain outcome carries no trace.
+            traceparent: String::new(),
         }
     }
 }

@@ -8,6 +8,7 @@ pub mod ids;
 pub mod lease;
 pub mod limits;
 pub mod log_safe;
+pub mod otel;
 pub mod policy;
 pub mod proto;
 pub mod protocol;
@@ -20,6 +21,7 @@ pub mod spec_hash;
 pub mod state;
 pub mod stats;
 pub mod tls;
+pub mod trace;
 pub mod utc;
 
 pub use ids::{ArmId, CampaignId, IdError, TaskId, Token, TrialId};

@@ -574,6 +574,10 @@ pub struct Row {
     pub seed: u64,
     // Attempt.
     pub attempt: u32,
+    /// The attempt's OpenTelemetry trace id (32 hex digits), derived from campaign, trial id
+    /// and attempt; none for a trial that never started.
+    #[serde(default)]
+    pub trace_id: Option<String>,
     pub lane: Option<String>,
     pub host: Option<String>,
     pub worker: Option<String>,
@@ -694,6 +698,11 @@ impl Row {
             order_index: trial.order_index,
             seed: trial.seed,
             attempt,
+            trace_id: crate::trace::attempt_trace_id(
+                campaign.as_str(),
+                trial.trial_id.as_str(),
+                attempt,
+            ),
             lane: None,
             host: None,
             worker: None,

@@ -1,12 +1,10 @@
 //! The coordinator's own types (store answers) on the wire. Domain ↔ proto conversions of the
 //! shared model live in `lanes_common::convert`.
 
-use sha2::{Digest, Sha256};
-
-use lanes_common::canonical::hex;
 use lanes_common::ids::{CampaignId, Token};
 use lanes_common::proto as pb;
 use lanes_common::spec::DriverKind;
+use lanes_common::trace::TraceParent;
 
 use crate::store::{
     Assignment, CampaignStatus, Event, EventKind, InFlight, RenewState, UnitDriver,
@@ -125,13 +123,6 @@ pub(crate) fn event(e: Event) -> pb::WatchEvent {
     }
 }
 
-/// The W3C traceparent of an attempt: its trace id and root span id derive from the token, so
-/// every replica and the lane agree on them without coordination.
-pub(crate) fn traceparent(campaign: &CampaignId, t: &Token) -> String {
-    let d = Sha256::digest(format!("{campaign}:{}:{}", t.trial_id, t.attempt).as_bytes());
-    format!("00-{}-{}-01", hex(&d[..16]), hex(&d[16..24]))
-}
-
 /// The driver part of an assignment. Env values are forwarded as written (`$NAME` references
 /// are resolved by the worker), never logged.
 pub(crate) fn driver(d: UnitDriver) -> pb::DriverSpec {
@@ -164,7 +155,12 @@ pub(crate) fn assignment(a: Assignment, lane: &str) -> pb::Assignment {
             .trials
             .into_iter()
             .map(|t| pb::AssignedTrial {
-                traceparent: traceparent(&campaign, &t.token),
+                traceparent: TraceParent::of_attempt(
+                    campaign.as_str(),
+                    t.token.trial_id.as_str(),
+                    t.token.attempt,
+                )
+                .to_string(),
                 token: token(&t.token),
                 task: t.trial.task.to_string(),
                 arm: t.trial.arm.to_string(),

@@ -11,4 +11,5 @@ mod http_agent;
 mod policy;
 mod retries;
 mod scheduling;
+mod traces;
 mod worker;

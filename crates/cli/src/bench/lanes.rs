@@ -388,6 +388,7 @@ async fn renew(
                 token: Some(t.clone()),
                 phase: pb::Phase::Agent as i32,
                 campaign: campaign.to_owned(),
+                traceparent: String::new(),
             })
             .collect(),
     };

@@ -130,7 +130,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<Code> {
         )
         .exit();
     }
-    crate::logging::init_quiet();
+    crate::telemetry::init_logs(true);
     let store = match &args.redis {
         Some(url) => StoreTarget::Redis {
             url: url.clone(),

@@ -22,12 +22,17 @@ use lanes_common::proto::lane_service_server::LaneService;
 use lanes_common::proto::worker_message::Msg as In;
 use lanes_common::row::{FailureKind, Outcome, Phase};
 
+use tracing::Instrument;
+
+use lanes_common::otel;
+
 use super::Shared;
 use super::leases::LeaseRefused;
+use super::trace;
 use super::workers::{Member, describe_offer};
 use crate::grpc_status::{bad_field, from_convert, from_limit};
 use crate::scheduler::{self, Scheduled, WorkRequest};
-use crate::store::{CompleteAck, Release, ReleaseReason, StoreError};
+use crate::store::{CompleteAck, Release, ReleaseReason, RenewState, StoreError};
 use crate::wire;
 
 type Boxed<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
@@ -131,9 +136,11 @@ impl LaneSvc {
             offer: w.offer.clone(),
         };
         let s = &self.shared;
+        let started = std::time::SystemTime::now();
         match scheduler::schedule(s.store.as_ref(), s.clock.as_ref(), &req).await {
             Scheduled::Assigned(a) => {
                 let mut a = wire::assignment(*a, req.lane.as_str());
+                trace::claims(&mut a, req.lane.as_str(), &w.host, started);
                 if let Err(e) = s.leases.issue(s.store.as_ref(), &w.id, &mut a).await {
                     // The lease is held but cannot be handed out: it is reaped at its
                     // deadline, like an assignment lost on the way.
@@ -187,6 +194,9 @@ impl LaneSvc {
     ) -> Result<Vec<pb::TokenRenewal>, Status> {
         let s = &self.shared;
         let mut by_campaign: BTreeMap<String, Vec<(Token, Phase)>> = BTreeMap::new();
+        // Each token's attempt span, kept only when spans are exported: a renewal that tells
+        // the lane to stop is then recorded in the attempt's trace.
+        let mut traces: BTreeMap<Token, String> = BTreeMap::new();
         for (i, tp) in items.into_iter().enumerate() {
             let lease = lease_of(tp.token.as_ref());
             let t = token(&format!("tokens[{i}].token"), tp.token).map_err(from_convert)?;
@@ -205,6 +215,9 @@ impl LaneSvc {
                     return Ok(Vec::new());
                 }
             }
+            if otel::exporting() && !tp.traceparent.is_empty() {
+                traces.insert(t.clone(), tp.traceparent);
+            }
             by_campaign.entry(tp.campaign).or_default().push((t, phase));
         }
         let mut out = Vec::new();
@@ -212,6 +225,16 @@ impl LaneSvc {
             let c = CampaignId::new(c).expect("validated above");
             match s.store.renew(&c, tokens.clone(), s.now()).await {
                 Ok(states) => {
+                    for (t, st) in &states {
+                        let said = match st {
+                            RenewState::Lost => "lost",
+                            RenewState::Cancel => "cancel",
+                            RenewState::Renewed => continue,
+                        };
+                        if let Some(tp) = traces.get(t) {
+                            trace::renewal_refused(tp, t, said);
+                        }
+                    }
                     out.extend(states.into_iter().map(|(t, st)| wire::renewal(&c, &t, st)));
                 }
                 Err(StoreError::UnknownCampaign(_)) => out.extend(
@@ -227,8 +250,24 @@ impl LaneSvc {
         Ok(out)
     }
 
-    #[tracing::instrument(name = "complete", skip_all, fields(campaign = %LogSafe(&o.campaign), trial, token))]
+    /// An outcome, committed under a `complete` span in the attempt's trace.
     async fn outcome(&self, w: &Worker, o: pb::Outcome) -> Result<pb::CoordinatorMessage, Status> {
+        let span = trace::commit_span(
+            trace::Commit::Complete,
+            &LogSafe(&o.campaign).to_string(),
+            &o.traceparent,
+        );
+        self.commit_outcome(w, o, &span)
+            .instrument(span.clone())
+            .await
+    }
+
+    async fn commit_outcome(
+        &self,
+        w: &Worker,
+        o: pb::Outcome,
+        span: &tracing::Span,
+    ) -> Result<pb::CoordinatorMessage, Status> {
         let campaign = campaign_of("outcome.campaign", &o.campaign)?;
         let lease = lease_of(o.token.as_ref());
         // Echoed in errors without the secret.
@@ -242,18 +281,21 @@ impl LaneSvc {
             // The lane must not replay this forever: refuse it for good, naming the field.
             Err(reason) => return msg(Out::OutcomeError(refused(&campaign, raw_token, reason))),
         };
-        let span = tracing::Span::current();
-        span.record("trial", outcome.token.trial_id.as_str());
-        span.record("token", tracing::field::display(&outcome.token));
+        trace::record_token(span, &outcome.token);
         let t = outcome.token.clone();
         if let Err(e) = self.holds(w, &campaign, &t, &lease).await {
+            otel::record_error(span, "lease_refused", &e.to_string());
             return msg(Out::OutcomeError(lease_refused(campaign.as_str(), &t, &e)));
         }
         let s = &self.shared;
         match s.store.complete(&campaign, outcome, s.now()).await {
-            Ok(a) => msg(Out::OutcomeAck(ack(&campaign, a))),
+            Ok(a) => {
+                trace::record_ack(span, &a);
+                msg(Out::OutcomeAck(ack(&campaign, a)))
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "outcome not committed");
+                otel::record_error(span, "store", &e.to_string());
                 msg(Out::OutcomeError(outcome_error(campaign.as_str(), &t, &e)))
             }
         }
@@ -308,7 +350,24 @@ impl LaneSvc {
         Ok(pb::ForfeitAck { tokens: done })
     }
 
+    /// A release, committed under a `release` span in the attempt's trace.
     async fn release(&self, w: &Worker, r: pb::Release) -> Result<pb::CoordinatorMessage, Status> {
+        let span = trace::commit_span(
+            trace::Commit::Release,
+            &LogSafe(&r.campaign).to_string(),
+            &r.traceparent,
+        );
+        self.commit_release(w, r, &span)
+            .instrument(span.clone())
+            .await
+    }
+
+    async fn commit_release(
+        &self,
+        w: &Worker,
+        r: pb::Release,
+        span: &tracing::Span,
+    ) -> Result<pb::CoordinatorMessage, Status> {
         let campaign = campaign_of("release.campaign", &r.campaign)?;
         let lease = lease_of(r.token.as_ref());
         if let Err(e) = check_release(&r) {
@@ -319,7 +378,9 @@ impl LaneSvc {
             return msg(Out::OutcomeError(refused(&campaign, echoed, e.to_string())));
         }
         let t = token("release.token", r.token.clone()).map_err(from_convert)?;
+        trace::record_token(span, &t);
         if let Err(e) = self.holds(w, &campaign, &t, &lease).await {
+            otel::record_error(span, "lease_refused", &e.to_string());
             return msg(Out::OutcomeError(lease_refused(campaign.as_str(), &t, &e)));
         }
         let reason = match pb::ReleaseReason::try_from(r.reason) {
@@ -341,8 +402,14 @@ impl LaneSvc {
             detail: (!r.detail.is_empty()).then_some(r.detail),
         };
         match s.store.release(&campaign, release, s.now()).await {
-            Ok(a) => msg(Out::OutcomeAck(ack(&campaign, a))),
-            Err(e) => msg(Out::OutcomeError(outcome_error(campaign.as_str(), &t, &e))),
+            Ok(a) => {
+                trace::record_ack(span, &a);
+                msg(Out::OutcomeAck(ack(&campaign, a)))
+            }
+            Err(e) => {
+                otel::record_error(span, "store", &e.to_string());
+                msg(Out::OutcomeError(outcome_error(campaign.as_str(), &t, &e)))
+            }
         }
     }
 

@@ -7,6 +7,7 @@ pub(crate) mod lane;
 pub(crate) mod leases;
 pub(crate) mod limits;
 pub(crate) mod session;
+pub(crate) mod trace;
 pub(crate) mod workers;
 
 use std::sync::Arc;

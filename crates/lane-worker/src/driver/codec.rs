@@ -710,6 +710,7 @@ mod tests {
             trial_id: "t\nwith newline".into(),
             attempt: 1,
             tag: "x".into(),
+            traceparent: String::new(),
         };
         let line = encode_notification("progress", &attempt);
         assert_eq!(

@@ -58,6 +58,10 @@ pub struct AttemptRef {
     pub trial_id: String,
     pub attempt: u32,
     pub tag: String,
+    /// W3C traceparent of the lane's span of this call's phase (`agent` for `run_agent`), for
+    /// a driver that traces its own work as children of it. Empty when spans are not exported.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub traceparent: String,
 }
 
 /// `boot` and `reset` params.

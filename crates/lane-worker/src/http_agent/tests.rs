@@ -48,6 +48,7 @@ fn params() -> AgentParams {
             trial_id: "c.t.a.0".into(),
             attempt: 1,
             tag: "tag".into(),
+            traceparent: String::new(),
         },
         task: "t".into(),
         arm: "a".into(),

@@ -133,6 +133,7 @@ impl LaneActor {
         };
         let tag = cur.tag.clone();
         let span = cur.phase_span.clone();
+        let attempt_span = cur.span.clone();
         let driver = state.slot.driver.clone();
         match effect {
             Effect::EnterPhase(p) => {
@@ -146,6 +147,8 @@ impl LaneActor {
                     campaign: tag.campaign,
                     token: tag.token,
                     phase: p,
+                    traceparent: cur.traceparent.clone(),
+                    span: cur.span.clone(),
                 });
             }
             Effect::WriteAttemptRecord => {
@@ -316,6 +319,7 @@ impl LaneActor {
                 span.in_scope(|| {
                     tracing::info!(status = %o.status, failure_kind = ?o.failure_kind, score = ?o.score, "attempt finished");
                 });
+                record_outcome(&attempt_span, &o);
                 self.hand_off(myself, span, tag, o, true);
             }
             Effect::Release { kind, reason, gate } => {
@@ -334,6 +338,7 @@ impl LaneActor {
                 // A release carries no phase walls: nothing it did is measured.
                 ctx.walls = Default::default();
                 let o = outcome::released(&ctx, kind, reason, gate, &secrets);
+                record_outcome(&attempt_span, &o);
                 self.hand_off(myself, span, tag, o, false);
             }
             Effect::RestartDriver => state.slot.restart().await,
@@ -502,6 +507,9 @@ impl LaneActor {
             trial_id: cur.tag.token.trial_id.to_string(),
             attempt: cur.tag.token.attempt,
             tag: cur.tag.to_string(),
+            traceparent: lanes_common::otel::traceparent_of(&cur.phase_span)
+                .map(|tp| tp.to_string())
+                .unwrap_or_default(),
         }
     }
 
@@ -583,4 +591,25 @@ fn write_pending_record(
     let name = pending.file_name().expect("a file name");
     artifacts::write_file(&dir, &name.to_string_lossy(), &json)?;
     Ok(path)
+}
+
+/// Records an attempt's outcome on its span: status, failure kind, score and token usage,
+/// and an error status with an `exception` event for an attempt that did not score. The
+/// outcome's texts were scrubbed of secret values when it was built.
+fn record_outcome(span: &tracing::Span, o: &lanes_common::row::Outcome) {
+    span.record("lanes.status", o.status.as_str());
+    if let Some(k) = o.failure_kind {
+        span.record("lanes.failure_kind", k.as_str());
+    }
+    if let Some(score) = o.score {
+        span.record("lanes.score", score);
+    }
+    if let Some(t) = &o.tokens {
+        span.record("gen_ai.usage.input_tokens", t.input);
+        span.record("gen_ai.usage.output_tokens", t.output);
+    }
+    if let Some(k) = o.failure_kind {
+        let message = o.error.as_deref().unwrap_or(k.as_str());
+        lanes_common::otel::record_error(span, k.as_str(), message);
+    }
 }

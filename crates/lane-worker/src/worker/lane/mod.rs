@@ -21,6 +21,7 @@ use serde_json::{Value, json};
 use lanes_common::ids::{AttemptTag, CampaignId, Token};
 use lanes_common::proto as pb;
 use lanes_common::row::{Phase, PhaseWalls};
+use lanes_common::trace::TraceParent;
 use lanes_common::utc::format_rfc3339;
 
 use super::WorkerConfig;
@@ -107,9 +108,13 @@ struct Current {
     watchdog: Option<tokio::task::JoinHandle<()>>,
     /// Set when the agent runs behind a task API: flipping it cancels the API task.
     http_cancel: Option<tokio::sync::watch::Sender<bool>>,
-    /// The `attempt` root span, and the span of the current phase (its child).
+    /// The `attempt` span (a child of the coordinator's `claim`), and the span of the current
+    /// phase (its child).
     span: tracing::Span,
     phase_span: tracing::Span,
+    /// The attempt span's traceparent, sent back with every message about the attempt (empty
+    /// when spans are not exported).
+    traceparent: String,
 }
 
 impl Current {
@@ -145,17 +150,62 @@ impl Current {
     }
 }
 
-/// The span of one lifecycle phase, a child of the attempt's root.
+/// The span of one lifecycle phase, a child of the attempt span.
 fn phase_span(parent: &tracing::Span, p: Phase) -> tracing::Span {
+    use lanes_common::otel::TARGET;
     match p {
-        Phase::Assigned | Phase::Admit => tracing::info_span!(parent: parent, "admit"),
-        Phase::Boot => tracing::info_span!(parent: parent, "boot"),
-        Phase::Reset => tracing::info_span!(parent: parent, "reset"),
-        Phase::Gate => tracing::info_span!(parent: parent, "gate"),
-        Phase::Agent => tracing::info_span!(parent: parent, "agent"),
-        Phase::Evaluate => tracing::info_span!(parent: parent, "evaluate"),
-        Phase::Publish => tracing::info_span!(parent: parent, "publish"),
+        Phase::Assigned | Phase::Admit => {
+            tracing::info_span!(target: TARGET, parent: parent, "admit")
+        }
+        Phase::Boot => tracing::info_span!(target: TARGET, parent: parent, "boot"),
+        Phase::Reset => tracing::info_span!(target: TARGET, parent: parent, "reset"),
+        Phase::Gate => tracing::info_span!(target: TARGET, parent: parent, "gate"),
+        Phase::Agent => tracing::info_span!(target: TARGET, parent: parent, "agent"),
+        Phase::Evaluate => tracing::info_span!(target: TARGET, parent: parent, "evaluate"),
+        Phase::Publish => tracing::info_span!(target: TARGET, parent: parent, "publish"),
     }
+}
+
+/// The `attempt` span: a child of the coordinator's `claim` span when the assignment names
+/// one, with the attempt's identity; its outcome is recorded when it is published.
+fn attempt_span(
+    campaign: &CampaignId,
+    t: &pb::AssignedTrial,
+    token: &Token,
+    lane: &str,
+    host: &str,
+) -> tracing::Span {
+    let model = parse_json(&t.arm_config_json)
+        .get("model")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    let span = tracing::info_span!(
+        target: lanes_common::otel::TARGET,
+        "attempt",
+        lanes.campaign = %campaign,
+        lanes.trial_id = %token.trial_id,
+        lanes.task = %t.task,
+        lanes.arm = %t.arm,
+        lanes.run_index = t.run_index,
+        lanes.attempt = token.attempt,
+        lanes.lane = %lane,
+        lanes.host = %host,
+        gen_ai.request.model = model,
+        lanes.status = tracing::field::Empty,
+        lanes.failure_kind = tracing::field::Empty,
+        lanes.score = tracing::field::Empty,
+        lanes.counted = tracing::field::Empty,
+        gen_ai.usage.input_tokens = tracing::field::Empty,
+        gen_ai.usage.output_tokens = tracing::field::Empty,
+    );
+    match TraceParent::parse_opt(&t.traceparent) {
+        Ok(Some(tp)) => lanes_common::otel::set_parent(&span, &tp),
+        Ok(None) => {}
+        Err(e) => {
+            tracing::warn!(error = %e, trial = %token, "the assignment's traceparent is malformed: the attempt starts its own trace")
+        }
+    }
+    span
 }
 
 pub(crate) struct LaneState {
@@ -229,16 +279,18 @@ impl LaneActor {
             }
             None => {}
         }
-        let span = tracing::info_span!(
-            "attempt",
-            campaign = %unit.campaign,
-            trial = %token.trial_id,
-            arm = %trial.arm,
-            attempt = token.attempt,
-            lane = %self.name,
-            host = %self.config.host,
-            traceparent = %trial.traceparent,
+        let span = attempt_span(
+            &unit.campaign,
+            &trial,
+            &token,
+            &self.name,
+            &self.config.host,
         );
+        // Without an exporter here, the claim's context still ties the coordinator's commit
+        // span to the attempt's trace.
+        let traceparent = lanes_common::otel::traceparent_of(&span)
+            .map(|tp| tp.to_string())
+            .unwrap_or_else(|| trial.traceparent.clone());
         let first_phase = phase_span(&span, Phase::Admit);
         let (machine, effects) = Attempt::start(AttemptSpec {
             gate: unit.gate,
@@ -259,6 +311,7 @@ impl LaneActor {
             http_cancel: None,
             span,
             phase_span: first_phase,
+            traceparent,
         });
         self.run_effects(myself, state, effects).await;
     }

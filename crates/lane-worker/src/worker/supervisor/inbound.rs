@@ -55,6 +55,7 @@ impl Supervisor {
                         token: Some(token_with_lease(t, &f.lease)),
                         phase: pb::Phase::from(f.phase) as i32,
                         campaign: f.campaign.to_string(),
+                        traceparent: f.traceparent.clone(),
                     })
                     .collect();
                 if !in_flight.is_empty()
@@ -115,6 +116,8 @@ impl Supervisor {
                                 lane: a.lane.clone(),
                                 phase: Phase::Assigned,
                                 ttl: Duration::from_millis(a.lease_ttl_ms),
+                                traceparent: String::new(),
+                                span: None,
                             },
                         );
                     }
@@ -174,6 +177,9 @@ impl Supervisor {
                         Self::outbox_task(state, "remove an acknowledged outcome", move |o| {
                             o.remove(&c, &t)
                         });
+                    }
+                    if let Some(span) = state.in_flight.get(&t).and_then(|f| f.span.as_ref()) {
+                        span.record("lanes.counted", a.counted);
                     }
                     // Published attempts stay in flight (renewed) until their ack.
                     Self::untrack(state, &t);

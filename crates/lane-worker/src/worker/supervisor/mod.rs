@@ -51,6 +51,8 @@ pub(crate) enum SupMsg {
         campaign: CampaignId,
         token: Token,
         phase: Phase,
+        traceparent: String,
+        span: tracing::Span,
     },
     /// Write to the outbox, then send; the reply comes after the fsync.
     Publish(Box<Entry>, RpcReplyPort<()>),
@@ -103,6 +105,11 @@ struct InFlight {
     phase: Phase,
     /// The lease's TTL: heartbeat acknowledgements must come well within it.
     ttl: Duration,
+    /// The attempt's traceparent, sent back with its heartbeats and outcome.
+    traceparent: String,
+    /// The lane's `attempt` span, held open until the coordinator acknowledges the outcome,
+    /// so the span records whether it counted.
+    span: Option<tracing::Span>,
 }
 
 /// Bounds of how long a heartbeat may go unacknowledged before the session is given up.
@@ -261,6 +268,8 @@ impl Supervisor {
                         lane: a.lane.clone(),
                         phase: Phase::Publish,
                         ttl: Duration::from_millis(a.lease_ttl_ms),
+                        traceparent: String::new(),
+                        span: None,
                     },
                 );
             }
@@ -302,6 +311,7 @@ impl Supervisor {
                 token: Some(token_with_lease(t, &f.lease)),
                 phase: pb::Phase::from(f.phase) as i32,
                 campaign: f.campaign.to_string(),
+                traceparent: f.traceparent.clone(),
             })
             .collect();
         if !tokens.is_empty() && Self::send(state, In::Heartbeat(pb::Heartbeat { tokens })).await {
@@ -431,10 +441,14 @@ impl Actor for Supervisor {
                 campaign,
                 token,
                 phase,
+                traceparent,
+                span,
             } => {
                 if let Some(f) = state.in_flight.get_mut(&token) {
                     f.phase = phase;
                     f.campaign = campaign;
+                    f.traceparent = traceparent;
+                    f.span = Some(span);
                 }
             }
             SupMsg::Publish(entry, reply) => self.publish(&myself, state, entry, Some(reply)),

@@ -81,12 +81,7 @@ impl Supervisor {
         if let Some(f) = state.in_flight.get_mut(&entry.outcome.token) {
             f.phase = Phase::Publish;
         }
-        let mut o = pb::Outcome::from(entry.outcome);
-        o.campaign = entry.campaign.to_string();
-        o.token = o.token.map(|t| pb::Token {
-            lease: entry.lease.expose().to_owned(),
-            ..t
-        });
+        let o = wire_outcome(state, &entry);
         Self::send(state, In::Outcome(o)).await;
         Self::tell_status(state, false).await;
     }
@@ -166,13 +161,23 @@ impl Supervisor {
             .collect();
         for e in entries {
             tracing::info!(trial = %e.outcome.token, "replaying an unacknowledged outcome");
-            let mut o = pb::Outcome::from(e.outcome);
-            o.campaign = e.campaign.to_string();
-            o.token = o.token.map(|t| pb::Token {
-                lease: e.lease.expose().to_owned(),
-                ..t
-            });
+            let o = wire_outcome(state, &e);
             Self::send(state, In::Outcome(o)).await;
         }
     }
+}
+
+/// The outcome message of an outbox entry: its lease secret, and the attempt's traceparent
+/// while this process still tracks the attempt.
+fn wire_outcome(state: &SupState, e: &Entry) -> pb::Outcome {
+    let mut o = pb::Outcome::from(e.outcome.clone());
+    o.campaign = e.campaign.to_string();
+    o.token = o.token.map(|t| pb::Token {
+        lease: e.lease.expose().to_owned(),
+        ..t
+    });
+    if let Some(f) = state.in_flight.get(&e.outcome.token) {
+        o.traceparent = f.traceparent.clone();
+    }
+    o
 }
