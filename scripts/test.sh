@@ -21,5 +21,30 @@ fi
 # The Python driver helper's own tests (standard library only).
 python3 -m unittest discover -s tests/python -v
 
+# The OpenMetrics reference parser (Python prometheus_client), in a venv under the target
+# dir: the metrics suite checks each scrape with it (crates/cli/tests/metrics.rs). Debian
+# ships `venv` apart from python3 (package python3-venv); it is installed when missing.
+target_dir="${CARGO_TARGET_DIR:-$PWD/target}"
+case "$target_dir" in /*) ;; *) target_dir="$PWD/$target_dir" ;; esac
+venv="$target_dir/test-venv"
+if ! "$venv/bin/python" -c "import prometheus_client" >/dev/null 2>&1; then
+  rm -rf "$venv"
+  if ! python3 -m venv "$venv" >/dev/null 2>&1; then
+    if [ "$(id -u)" -eq 0 ]; then
+      echo "test.sh: python3-venv is missing; installing it" >&2
+      apt-get update
+      DEBIAN_FRONTEND=noninteractive apt-get install -y python3-venv
+      rm -rf "$venv"
+      python3 -m venv "$venv"
+    else
+      echo "test.sh: python3 cannot make a venv. Install it with:" >&2
+      echo "  sudo apt-get update && sudo apt-get install -y python3-venv" >&2
+      exit 1
+    fi
+  fi
+  "$venv/bin/pip" install --quiet prometheus-client==0.21.1
+fi
+export LANES_TEST_PYTHON="$venv/bin/python"
+
 # Benches (harness = false) are run with `cargo bench`, not here.
 cargo test --workspace "$@"

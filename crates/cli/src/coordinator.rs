@@ -9,8 +9,9 @@ use serde::Deserialize;
 
 use lanes_coordinator::CoordinatorConfig;
 use lanes_coordinator::auth::{AuthConfig, Role};
+use lanes_coordinator::metrics::CoordinatorMetrics;
 use lanes_coordinator::store::{
-    EmbeddedStore, RedisOptions, RedisStore, Store, StoreError, SystemClock,
+    EmbeddedStore, RedisOptions, RedisStore, Store, StoreBackend, StoreError, SystemClock,
 };
 use lanes_coordinator::tls::ServerTls;
 
@@ -87,6 +88,10 @@ pub(crate) struct Args {
     /// RESOURCE_EXHAUSTED [default: 64].
     #[arg(long, env = "LANES_MAX_STREAMS_PER_TOKEN", value_parser = clap::value_parser!(u32).range(1..))]
     max_streams_per_token: Option<u32>,
+    /// Serve Prometheus metrics on this address (`GET /metrics`, unauthenticated: bind it to
+    /// a private address) [default: off].
+    #[arg(long, env = "LANES_METRICS_LISTEN")]
+    metrics_listen: Option<SocketAddr>,
     /// A TOML file with any of these settings (flags and env win).
     #[arg(long, env = "LANES_CONFIG")]
     config: Option<PathBuf>,
@@ -114,6 +119,7 @@ struct FileConfig {
     max_trials: Option<u64>,
     max_concurrent_submits: Option<u32>,
     max_streams_per_token: Option<u32>,
+    metrics_listen: Option<SocketAddr>,
 }
 
 /// Test-only: shifts this replica's clock by this many milliseconds, so the fault suite can
@@ -207,7 +213,12 @@ pub(crate) fn run(args: Args) -> anyhow::Result<Code> {
         .listen
         .or(file.listen)
         .unwrap_or_else(|| "127.0.0.1:7700".parse().expect("valid default"));
+    let metrics_listen = args.metrics_listen.or(file.metrics_listen);
     let redis = args.redis.or(file.redis);
+    let backend = match redis {
+        Some(_) => StoreBackend::Redis,
+        None => StoreBackend::Embedded,
+    };
     let data_dir = args.data_dir.or(file.data_dir);
     let tls = server_tls(
         args.tls_cert.or(file.tls_cert),
@@ -240,6 +251,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<Code> {
             .max_streams_per_token
             .or(file.max_streams_per_token)
             .map_or(defaults.max_streams_per_token, |n| n.max(1) as usize),
+        metrics: metrics_listen.map(|_| (Arc::new(CoordinatorMetrics::default()), backend)),
         ..defaults
     };
     let clock: Arc<dyn lanes_coordinator::store::Clock> = match std::env::var(CLOCK_OFFSET_ENV) {
@@ -283,6 +295,11 @@ pub(crate) fn run(args: Args) -> anyhow::Result<Code> {
             }
             Err((e, what)) => return Err(anyhow::Error::new(e).context(what)),
         };
+        if let (Some(addr), Some((metrics, _))) = (metrics_listen, &config.metrics) {
+            let mut registry = crate::metrics::registry();
+            metrics.register(&mut registry);
+            crate::metrics::serve(addr, registry).await?;
+        }
         let listener = tokio::net::TcpListener::bind(listen)
             .await
             .with_context(|| format!("cannot listen on {listen}"))?;

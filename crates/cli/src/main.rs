@@ -7,6 +7,7 @@ mod coordinator;
 mod driver;
 mod exit;
 mod local_api;
+mod metrics;
 mod progress;
 mod run;
 mod schedule;

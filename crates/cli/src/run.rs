@@ -12,7 +12,11 @@ use lanes_common::spec;
 use lanes_common::state::{CampaignState, StopMode, StopReason};
 use lanes_coordinator::CoordinatorConfig;
 use lanes_coordinator::auth::AuthConfig;
-use lanes_coordinator::store::{Clock, EmbeddedStore, Store, StoreError, SubmitKind, SystemClock};
+use lanes_coordinator::metrics::CoordinatorMetrics;
+use lanes_coordinator::store::{
+    Clock, EmbeddedStore, Store, StoreBackend, StoreError, SubmitKind, SystemClock,
+};
+use lanes_worker::metrics::WorkerMetrics;
 use lanes_worker::{Drivers, WorkerConfig, load_drivers_file};
 
 use crate::exit::Code;
@@ -44,6 +48,10 @@ pub(crate) struct Args {
     /// A drivers file, for a campaign that names its driver (`[driver] name = ...`).
     #[arg(long, value_name = "FILE")]
     drivers: Option<PathBuf>,
+    /// Serve Prometheus metrics of the coordinator and the lanes on this address (`GET
+    /// /metrics`, unauthenticated: keep it on a private address) [default: off].
+    #[arg(long, value_name = "ADDR")]
+    metrics_listen: Option<std::net::SocketAddr>,
     #[command(flatten)]
     log: crate::telemetry::LogArgs,
 }
@@ -169,9 +177,29 @@ async fn run_async(args: Args, campaign: spec::Campaign, drivers: Drivers) -> an
     };
     api.write(&args.data_dir)?;
     let (stop_coord, coord_stopped) = tokio::sync::oneshot::channel::<()>();
+    // One registry for both halves of the process.
+    let metrics = match args.metrics_listen {
+        Some(addr) => {
+            let coordinator = Arc::new(CoordinatorMetrics::default());
+            let worker = WorkerMetrics::default();
+            let mut registry = crate::metrics::registry();
+            coordinator.register(&mut registry);
+            let outbox = args.data_dir.join("outbox");
+            let opened = lanes_worker::outbox::Outbox::open(&outbox)
+                .with_context(|| format!("cannot open the outbox {}", outbox.display()))?;
+            worker.register(&mut registry, opened);
+            let bound = crate::metrics::serve(addr, registry).await?;
+            out!("metrics on http://{bound}/metrics");
+            Some((coordinator, worker))
+        }
+        None => None,
+    };
     let config = CoordinatorConfig {
         auth: AuthConfig::tokens(&api.client_token, &api.lane_token)?,
         reaper_start_delay: ttl,
+        metrics: metrics
+            .as_ref()
+            .map(|(c, _)| (c.clone(), StoreBackend::Embedded)),
         ..CoordinatorConfig::default()
     };
     let coordinator = tokio::spawn(lanes_coordinator::run(
@@ -210,6 +238,7 @@ async fn run_async(args: Args, campaign: spec::Campaign, drivers: Drivers) -> an
         guest_poll: Duration::from_secs(1),
         guest_grace: Duration::from_secs(60),
         http: Default::default(),
+        metrics: metrics.map(|(_, w)| w),
     };
     let (stop_worker, worker_stopped) = tokio::sync::oneshot::channel::<()>();
     let worker = tokio::spawn(lanes_worker::run(worker, async {

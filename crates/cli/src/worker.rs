@@ -94,6 +94,10 @@ pub(crate) struct Args {
     /// Seconds one task API request may take, its answer included.
     #[arg(long, default_value_t = 30)]
     http_timeout_s: u64,
+    /// Serve Prometheus metrics on this address (`GET /metrics`, unauthenticated: bind it to
+    /// a private address) [default: off].
+    #[arg(long, env = "LANES_METRICS_LISTEN")]
+    metrics_listen: Option<std::net::SocketAddr>,
     /// Longest task API answer read, in bytes; a longer one is a harness error.
     #[arg(long, default_value_t = lanes_worker::http::DEFAULT_MAX_BODY)]
     http_max_body_bytes: usize,
@@ -133,6 +137,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<Code> {
         campaigns: Default::default(),
     };
     let exe = std::env::current_exe().context("cannot find the lanes binary for the sim driver")?;
+    let metrics = args
+        .metrics_listen
+        .map(|addr| (addr, lanes_worker::metrics::WorkerMetrics::default()));
     let config = WorkerConfig {
         coordinators: args
             .coordinator
@@ -168,6 +175,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<Code> {
             request_timeout: Duration::from_secs(args.http_timeout_s.max(1)),
             max_body: args.http_max_body_bytes,
         },
+        metrics: metrics.as_ref().map(|(_, m)| m.clone()),
     };
     let result = rt.block_on(async move {
         let shutdown = async {
@@ -178,6 +186,13 @@ pub(crate) fn run(args: Args) -> anyhow::Result<Code> {
                 _ = tokio::signal::ctrl_c() => {}
             }
         };
+        if let Some((addr, metrics)) = metrics {
+            let mut registry = crate::metrics::registry();
+            let outbox = lanes_worker::outbox::Outbox::open(&config.outbox)
+                .with_context(|| format!("cannot open the outbox {}", config.outbox.display()))?;
+            metrics.register(&mut registry, outbox);
+            crate::metrics::serve(addr, registry).await?;
+        }
         lanes_worker::run(config, shutdown).await?;
         Ok::<_, anyhow::Error>(Code::Ok)
     });

@@ -71,7 +71,7 @@ impl std::fmt::Debug for Secret {
 }
 
 /// The roles of the API.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Role {
     /// CampaignService.
     Client,
@@ -80,7 +80,7 @@ pub enum Role {
 }
 
 impl Role {
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Role::Client => "client",
             Role::Lane => "lane",
@@ -141,6 +141,8 @@ impl AuthConfig {
 pub struct BearerAuth {
     role: Role,
     expected: Arc<[Secret]>,
+    /// Counts the requests refused (`lanes_auth_refused_total`), when metrics are on.
+    refused: Option<prometheus_client::metrics::counter::Counter>,
 }
 
 impl BearerAuth {
@@ -148,7 +150,17 @@ impl BearerAuth {
         Self {
             role,
             expected: expected.into(),
+            refused: None,
         }
+    }
+
+    /// Counts each refused request on `counter`.
+    pub fn counting_refusals(
+        mut self,
+        counter: prometheus_client::metrics::counter::Counter,
+    ) -> Self {
+        self.refused = Some(counter);
+        self
     }
 
     /// Whether any accepted token matches; every one is compared, so the time taken does
@@ -170,17 +182,18 @@ impl tonic::service::Interceptor for BearerAuth {
             .get("authorization")
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "));
-        match given {
-            Some(token) if self.accepts(token) => Ok(req),
-            Some(_) => Err(Status::unauthenticated(format!(
-                "wrong {} token",
-                self.role.name()
-            ))),
-            None => Err(Status::unauthenticated(format!(
+        let refusal = match given {
+            Some(token) if self.accepts(token) => return Ok(req),
+            Some(_) => Status::unauthenticated(format!("wrong {} token", self.role.name())),
+            None => Status::unauthenticated(format!(
                 "missing bearer token for the {} role",
                 self.role.name()
-            ))),
+            )),
+        };
+        if let Some(refused) = &self.refused {
+            refused.inc();
         }
+        Err(refusal)
     }
 }
 

@@ -40,6 +40,7 @@ impl InProcessCoordinator {
                 mutual_tls: false,
                 leases: crate::service::leases::Leases::new(),
                 limits: Arc::new(crate::service::limits::Limits::of(&Default::default())),
+                metrics: None,
             },
             shutdown,
             store_up: Mutex::new(Some(store_up)),

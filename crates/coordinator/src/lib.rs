@@ -6,6 +6,7 @@
 //!   has one, or the most telling reason why none has;
 //! - [`run`]: the gRPC server (CampaignService, LaneService, health) with the reaper and the
 //!   store watch that sends lane sessions away while the store is unreachable;
+//! - [`metrics`]: the Prometheus metrics a replica counts (the caller serves them);
 //! - [`tls`]: the server's TLS, and mutual TLS binding a worker id to its certificate;
 //! - [`InProcessCoordinator`]: one replica's lane sessions served over channels, for tests that
 //!   run a worker in the same process.
@@ -13,6 +14,7 @@
 pub mod auth;
 mod grpc_status;
 mod in_process;
+pub mod metrics;
 mod reaper;
 pub mod report;
 pub mod scheduler;

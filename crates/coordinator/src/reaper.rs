@@ -8,6 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::metrics::CoordinatorMetrics;
 use crate::store::{Clock, Store, StoreError};
 
 /// Runs until `shutdown` fires.
@@ -17,6 +18,7 @@ pub(crate) async fn run(
     startup_delay_ms: i64,
     every: Duration,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
+    metrics: Option<Arc<CoordinatorMetrics>>,
 ) {
     let mut start_at = clock.now_ms() + startup_delay_ms;
     let mut down = false;
@@ -41,11 +43,20 @@ pub(crate) async fn run(
         if clock.now_ms() < start_at {
             continue;
         }
+        // Leases held by every campaign, as this pass leaves them: published only when the
+        // pass went through every campaign.
+        let mut held = Some(0u64);
         'campaigns: for id in ids {
             // A pass takes a bounded batch; a full one means more may be due now.
             loop {
                 match store.reap(&id, clock.now_ms()).await {
                     Ok(r) => {
+                        if let Some(m) = &metrics {
+                            m.reaped(&r);
+                        }
+                        if !r.more {
+                            held = held.map(|h| h + r.leases_open);
+                        }
                         if r.cancelled + r.expired > 0 {
                             tracing::info!(campaign = %id, cancelled = r.cancelled, expired = r.expired, deferred = r.deferred, "reaped");
                         }
@@ -54,6 +65,7 @@ pub(crate) async fn run(
                         }
                     }
                     Err(e) => {
+                        held = None;
                         note_outage(&mut down, &e);
                         if down {
                             break 'campaigns;
@@ -62,6 +74,9 @@ pub(crate) async fn run(
                     }
                 }
             }
+        }
+        if let (Some(m), Some(held)) = (&metrics, held) {
+            m.set_leases_in_flight(held);
         }
     }
 }

@@ -14,10 +14,11 @@ use lanes_common::proto::campaign_service_server::CampaignServiceServer;
 use lanes_common::proto::lane_service_server::LaneServiceServer;
 
 use crate::auth::{AuthConfig, BearerAuth, Role, TokenError};
+use crate::metrics::CoordinatorMetrics;
 use crate::service::Shared;
 use crate::service::campaign::CampaignSvc;
 use crate::service::lane::LaneSvc;
-use crate::store::{Clock, Store};
+use crate::store::{Clock, MeteredStore, Store, StoreBackend};
 
 /// How the coordinator runs.
 #[derive(Debug, Clone)]
@@ -50,6 +51,9 @@ pub struct CoordinatorConfig {
     pub store_watch: crate::store_health::StoreWatch,
     /// Serve TLS (and, with a client CA, mutual TLS for lane sessions); plaintext when `None`.
     pub tls: Option<crate::tls::ServerTls>,
+    /// Count into these metrics, for a store of this backend (the caller serves them); off
+    /// when `None`.
+    pub metrics: Option<(Arc<CoordinatorMetrics>, StoreBackend)>,
 }
 
 impl Default for CoordinatorConfig {
@@ -69,6 +73,7 @@ impl Default for CoordinatorConfig {
             reaper_start_delay: Duration::from_secs(30),
             store_watch: Default::default(),
             tls: None,
+            metrics: None,
         }
     }
 }
@@ -108,6 +113,14 @@ pub async fn run(
             tracing::warn!(%role, "--insecure-no-auth: this role is open to anyone who can reach the coordinator");
         }
     }
+    let metrics = config.metrics.as_ref().map(|(m, _)| m.clone());
+    let store = match &config.metrics {
+        Some((m, backend)) => {
+            store.set_observer(m.clone());
+            Arc::new(MeteredStore::new(store, *backend, m.clone())) as Arc<dyn Store>
+        }
+        None => store,
+    };
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let (up_tx, up_rx) = tokio::sync::watch::channel(true);
     let watcher = tokio::spawn(crate::store_health::run(
@@ -129,6 +142,7 @@ pub async fn run(
             .is_some_and(|t| t.client_ca_pem.is_some()),
         leases: crate::service::leases::Leases::new(),
         limits: Arc::new(crate::service::limits::Limits::of(&config)),
+        metrics: metrics.clone(),
     };
     let warm = shared.clone();
     tokio::spawn(async move { warm.leases.warm(warm.store.as_ref()).await });
@@ -138,6 +152,7 @@ pub async fn run(
         config.reaper_start_delay.as_millis() as i64,
         config.reap_every,
         stop_rx,
+        metrics.clone(),
     ));
 
     let (health, health_service) = tonic_health::server::health_reporter();
@@ -163,6 +178,13 @@ pub async fn run(
         tracing::info!("shutting down: telling sessions to reconnect");
         let _ = stop_tx.send(true);
     };
+    let auth = |role, tokens| {
+        let auth = BearerAuth::new(role, tokens);
+        match &metrics {
+            Some(m) => auth.counting_refusals(m.auth_refused_counter(role)),
+            None => auth,
+        }
+    };
     let mut builder = tonic::transport::Server::builder();
     if let Some(tls) = &config.tls {
         builder = builder.tls_config(tls.config())?;
@@ -174,11 +196,11 @@ pub async fn run(
         .add_service(health_service)
         .add_service(InterceptedService::new(
             campaigns,
-            BearerAuth::new(Role::Client, config.auth.client.clone()),
+            auth(Role::Client, config.auth.client.clone()),
         ))
         .add_service(InterceptedService::new(
             lanes,
-            BearerAuth::new(Role::Lane, config.auth.lane.clone()),
+            auth(Role::Lane, config.auth.lane.clone()),
         ))
         .serve_with_incoming_shutdown(incoming(listener), signal)
         .await;

@@ -359,3 +359,77 @@ async fn renewals_linger_for_company_and_other_work_ends_the_wait() {
     let d = store.stats().since(&before);
     assert_eq!((d.ops, d.writes, d.conflicts), (3, 1, 0), "{d:?}");
 }
+
+/// Counts what a replica reports as committed.
+#[derive(Default)]
+struct Counted {
+    started: std::sync::atomic::AtomicU64,
+    finished: std::sync::atomic::AtomicU64,
+}
+
+impl lanes_coordinator::store::CommitObserver for Counted {
+    fn committed(&self, _: &CampaignId, events: &[lanes_coordinator::store::Event]) {
+        use lanes_coordinator::store::EventKind;
+        use std::sync::atomic::Ordering::Relaxed;
+        for e in events {
+            match e.kind {
+                EventKind::AttemptStarted { .. } => self.started.fetch_add(1, Relaxed),
+                EventKind::AttemptFinished { .. } => self.finished.fetch_add(1, Relaxed),
+                _ => 0,
+            };
+        }
+    }
+}
+
+/// Two replicas' rounds conflict with each other and run again; what their observers heard
+/// is exactly what the campaign's event log holds: a round that lost its commit reported
+/// nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rounds_that_lose_a_conflict_report_no_events() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let h = Harness::redis().await;
+    let (ra, rb) = (replica(&h).await, replica(&h).await);
+    let (seen_a, seen_b) = (Arc::new(Counted::default()), Arc::new(Counted::default()));
+    ra.set_observer(seen_a.clone());
+    rb.set_observer(seen_b.clone());
+    let (before_a, before_b) = (ra.stats(), rb.stats());
+    let (a, b): (Arc<dyn Store>, Arc<dyn Store>) = (Arc::new(ra.clone()), Arc::new(rb.clone()));
+    // Rounds of two replicas on one campaign conflict as soon as their commits interleave;
+    // a few campaigns make sure some did.
+    let mut conflicts = 0;
+    let mut events = Vec::new();
+    for round in 0..5 {
+        let id = format!("observed-{round}");
+        let c = cid(&id);
+        h.submit(campaign(&id, &[("a", "pa")], 48, "pairing = \"none\"", ""))
+            .await;
+        let lanes: Vec<_> = (0..12)
+            .map(|i| {
+                let store = if i % 2 == 0 { a.clone() } else { b.clone() };
+                tokio::spawn(lane(store, c.clone(), format!("l{i}"), h.now(), 1000))
+            })
+            .collect();
+        for l in lanes {
+            l.await.expect("a lane");
+        }
+        events.extend(h.store.events(&c, 0, 10_000).await.unwrap());
+        conflicts = ra.stats().since(&before_a).conflicts + rb.stats().since(&before_b).conflicts;
+        if conflicts > 0 {
+            break;
+        }
+    }
+    assert!(conflicts > 0, "the replicas never conflicted");
+    use lanes_coordinator::store::EventKind;
+    let logged = |f: fn(&EventKind) -> bool| events.iter().filter(|e| f(&e.kind)).count() as u64;
+    let started = logged(|k| matches!(k, EventKind::AttemptStarted { .. }));
+    let finished = logged(|k| matches!(k, EventKind::AttemptFinished { .. }));
+    assert!(started > 0);
+    assert_eq!(
+        seen_a.started.load(Relaxed) + seen_b.started.load(Relaxed),
+        started
+    );
+    assert_eq!(
+        seen_a.finished.load(Relaxed) + seen_b.finished.load(Relaxed),
+        finished
+    );
+}

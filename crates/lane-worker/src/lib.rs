@@ -23,6 +23,7 @@ pub mod http;
 pub mod http_agent;
 pub mod lease_journal;
 pub mod lifecycle;
+pub mod metrics;
 pub mod outbox;
 pub(crate) mod redact;
 pub mod secrets;

@@ -148,6 +148,17 @@ impl Outbox {
         sync_dir(&self.dir)
     }
 
+    /// How many entries are unacknowledged, without reading them.
+    pub fn pending_count(&self) -> io::Result<usize> {
+        let mut n = 0;
+        for e in fs::read_dir(&self.dir)? {
+            if e?.path().extension().is_some_and(|x| x == "json") {
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
     /// Every unacknowledged entry, oldest file name first.
     pub fn pending(&self) -> io::Result<Vec<Entry>> {
         let mut paths: Vec<PathBuf> = fs::read_dir(&self.dir)?

@@ -8,14 +8,12 @@ mod config;
 mod json_log;
 mod pipeline;
 
-use std::sync::LazyLock;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::{SdkTracerProvider, SpanExporter as _};
-use prometheus_client::metrics::counter::Counter;
 use tracing_subscriber::filter::Targets;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -24,9 +22,6 @@ use tracing_subscriber::{EnvFilter, Layer};
 use lanes_common::otel;
 
 pub(crate) use config::Protocol;
-
-/// Spans the collector never got: the queue was full, or their batch was not taken.
-pub(crate) static SPANS_DROPPED: LazyLock<Counter> = LazyLock::new(Counter::default);
 
 /// How long shutdown waits for queued spans to reach the collector.
 const FLUSH_WITHIN: Duration = Duration::from_secs(5);
@@ -102,7 +97,7 @@ pub(crate) fn init(
         let _inside = rt.enter();
         let mut exporter = exporter(export.protocol)?;
         exporter.set_resource(&resource(service));
-        let (processor, f) = pipeline::start(exporter, SPANS_DROPPED.clone(), rt);
+        let (processor, f) = pipeline::start(exporter, crate::metrics::SPANS_DROPPED.clone(), rt);
         builder = builder.with_span_processor(processor);
         flusher = Some(f);
     }

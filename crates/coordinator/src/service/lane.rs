@@ -136,11 +136,14 @@ impl LaneSvc {
             offer: w.offer.clone(),
         };
         let s = &self.shared;
-        let started = std::time::SystemTime::now();
-        match scheduler::schedule(s.store.as_ref(), s.clock.as_ref(), &req).await {
+        let started = std::time::Instant::now();
+        let started_at = std::time::SystemTime::now();
+        let scheduled = scheduler::schedule(s.store.as_ref(), s.clock.as_ref(), &req).await;
+        s.claimed(started);
+        match scheduled {
             Scheduled::Assigned(a) => {
                 let mut a = wire::assignment(*a, req.lane.as_str());
-                trace::claims(&mut a, req.lane.as_str(), &w.host, started);
+                trace::claims(&mut a, req.lane.as_str(), &w.host, started_at);
                 if let Err(e) = s.leases.issue(s.store.as_ref(), &w.id, &mut a).await {
                     // The lease is held but cannot be handed out: it is reaped at its
                     // deadline, like an assignment lost on the way.

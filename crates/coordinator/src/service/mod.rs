@@ -36,10 +36,19 @@ pub(crate) struct Shared {
     pub(crate) leases: Arc<leases::Leases>,
     /// The trial cap, the assignment size, concurrent Submits, streams per token.
     pub(crate) limits: Arc<limits::Limits>,
+    /// Claim latency goes here when metrics are on.
+    pub(crate) metrics: Option<Arc<crate::metrics::CoordinatorMetrics>>,
 }
 
 impl Shared {
     pub(crate) fn now(&self) -> i64 {
         self.clock.now_ms()
+    }
+
+    /// A work request's claim, which began at `started`, is answered.
+    pub(crate) fn claimed(&self, started: std::time::Instant) {
+        if let Some(m) = &self.metrics {
+            m.observe_claim(started.elapsed());
+        }
     }
 }

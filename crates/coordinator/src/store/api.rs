@@ -143,6 +143,9 @@ pub struct ReapReport {
     pub deferred: u32,
     /// The pass took a whole batch: more leases may be due, so reap again.
     pub more: bool,
+    /// Leases the campaign holds after the pass.
+    #[serde(default)]
+    pub leases_open: u64,
 }
 
 /// An attempt holding a lease.

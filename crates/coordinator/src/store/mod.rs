@@ -10,7 +10,9 @@ pub mod clock;
 pub mod embedded;
 mod engine;
 pub mod layout;
+pub mod metered;
 mod model;
+mod observe;
 pub mod redis;
 mod tx;
 
@@ -27,6 +29,8 @@ pub use api::*;
 pub use clock::{Clock, ManualClock, OffsetClock, SystemClock};
 pub use embedded::EmbeddedStore;
 pub use layout::{LayoutError, MigrationReport, StoreAt};
+pub use metered::{MeteredStore, StoreBackend};
+pub use observe::CommitObserver;
 
 /// The store every coordinator replica shares. `now_ms` always comes from the caller's clock.
 #[async_trait]
@@ -125,6 +129,10 @@ pub trait Store: Send + Sync + 'static {
     async fn ping(&self) -> Result<(), StoreError> {
         Ok(())
     }
+
+    /// Reports the events of every transaction this store commits from now on to
+    /// `observer` (replacing any earlier one). A store that emits no events ignores it.
+    fn set_observer(&self, _observer: std::sync::Arc<dyn CommitObserver>) {}
 }
 
 /// A lease is reaped only once its deadline has passed by more than this.

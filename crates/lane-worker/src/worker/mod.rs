@@ -49,6 +49,8 @@ pub struct WorkerConfig {
     pub guest_grace: Duration,
     /// The HTTP client's trust and bounds, for task APIs and guest health URLs.
     pub http: crate::http::HttpOptions,
+    /// Count into these metrics (the caller serves them); off when `None`.
+    pub metrics: Option<crate::metrics::WorkerMetrics>,
 }
 
 /// Why the worker could not run.

@@ -77,6 +77,7 @@ impl Rig {
             guest_poll: Duration::from_secs(1),
             guest_grace: Duration::from_secs(60),
             http: Default::default(),
+            metrics: None,
         };
         Self {
             config,

@@ -99,7 +99,7 @@ impl<'t> Batch<'t> {
 
     /// Copies a succeeded operation's writes into the transaction.
     pub(super) fn apply(&mut self, staged: Staged) -> R<()> {
-        let Staged { tables, meta } = staged;
+        let Staged { tables, meta, .. } = staged;
         for (table, entries) in tables {
             let t = &mut self.tables[Self::slot(table)?];
             for (k, v) in entries {

@@ -29,6 +29,7 @@ use super::Store;
 use super::api::*;
 use super::engine;
 use super::layout::{MigrationReport, StoreAt};
+use super::observe::{CommitObserver, ObserverSlot};
 use super::tx::R;
 use redb_tx::{RedbTx, key, prefix, prefix_end};
 pub use writer::WriteStats;
@@ -80,6 +81,8 @@ struct Shared {
     /// the other handle to the database.
     writer: Writer,
     db: Arc<Database>,
+    /// Told about each committed batch's events.
+    observer: ObserverSlot,
     path: PathBuf,
 }
 
@@ -122,10 +125,12 @@ impl EmbeddedStore {
         }
         txn.commit().map_err(backend)?;
         let db = Arc::new(db);
+        let observer = ObserverSlot::default();
         Ok(Self {
             shared: Arc::new(Shared {
-                writer: Writer::start(db.clone(), linger)?,
+                writer: Writer::start(db.clone(), linger, observer.clone())?,
                 db,
+                observer,
                 path,
             }),
         })
@@ -377,6 +382,10 @@ impl Store for EmbeddedStore {
         })
         .await
         .map_err(|e| backend(format!("store task failed: {e}")))?
+    }
+
+    fn set_observer(&self, observer: Arc<dyn CommitObserver>) {
+        self.shared.observer.set(observer);
     }
 }
 

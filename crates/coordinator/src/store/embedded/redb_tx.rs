@@ -383,7 +383,9 @@ impl Tx for RedbTx<'_, '_> {
         self.put(ROWS, &self.k(&[&row.seq.to_be_bytes()]), row)
     }
     async fn put_event(&mut self, event: &Event) -> R<()> {
-        self.put(EVENTS, &self.k(&[&event.seq.to_be_bytes()]), event)
+        self.put(EVENTS, &self.k(&[&event.seq.to_be_bytes()]), event)?;
+        self.staged.events.push(event.clone());
+        Ok(())
     }
 
     async fn block(&mut self, name: &str) -> R<BlockState> {

@@ -10,6 +10,7 @@ use std::ops::Bound;
 use redb::TableHandle;
 
 use super::Table;
+use crate::store::api::Event;
 use crate::store::model::Meta;
 
 /// `Some(value)` for an insert, `None` for a removal.
@@ -21,6 +22,9 @@ pub(super) struct Staged {
     pub(super) tables: Vec<(Table, Entries)>,
     /// The campaign's meta, if the operation wrote it: kept decoded, the batch encodes it.
     pub(super) meta: Option<(Vec<u8>, Meta)>,
+    /// The events the operation wrote (in its staged writes too, or straight into a solo
+    /// operation's transaction): reported once the batch holding them has committed.
+    pub(super) events: Vec<Event>,
 }
 
 impl Staged {

@@ -561,3 +561,91 @@ async fn a_meta_is_decoded_once_while_batches_commit_and_again_after_one_fails()
     assert_eq!(next_event_seen(&store, "kept").await, stored.next_event);
     assert_eq!(store.write_stats().metas_decoded, 2);
 }
+
+/// Records what the store reports as committed.
+#[derive(Default)]
+struct Recorder(std::sync::Mutex<Vec<EventKind>>);
+
+impl crate::store::CommitObserver for Recorder {
+    fn committed(&self, _campaign: &CampaignId, events: &[Event]) {
+        self.0
+            .lock()
+            .unwrap()
+            .extend(events.iter().map(|e| e.kind.clone()));
+    }
+}
+
+impl Recorder {
+    fn take(&self) -> Vec<EventKind> {
+        std::mem::take(&mut *self.0.lock().unwrap())
+    }
+}
+
+/// The observer hears the events of operations that committed, and nothing of one that
+/// failed after writing events, batched (staged writes) or solo (straight into its
+/// transaction, rolled back).
+#[tokio::test]
+async fn only_committed_operations_report_their_events() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = EmbeddedStore::open(dir.path()).unwrap();
+    let seen = Arc::new(Recorder::default());
+    store.set_observer(seen.clone());
+    let c = CampaignId::new("observed").unwrap();
+    store.submit(campaign("observed", 1), NOW).await.unwrap();
+    assert!(seen.take().is_empty(), "a fresh submit emits no event");
+    let t = token_of(store.claim(&c, request(0), NOW).await.unwrap());
+    assert!(matches!(
+        seen.take().as_slice(),
+        [EventKind::AttemptStarted { .. }]
+    ));
+    // An operation that wrote an event and then failed: batched, then solo.
+    for mode in [Mode::Batched, Mode::Solo] {
+        let out: R<()> = store
+            .write_as(&c, mode, |tx| {
+                ready(tx.put_event(&Event {
+                    seq: 999,
+                    at_ms: NOW,
+                    kind: EventKind::CampaignDone,
+                }))?;
+                Err(StoreError::Backend("failed after writing".into()))
+            })
+            .await;
+        assert!(out.is_err());
+        assert!(
+            seen.take().is_empty(),
+            "{mode:?}: a failed op reported events"
+        );
+    }
+    // A completion with a token never issued fails: nothing.
+    let foreign = Token {
+        attempt: 9,
+        ..t.clone()
+    };
+    assert!(store.complete(&c, scored(&foreign), NOW).await.is_err());
+    assert!(seen.take().is_empty());
+    store.complete(&c, scored(&t), NOW).await.unwrap();
+    let kinds = seen.take();
+    assert!(
+        matches!(
+            kinds.as_slice(),
+            [
+                EventKind::TrialFinal { counted: true, .. },
+                EventKind::AttemptFinished {
+                    status: Status::Completed,
+                    ..
+                },
+                EventKind::CampaignDone,
+            ]
+        ),
+        "{kinds:?}"
+    );
+    // Exactly what the event log holds.
+    let logged: Vec<EventKind> = store
+        .events(&c, 0, 100)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.kind)
+        .collect();
+    assert_eq!(logged.len(), 4, "{logged:?}");
+}

@@ -28,7 +28,8 @@ use super::backend;
 use super::batch::{Batch, Metas};
 use super::redb_tx::RedbTx;
 use super::staged::Staged;
-use crate::store::api::StoreError;
+use crate::store::api::{Event, StoreError};
+use crate::store::observe::ObserverSlot;
 use crate::store::tx::R;
 
 /// The most operations one transaction takes: bounds how long an answer waits behind the
@@ -80,6 +81,8 @@ trait Op: Send {
     /// it failed (nothing to apply).
     fn run(&mut self, batch: &mut Batch<'_>) -> Option<Staged>;
     fn mode(&self) -> Mode;
+    /// The campaign whose keys it uses (empty for store-wide values).
+    fn campaign(&self) -> &str;
     /// Answers the caller once the batch is durable (`Ok`), or with why it is not.
     fn answer(self: Box<Self>, batch: Result<(), &str>);
 }
@@ -110,6 +113,10 @@ where
         self.mode
     }
 
+    fn campaign(&self) -> &str {
+        &self.campaign
+    }
+
     fn answer(self: Box<Self>, batch: Result<(), &str>) {
         let answer = match (batch, self.out) {
             (Err(why), _) => Err(backend(why)),
@@ -131,7 +138,7 @@ pub(super) struct Writer {
 }
 
 impl Writer {
-    pub(super) fn start(db: Arc<Database>, linger: Duration) -> R<Self> {
+    pub(super) fn start(db: Arc<Database>, linger: Duration, observer: ObserverSlot) -> R<Self> {
         let (queue, rx) = mpsc::channel::<Box<dyn Op>>();
         let counters = Arc::new(Counters::default());
         let c = counters.clone();
@@ -176,7 +183,7 @@ impl Writer {
                     // its callers get an error; the transaction was rolled back as it
                     // unwound, and the writer goes on with the next batch.
                     let _ = std::panic::catch_unwind(AssertUnwindSafe(|| {
-                        run_batch(&db, batch, &c, &mut metas);
+                        run_batch(&db, batch, &c, &mut metas, &observer);
                     }));
                 }
             })
@@ -245,16 +252,24 @@ impl Drop for Writer {
 /// Runs one batch in one transaction and answers every operation of it. `metas` holds the
 /// decoded metas as committed: the batch starts from them and leaves its own once it has
 /// committed, and nothing if it did not (a panic unwinding through here leaves nothing too).
-fn run_batch(db: &Database, mut batch: Vec<Box<dyn Op>>, counters: &Counters, metas: &mut Metas) {
+fn run_batch(
+    db: &Database,
+    mut batch: Vec<Box<dyn Op>>,
+    counters: &Counters,
+    metas: &mut Metas,
+    observer: &ObserverSlot,
+) {
     counters.batches.fetch_add(1, Ordering::Relaxed);
     counters
         .ops
         .fetch_add(batch.len() as u64, Ordering::Relaxed);
     let fate = match run_in_txn(db, &mut batch, metas, counters) {
-        Ok(wrote) => {
+        Ok((wrote, events)) => {
             if wrote {
                 counters.commits.fetch_add(1, Ordering::Relaxed);
             }
+            // Before the answers: a caller that saw its operation done also sees it counted.
+            report(observer, events);
             Ok(())
         }
         Err(e) => Err(e.to_string()),
@@ -264,14 +279,29 @@ fn run_batch(db: &Database, mut batch: Vec<Box<dyn Op>>, counters: &Counters, me
     }
 }
 
+/// The events of a committed batch, by campaign, to the observer.
+fn report(observer: &ObserverSlot, events: Vec<(String, Vec<Event>)>) {
+    for (campaign, events) in events {
+        // Only operations on a campaign's keys emit events, so the id is one.
+        if let Ok(id) = lanes_common::ids::CampaignId::new(campaign) {
+            observer.committed(&id, &events);
+        }
+    }
+}
+
+/// The events of each operation applied to a batch, by its campaign.
+type BatchEvents = Vec<(String, Vec<Event>)>;
+
 /// Runs the batch's operations in order, each seeing the writes of those before it, and
-/// commits; answers whether anything was written.
+/// commits; answers whether anything was written, and the events of the operations that
+/// succeeded (only to be reported once the commit is done, which it is when this is `Ok`).
 fn run_in_txn(
     db: &Database,
     batch: &mut [Box<dyn Op>],
     metas: &mut Metas,
     counters: &Counters,
-) -> Result<bool, StoreError> {
+) -> Result<(bool, BatchEvents), StoreError> {
+    let mut events = BatchEvents::new();
     let known = std::mem::take(metas);
     let mut txn = db.begin_write().map_err(backend)?;
     // redb's default, spelled out: commit returns only once the batch is on disk.
@@ -283,13 +313,19 @@ fn run_in_txn(
         let staged =
             std::panic::catch_unwind(AssertUnwindSafe(|| op.run(&mut open))).unwrap_or(None);
         match staged {
-            Some(staged) => open.apply(staged)?,
+            Some(mut staged) => {
+                let emitted = std::mem::take(&mut staged.events);
+                open.apply(staged)?;
+                if !emitted.is_empty() {
+                    events.push((op.campaign().to_owned(), emitted));
+                }
+            }
             // A solo operation wrote into the transaction as it went: it failed, so none of
             // that stands. It is alone in its batch and answers its own error.
             None if op.mode() == Mode::Solo => {
                 drop(open);
                 txn.abort().map_err(backend)?;
-                return Ok(false);
+                return Ok((false, BatchEvents::new()));
             }
             None => {}
         }
@@ -305,5 +341,5 @@ fn run_in_txn(
         txn.abort().map_err(backend)?;
     }
     *metas = left;
-    Ok(wrote)
+    Ok((wrote, events))
 }

@@ -201,5 +201,6 @@ pub(crate) async fn reap(tx: &mut impl Tx, c: &CampaignId, now: EpochMs) -> R<Re
         }
     }
     put_meta_if_changed(tx, &meta, &before).await?;
+    report.leases_open = meta.leases_open;
     Ok(report)
 }

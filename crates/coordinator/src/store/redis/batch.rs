@@ -395,7 +395,7 @@ impl RedisStore {
                             *cache = Some(tx.into_cache(v, false));
                         }
                         Ok(_) => {
-                            Counters::bump(&self.counters.conflicts);
+                            self.conflicted();
                             *cache = self.round(c, batch, None).await;
                         }
                         Err(e) => fail_all(batch, &e),
@@ -411,8 +411,9 @@ impl RedisStore {
             }
         };
         let leaves = prepared.leaves.clone();
+        let events = tx.take_events();
         let (settle, settled) = watch::channel(None);
-        let (store, wake) = (self.clone(), wake.clone());
+        let (store, wake, campaign) = (self.clone(), wake.clone(), c.clone());
         let mut send = Box::pin(async move {
             let mut conn = store.conn.clone();
             let answer = send(&mut conn, &store.script, &prepared).await;
@@ -422,12 +423,13 @@ impl RedisStore {
                 // its answers can go out now, whatever the driver is doing.
                 Ok(Committed::Yes { .. }) => {
                     Counters::bump(&store.counters.writes);
+                    store.observer.committed(&campaign, &events);
                     store.after_commit(true).await;
                     deliver(batch, answers);
                     Landing::Landed
                 }
                 Ok(Committed::Conflict) => {
-                    Counters::bump(&store.counters.conflicts);
+                    store.conflicted();
                     Landing::Rerun(batch)
                 }
                 Err(e) => {
@@ -562,12 +564,13 @@ impl RedisStore {
                     if wrote {
                         Counters::bump(&self.counters.writes);
                     }
+                    self.observer.committed(c, &tx.take_events());
                     self.after_commit(wrote).await;
                     deliver(batch, answers);
                     return Some(tx.into_cache(version, staged));
                 }
                 Ok(Committed::Conflict) => {
-                    Counters::bump(&self.counters.conflicts);
+                    self.conflicted();
                     attempt += 1;
                     if attempt >= MAX_ATTEMPTS {
                         let e = StoreError::Unavailable(format!(

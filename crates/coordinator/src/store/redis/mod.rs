@@ -96,6 +96,7 @@ use super::Store;
 use super::api::*;
 use super::engine;
 use super::layout::{MigrationReport, StoreAt};
+use super::observe::{CommitObserver, ObserverSlot};
 
 /// How long a campaign lock is held at most before another operation may take it. Short,
 /// because a replica that dies holding it stalls the campaign that long; safe, because the
@@ -187,6 +188,8 @@ pub struct RedisStore {
     rounds: Arc<Rounds>,
     script: redis::Script,
     opts: RedisOptions,
+    /// Told about each committed transaction's events, and about conflicts.
+    observer: ObserverSlot,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -271,6 +274,7 @@ impl RedisStore {
             rounds: Arc::default(),
             script: redis::Script::new(include_str!("commit.lua")),
             opts,
+            observer: ObserverSlot::default(),
         })
     }
 
@@ -408,6 +412,12 @@ impl RedisStore {
         }
     }
 
+    /// A commit lost to another writer's: counted here and told to the observer.
+    fn conflicted(&self) {
+        Counters::bump(&self.counters.conflicts);
+        self.observer.conflicted();
+    }
+
     async fn after_commit(&self, wrote: bool) {
         if let (true, Some(n)) = (wrote, self.opts.wait_replicas) {
             let mut conn = self.conn.clone();
@@ -494,11 +504,14 @@ macro_rules! op {
                         if wrote {
                             Counters::bump(&$self.counters.writes);
                         }
+                        if let Ok(id) = CampaignId::new(campaign) {
+                            $self.observer.committed(&id, &$tx.take_events());
+                        }
                         $self.after_commit(wrote).await;
                         break Ok(value);
                     }
                     Committed::Conflict => {
-                        Counters::bump(&$self.counters.conflicts);
+                        $self.conflicted();
                         attempt += 1;
                         if attempt >= MAX_ATTEMPTS {
                             break Err(StoreError::Unavailable(format!(
@@ -720,6 +733,10 @@ impl Store for RedisStore {
             .filter(|(_, e)| *e)
             .map(|(id, _)| CampaignId::new(id).map_err(|e| StoreError::Corrupt(e.to_string())))
             .collect()
+    }
+
+    fn set_observer(&self, observer: Arc<dyn CommitObserver>) {
+        self.observer.set(observer);
     }
 }
 

@@ -108,6 +108,11 @@ impl RedisTx {
         self.writes = Writes::default();
     }
 
+    /// The events written so far, taken out: to report once the commit landed.
+    pub(crate) fn take_events(&mut self) -> Vec<Event> {
+        std::mem::take(&mut self.writes.events)
+    }
+
     /// Whether any write is pending.
     pub(crate) fn has_writes(&self) -> bool {
         !self.writes.is_empty()
@@ -682,6 +687,7 @@ impl Tx for RedisTx {
     async fn put_event(&mut self, event: &Event) -> R<()> {
         self.writes
             .push_stream(self.keys.events(), stream_id(event.seq), json(event)?);
+        self.writes.push_event(event.clone());
         Ok(())
     }
 

@@ -10,6 +10,7 @@ use std::collections::BTreeSet;
 // foldhash, as in the cache: hashed many times per operation, seeded per process.
 use foldhash::{HashMap, HashSet};
 
+use crate::store::api::Event;
 use crate::store::model::{Meta, Queue};
 
 /// Pending changes to one sorted set.
@@ -45,6 +46,7 @@ enum Undo {
     Streams(usize),
     Scored(usize),
     Bulk(usize),
+    Events(usize),
 }
 
 /// The write set of a transaction.
@@ -66,6 +68,8 @@ pub(crate) struct Writes {
     /// million of them take 8 MB here, ~100 MB as strings in `zsets`. They are folded into
     /// `zsets` before their set is read or written otherwise, and staged from here.
     pub(crate) ready_bulk: HashMap<String, Vec<u64>>,
+    /// The events written (in `streams` too), for the commit observer once committed.
+    pub(crate) events: Vec<Event>,
     undo: Vec<Undo>,
     /// Whether writes are logged for a rollback: from the first savepoint on.
     undoing: bool,
@@ -125,6 +129,7 @@ impl Writes {
                 Undo::Streams(n) => self.streams.truncate(n),
                 Undo::Scored(n) => self.scored.truncate(n),
                 Undo::Bulk(n) => self.bulk_tasks.truncate(n),
+                Undo::Events(n) => self.events.truncate(n),
             }
         }
     }
@@ -141,6 +146,7 @@ impl Writes {
             && self.streams.is_empty()
             && self.scored.is_empty()
             && self.bulk_tasks.is_empty()
+            && self.events.is_empty()
             && self.ready_bulk.values().all(Vec::is_empty)
     }
 
@@ -262,6 +268,12 @@ impl Writes {
         self.scored.push((trial, attempt));
     }
 
+    pub(crate) fn push_event(&mut self, event: Event) {
+        let n = self.events.len();
+        self.log(|| Undo::Events(n));
+        self.events.push(event);
+    }
+
     pub(crate) fn push_task(&mut self, pos: u32, json: Vec<u8>, id: String) {
         let n = self.bulk_tasks.len();
         self.log(|| Undo::Bulk(n));
@@ -292,6 +304,11 @@ mod tests {
         w.push_stream("s".into(), "0-2".into(), b"y".to_vec());
         w.push_scored("t".into(), "1".into());
         w.push_task(0, b"{}".to_vec(), "T0".into());
+        w.push_event(Event {
+            seq: 0,
+            at_ms: 0,
+            kind: crate::store::api::EventKind::CampaignDone,
+        });
         w.rollback(sp);
         assert_eq!(w.hashes["h"].len(), 1);
         assert_eq!(w.hashes["h"]["f"], Some(b"1".to_vec()));
@@ -306,6 +323,10 @@ mod tests {
         assert_eq!(w.queues_added, BTreeSet::from([Queue::Groups]));
         assert_eq!(w.streams.len(), 1);
         assert!(w.scored.is_empty() && w.bulk_tasks.is_empty());
+        assert!(
+            w.events.is_empty(),
+            "a rolled back operation's events are not reported"
+        );
         w.rollback(start);
         assert!(w.is_empty());
     }

@@ -33,6 +33,10 @@ pub(crate) struct DriverSlot {
     pub(super) driver: Option<Arc<DriverProcess>>,
     pub(super) key: Option<Vec<String>>,
     pub(super) identity: Option<DriverIdentity>,
+    /// The command of the last driver this lane started: starting it again is a restart.
+    pub(super) started: Option<Vec<String>>,
+    /// Counts restarts, when metrics are on.
+    pub(super) restarts: Option<crate::metrics::WorkerMetrics>,
 }
 
 impl DriverSlot {
@@ -262,6 +266,12 @@ async fn ensure_driver(
         record_dir: Some(records.to_path_buf()),
     };
     let driver = Arc::new(DriverProcess::spawn(&command).await?);
+    if slot.started.as_ref() == Some(&want)
+        && let Some(m) = &slot.restarts
+    {
+        m.driver_restarted();
+    }
+    slot.started = Some(want.clone());
     // Progress and log notifications are logged as they come, so they never pile up.
     if let Some(mut notes) = driver.take_notifications() {
         let lane = lane.to_owned();
@@ -352,6 +362,7 @@ mod tests {
             guest_grace: Duration::from_secs(1),
             tls: Default::default(),
             http: Default::default(),
+            metrics: None,
         }
     }
 

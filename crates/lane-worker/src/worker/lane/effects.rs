@@ -482,7 +482,11 @@ impl LaneActor {
     /// Ends the current attempt. A published one stays in flight (renewed, in phase publish)
     /// until the coordinator acknowledges it, so the store waits out `publish_grace_s` for it.
     fn finish(&self, myself: &ActorRef<LaneMsg>, state: &mut LaneState, published: bool) {
-        if let Some(cur) = state.current.take() {
+        if let Some(mut cur) = state.current.take() {
+            if let Some(m) = &self.config.metrics {
+                cur.record_wall();
+                m.observe_walls(&cur.walls);
+            }
             if !published {
                 tracing::warn!(lane = %self.name, trial = %cur.tag.token, "lease lost before evaluate: attempt abandoned");
             }

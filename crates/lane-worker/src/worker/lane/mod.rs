@@ -389,7 +389,10 @@ impl Actor for LaneActor {
         _args: (),
     ) -> Result<LaneState, ActorProcessingErr> {
         Ok(LaneState {
-            slot: DriverSlot::default(),
+            slot: DriverSlot {
+                restarts: self.config.metrics.clone(),
+                ..DriverSlot::default()
+            },
             unit: None,
             current: None,
         })
