@@ -23,11 +23,34 @@ DRIVERS = ROOT / "examples" / "drivers"
 
 # The driver under test: every method does something a test can observe.
 DRIVER_SOURCE = textwrap.dedent("""
+    import json
+    import os
     import subprocess
     import sys
     sys.dont_write_bytecode = True
     sys.path.insert(0, {drivers!r})
     from lanes_driver import Driver, DriverError
+
+    # With LANES_TEST_SPANS, finished spans are written to that file, one JSON per line.
+    if os.environ.get("LANES_TEST_SPANS"):
+        from opentelemetry import trace
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter
+
+        class ToFile(SpanExporter):
+            def export(self, spans):
+                with open(os.environ["LANES_TEST_SPANS"], "a") as f:
+                    for s in spans:
+                        f.write(json.dumps({{
+                            "name": s.name,
+                            "trace_id": format(s.context.trace_id, "032x"),
+                            "parent": format(s.parent.span_id, "016x") if s.parent else None,
+                        }}) + "\\n")
+                return 0
+
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(ToFile()))
+        trace.set_tracer_provider(provider)
 
     class Overloaded(Exception):
         failure_kind = "overloaded"      # any exception may name a failure kind
@@ -76,6 +99,12 @@ DRIVER_SOURCE = textwrap.dedent("""
         TestDriver.main()
 """)
 
+try:
+    import opentelemetry.sdk.trace  # noqa: F401  (the driver under test imports it)
+    HAS_OTEL_SDK = True
+except ImportError:
+    HAS_OTEL_SDK = False
+
 WAIT_S = 5.0  # the longest any single answer may take
 
 
@@ -90,10 +119,10 @@ def env_params(tag, **payload):
 class DriverProcess:
     """The driver under test, with a thread reading its stdout into a queue."""
 
-    def __init__(self, script):
+    def __init__(self, script, env=None):
         self.proc = subprocess.Popen(
             [sys.executable, script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE)
+            stderr=subprocess.PIPE, env=None if env is None else {**os.environ, **env})
         self.lines = queue.Queue()
         self.seen = []  # every message read so far, in order
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -225,6 +254,27 @@ class LanesDriverTest(unittest.TestCase):
         # Set only while the call runs: a call without one sees none.
         r = d.call(3, "boot", env_params("x", echo_trace=True))
         self.assertEqual(r["result"], {"env": None, "child": ""})
+
+    @unittest.skipUnless(HAS_OTEL_SDK,
+                         "opentelemetry-sdk is not installed (scripts/test.sh runs this "
+                         "suite again with the venv that has it)")
+    def test_with_opentelemetry_a_method_runs_in_a_child_span_of_the_call(self):
+        self._stop()
+        spans = os.path.join(self.tmp.name, "spans.jsonl")
+        self.driver = DriverProcess(self.script, env={"LANES_TEST_SPANS": spans})
+        self.initialize()
+        tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+        params = env_params("x")
+        params["attempt"]["traceparent"] = tp
+        self.assertEqual(self.driver.call(2, "boot", params)["result"], {})
+        self.assertEqual(self.driver.call(3, "boot", env_params("x"))["result"], {})
+        self.driver.close()
+        with open(spans) as f:
+            got = [json.loads(line) for line in f]
+        # One span, for the call that had a traceparent, and it is that context's child.
+        self.assertEqual(got, [{"name": "driver.boot",
+                                "trace_id": "0af7651916cd43dd8448eb211c80319c",
+                                "parent": "b7ad6b7169203331"}])
 
     def test_cancel_stops_a_long_agent(self):
         d = self.driver

@@ -197,7 +197,9 @@ fn client(args: &[&str], url: &str) -> std::process::Output {
 
 /// Runs the campaign on a coordinator with `store_args`, then checks its and the worker's
 /// metrics against the ledger.
-fn counters_agree_with_the_ledger(store_args: &[&str], backend: &str) {
+/// With `dead_collector`, the coordinator exports its spans to an OTLP endpoint where nothing
+/// listens: the campaign must run as well, and the lost spans be counted.
+fn counters_agree_with_the_ledger(store_args: &[&str], backend: &str, dead_collector: bool) {
     let dir = tempfile::tempdir().unwrap();
     let mut coordinator = lanes();
     coordinator
@@ -207,6 +209,19 @@ fn counters_agree_with_the_ledger(store_args: &[&str], backend: &str) {
         .env("LANES_CLIENT_TOKEN", CLIENT_TOKEN)
         .env("LANES_LANE_TOKEN", LANE_TOKEN)
         .env("LANES_REAPER_DELAY_S", "1");
+    if dead_collector {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        coordinator
+            .env(
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+                format!("http://127.0.0.1:{port}"),
+            )
+            .env("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc");
+    }
     let (_coordinator, rx) = spawn(coordinator);
     let metrics = logged_addr(&rx, "metrics listening");
     let addr = logged_addr(&rx, "coordinator listening");
@@ -343,6 +358,21 @@ fn counters_agree_with_the_ledger(store_args: &[&str], backend: &str) {
         assert!(!text.contains(secret), "{secret} exposed:\n{text}");
     }
 
+    if dead_collector {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let (_, text) = scrape(&metrics);
+            if value(&text, "lanes_otel_spans_dropped_total") > 0.0 {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no dropped span counted:\n{text}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
     let (_, worker_text) = scrape(&worker_metrics);
     parses_as_openmetrics(&worker_text);
     assert_eq!(value(&worker_text, "lanes_outbox_pending"), 0.0);
@@ -365,13 +395,13 @@ fn counters_agree_with_the_ledger(store_args: &[&str], backend: &str) {
 fn counters_agree_with_the_ledger_on_the_embedded_store() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    counters_agree_with_the_ledger(&["--data-dir", data.to_str().unwrap()], "embedded");
+    counters_agree_with_the_ledger(&["--data-dir", data.to_str().unwrap()], "embedded", true);
 }
 
 #[test]
 fn counters_agree_with_the_ledger_on_redis() {
     let redis = lanes_tests::redis_server::RedisServer::start();
-    counters_agree_with_the_ledger(&["--redis", &redis.url()], "redis");
+    counters_agree_with_the_ledger(&["--redis", &redis.url()], "redis", false);
 }
 
 #[test]

@@ -317,7 +317,7 @@ impl LaneActor {
                 let ctx = self.outcome_ctx(state);
                 let o = outcome::published(&ctx, verdict, &secrets);
                 span.in_scope(|| {
-                    tracing::info!(status = %o.status, failure_kind = ?o.failure_kind, score = ?o.score, "attempt finished");
+                    tracing::info!(status = %o.status, failure_kind = o.failure_kind.map(|k| k.as_str()), score = o.score, "attempt finished");
                 });
                 record_outcome(&attempt_span, &o);
                 self.hand_off(myself, span, tag, o, true);
