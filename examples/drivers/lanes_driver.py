@@ -356,10 +356,6 @@ class Driver:
             thread.join(max(0.0, deadline - time.monotonic()))
 
 
-if __name__ == "__main__":
-    # Run on its own, this is a driver with no benchmark: useful to try the framing by hand.
-    Driver.main()
-
 
 _env_lock = threading.Lock()
 
@@ -392,3 +388,8 @@ def _traced(method, params, handler):
                     os.environ.pop("TRACEPARENT", None)
                 else:
                     os.environ["TRACEPARENT"] = before
+
+
+if __name__ == "__main__":
+    # Run on its own, this is a driver with no benchmark: useful to try the framing by hand.
+    Driver.main()

@@ -42,7 +42,14 @@ pub(crate) async fn serve(addr: SocketAddr, registry: Registry) -> anyhow::Resul
         "/metrics",
         axum::routing::get(move || {
             let registry = registry.clone();
-            async move { scrape(&registry) }
+            // Off the runtime: some collectors read the disk (the worker's outbox count).
+            async move {
+                tokio::task::spawn_blocking(move || scrape(&registry))
+                    .await
+                    .unwrap_or_else(|_| {
+                        axum::http::StatusCode::INTERNAL_SERVER_ERROR.into_response()
+                    })
+            }
         }),
     );
     tokio::spawn(async move {

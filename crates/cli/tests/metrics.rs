@@ -405,34 +405,75 @@ fn counters_agree_with_the_ledger_on_redis() {
 }
 
 #[test]
-fn lanes_run_serves_metrics_on_the_port_it_was_given() {
+fn lanes_run_serves_both_halves_metrics_while_it_runs() {
     let dir = tempfile::tempdir().unwrap();
-    let file = write_campaign(dir.path());
-    let out = lanes()
-        .arg("run")
-        .arg(&file)
-        .args([
-            "--lanes",
-            "3",
-            "--metrics-listen",
-            "127.0.0.1:0",
-            "--data-dir",
-        ])
-        .arg(dir.path().join("data"))
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    // Slow enough that the scrape lands while the campaign runs.
+    let file = dir.path().join("campaign.toml");
+    std::fs::write(
+        &file,
+        "id = \"runmetered\"\nphase1_runs = 1\nschedule_seed = 1\n[[arms]]\nid = \"a\"\n\
+         [driver]\nsim = { agent_s = [1.0, 1.0] }\n\
+         [tasks]\nitems = [{ id = \"t0\" }, { id = \"t1\" }, { id = \"t2\" }]\n",
+    )
+    .unwrap();
+    let mut run = Killed(
+        lanes()
+            .arg("run")
+            .arg(&file)
+            .args([
+                "--lanes",
+                "1",
+                "--metrics-listen",
+                "127.0.0.1:0",
+                "--data-dir",
+            ])
+            .arg(dir.path().join("data"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
     );
-    let line = stdout
-        .lines()
-        .find(|l| l.starts_with("metrics on http://127.0.0.1:"))
-        .unwrap_or_else(|| panic!("no metrics address: {stdout}"));
-    assert!(
-        !line.ends_with(":0/metrics"),
-        "the bound port is printed: {line}"
+    let stdout = run.0.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let addr = loop {
+        let line = rx
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .expect("lanes run prints where its metrics are");
+        if let Some(rest) = line.strip_prefix("metrics on http://") {
+            break rest.trim_end_matches("/metrics").to_owned();
+        }
+    };
+    assert!(!addr.ends_with(":0"), "the bound port is printed: {addr}");
+    let (content_type, text) = scrape(&addr);
+    assert_eq!(
+        content_type,
+        "application/openmetrics-text; version=1.0.0; charset=utf-8"
     );
+    parses_as_openmetrics(&text);
+    // One registry: the coordinator's families and the worker's, and the exporter's
+    // (families with labels appear once they have a sample).
+    for family in [
+        "# TYPE lanes_claim_duration_seconds histogram",
+        "# TYPE lanes_attempts_started counter",
+        "# TYPE lanes_driver_restarts counter",
+        "# TYPE lanes_outbox_pending gauge",
+        "# TYPE lanes_otel_spans_dropped counter",
+    ] {
+        assert!(text.contains(family), "{family} missing:\n{text}");
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = run.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "lanes run did not finish");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(status.success(), "{status:?}");
 }

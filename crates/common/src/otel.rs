@@ -107,15 +107,21 @@ impl IdGenerator for DerivedIds {
     }
 }
 
-/// Runs `f` (which builds one span) with the ids of `tp` forced on this thread.
+/// Runs `f` (which builds one span) with the ids of `tp` forced on this thread; they are
+/// cleared however `f` ends, a panic included.
 fn with_ids<T>(tp: &TraceParent, f: impl FnOnce() -> T) -> T {
+    struct Clear;
+    impl Drop for Clear {
+        fn drop(&mut self) {
+            FORCED.set(None);
+        }
+    }
     FORCED.set(Some((
         TraceId::from_bytes(tp.trace_id),
         SpanId::from_bytes(tp.span_id),
     )));
-    let out = f();
-    FORCED.set(None);
-    out
+    let _clear = Clear;
+    f()
 }
 
 /// Records the root `claim` span of an attempt, from `started` to now, with the attempt's

@@ -568,3 +568,75 @@ async fn each_attempt_is_one_trace_across_coordinator_worker_and_driver() {
         }
     }
 }
+
+/// A worker that exports nothing, beside a coordinator that does: the coordinator's commit
+/// spans still join each attempt's trace (under its `claim`), and the driver is handed the
+/// claim's context, never the id of a span no collector will see.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_untraced_worker_leaves_the_coordinators_spans_in_the_attempts_trace() {
+    let dir = tempfile::tempdir().unwrap();
+    let got = Received::default();
+    let (grpc, _http) = collector(got.clone()).await;
+    let (mut coord, url) = coordinator(dir.path(), &grpc, &dir.path().join("coordinator.log"));
+    let driver = driver(dir.path());
+    let mut c = client(&url, Some(CLIENT_TOKEN)).await;
+    c.submit(submit_request(&campaign(&driver))).await.unwrap();
+    let mut worker = Worker::start_args(
+        &url,
+        &dir.path().join("art"),
+        1,
+        "plain-host",
+        &[("TRACE_API_KEY", ENV_SECRET)],
+        None,
+        &[
+            "--allow-campaign-commands",
+            "--allow-env",
+            "API_KEY,TRACE_API_KEY",
+        ],
+    );
+    let st = wait_ended(&url, "traced", Duration::from_secs(90)).await;
+    assert_eq!(st.state, pb::CampaignState::Done as i32);
+    let rows = rows(&url, "traced").await;
+    stop(&mut worker.0);
+    stop(&mut coord.0);
+
+    let scored: Vec<&Row> = rows.iter().filter(|r| r.counted).collect();
+    assert_eq!(scored.len(), 2, "{rows:#?}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let spans = got.spans.lock().unwrap().clone();
+        let all_in = scored.iter().all(|r| {
+            let t = r.trace_id.clone().unwrap();
+            spans
+                .iter()
+                .any(|s| s.trace_id == t && s.name == "complete")
+        });
+        if all_in {
+            assert!(
+                spans.iter().all(|s| s.service == "lanes-coordinator"),
+                "the worker exports nothing"
+            );
+            for r in &scored {
+                let t = r.trace_id.clone().unwrap();
+                let claim = spans
+                    .iter()
+                    .find(|s| s.trace_id == t && s.name == "claim")
+                    .expect("the claim span");
+                let complete = spans
+                    .iter()
+                    .find(|s| s.trace_id == t && s.name == "complete")
+                    .unwrap();
+                assert_eq!(complete.parent, claim.span_id, "complete hangs under claim");
+                let tp = format!("00-{}-{}-01", claim.trace_id, claim.span_id);
+                assert_eq!(
+                    r.final_text.as_deref(),
+                    Some(format!("{tp} {tp}").as_str()),
+                    "the driver got the claim's context"
+                );
+            }
+            break;
+        }
+        assert!(Instant::now() < deadline, "spans missing: {spans:#?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

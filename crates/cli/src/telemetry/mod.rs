@@ -95,7 +95,7 @@ pub(crate) fn init(
     let mut flusher = None;
     if let Some((export, rt)) = &export {
         let _inside = rt.enter();
-        let mut exporter = exporter(export.protocol)?;
+        let mut exporter = exporter(export)?;
         exporter.set_resource(&resource(service));
         let (processor, f) = pipeline::start(exporter, crate::metrics::SPANS_DROPPED.clone(), rt);
         builder = builder.with_span_processor(processor);
@@ -137,7 +137,7 @@ pub(crate) fn init(
     if let Some((export, _)) = &export {
         otel::set_exporting();
         tracing::info!(
-            endpoint = %export.endpoint,
+            endpoint = %without_userinfo(&export.endpoint),
             protocol = ?export.protocol,
             service = service.name(),
             "exporting attempt traces over OTLP"
@@ -162,12 +162,32 @@ fn resource(service: Service) -> Resource {
     }
 }
 
-fn exporter(protocol: Protocol) -> anyhow::Result<opentelemetry_otlp::SpanExporter> {
-    use opentelemetry_otlp::WithExportConfig as _;
-    let built = match protocol {
-        Protocol::Grpc => opentelemetry_otlp::SpanExporter::builder()
-            .with_tonic()
-            .build(),
+/// An endpoint as it may be logged: credentials in its authority (`user:pass@`) are masked.
+fn without_userinfo(endpoint: &str) -> String {
+    let Some((scheme, rest)) = endpoint.split_once("://") else {
+        return endpoint.to_owned();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => format!("{scheme}://***@{}", &rest[at + 1..]),
+        None => endpoint.to_owned(),
+    }
+}
+
+fn exporter(export: &config::Export) -> anyhow::Result<opentelemetry_otlp::SpanExporter> {
+    use opentelemetry_otlp::{WithExportConfig as _, WithTonicConfig as _};
+    let built = match export.protocol {
+        Protocol::Grpc => {
+            let builder = opentelemetry_otlp::SpanExporter::builder().with_tonic();
+            if export.endpoint.starts_with("https://") {
+                // Verified against the system's roots (tonic loads none by itself).
+                builder
+                    .with_tls_config(tonic::transport::ClientTlsConfig::new().with_enabled_roots())
+                    .build()
+            } else {
+                builder.build()
+            }
+        }
         Protocol::HttpProtobuf => {
             // reqwest 0.13 brings no crypto of its own here: ring, like the rest of Lanes.
             let _ = rustls::crypto::ring::default_provider().install_default();
@@ -195,5 +215,23 @@ impl Telemetry {
             tracing::warn!("the OTLP collector did not take the last spans in time");
         }
         let _ = self.provider.shutdown();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without_userinfo;
+
+    #[test]
+    fn credentials_in_an_endpoint_are_never_logged() {
+        assert_eq!(
+            without_userinfo("https://user:s3cret@otlp.example.com:4318/v1/traces"),
+            "https://***@otlp.example.com:4318/v1/traces"
+        );
+        assert_eq!(without_userinfo("http://c:4317"), "http://c:4317");
+        assert_eq!(
+            without_userinfo("http://c:4318/path@not-userinfo"),
+            "http://c:4318/path@not-userinfo"
+        );
     }
 }

@@ -86,13 +86,12 @@ impl Flusher {
     /// Exports everything queued before this call, waiting at most `within`. Returns whether
     /// the export task answered in time.
     pub(crate) async fn flush(&self, within: Duration) -> bool {
-        let (tx, rx) = oneshot::channel();
-        if self.tx.send(Msg::Flush(tx)).await.is_err() {
-            return false;
-        }
-        tokio::time::timeout(within, rx)
-            .await
-            .is_ok_and(|r| r.is_ok())
+        let flushed = async {
+            let (tx, rx) = oneshot::channel();
+            // Waits for room in a full queue too: all of it is bounded by `within`.
+            self.tx.send(Msg::Flush(tx)).await.is_ok() && rx.await.is_ok()
+        };
+        tokio::time::timeout(within, flushed).await.unwrap_or(false)
     }
 }
 

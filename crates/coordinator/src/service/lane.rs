@@ -258,6 +258,7 @@ impl LaneSvc {
         let span = trace::commit_span(
             trace::Commit::Complete,
             &LogSafe(&o.campaign).to_string(),
+            o.token.as_ref(),
             &o.traceparent,
         );
         self.commit_outcome(w, o, &span)
@@ -358,6 +359,7 @@ impl LaneSvc {
         let span = trace::commit_span(
             trace::Commit::Release,
             &LogSafe(&r.campaign).to_string(),
+            r.token.as_ref(),
             &r.traceparent,
         );
         self.commit_release(w, r, &span)

@@ -42,9 +42,16 @@ pub(crate) fn model_of(arm_config_json: &str) -> Option<String> {
     v.get("model")?.as_str().map(str::to_owned)
 }
 
-/// The span of the store commit of an outcome (`complete`) or a release (`release`), a
-/// child of the lane's attempt span when `traceparent` names one.
-pub(crate) fn commit_span(name: Commit, campaign: &str, traceparent: &str) -> tracing::Span {
+/// The span of the store commit of an outcome (`complete`) or a release (`release`): a child
+/// of the lane's attempt span when `traceparent` names one, else (a lane that does not trace,
+/// an outcome replayed by a restarted worker) of the attempt's `claim`, derived from `token`,
+/// so the commit is always in the attempt's trace.
+pub(crate) fn commit_span(
+    name: Commit,
+    campaign: &str,
+    token: Option<&pb::Token>,
+    traceparent: &str,
+) -> tracing::Span {
     let span = match name {
         Commit::Complete => tracing::info_span!(
             target: otel::TARGET,
@@ -69,10 +76,17 @@ pub(crate) fn commit_span(name: Commit, campaign: &str, traceparent: &str) -> tr
             token = tracing::field::Empty,
         ),
     };
-    match TraceParent::parse_opt(traceparent) {
-        Ok(Some(tp)) => otel::set_parent(&span, &tp),
-        Ok(None) => {}
-        Err(e) => tracing::debug!(error = %e, "ignoring the lane's traceparent"),
+    let sent = TraceParent::parse_opt(traceparent).unwrap_or_else(|e| {
+        tracing::debug!(error = %e, "ignoring the lane's traceparent");
+        None
+    });
+    let parent = sent.or_else(|| {
+        token
+            .filter(|t| t.attempt > 0)
+            .map(|t| TraceParent::of_attempt(campaign, &t.trial_id, t.attempt))
+    });
+    if let Some(tp) = parent {
+        otel::set_parent(&span, &tp);
     }
     span
 }

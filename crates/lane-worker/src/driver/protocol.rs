@@ -59,7 +59,8 @@ pub struct AttemptRef {
     pub attempt: u32,
     pub tag: String,
     /// W3C traceparent of the lane's span of this call's phase (`agent` for `run_agent`), for
-    /// a driver that traces its own work as children of it. Empty when spans are not exported.
+    /// a driver that traces its own work as children of it; the coordinator's `claim` of the
+    /// attempt when the worker does not export spans.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub traceparent: String,
 }

@@ -511,9 +511,9 @@ impl LaneActor {
             trial_id: cur.tag.token.trial_id.to_string(),
             attempt: cur.tag.token.attempt,
             tag: cur.tag.to_string(),
-            traceparent: lanes_common::otel::traceparent_of(&cur.phase_span)
-                .map(|tp| tp.to_string())
-                .unwrap_or_default(),
+            // The phase span's, or (not exported here) the attempt's claim.
+            traceparent: super::exported_traceparent(&cur.phase_span)
+                .unwrap_or_else(|| cur.trial.traceparent.clone()),
         }
     }
 

@@ -166,6 +166,15 @@ fn phase_span(parent: &tracing::Span, p: Phase) -> tracing::Span {
     }
 }
 
+/// The traceparent of `span` when this process exports spans (a span that is never exported
+/// must not become anyone's parent).
+pub(super) fn exported_traceparent(span: &tracing::Span) -> Option<String> {
+    lanes_common::otel::exporting()
+        .then(|| lanes_common::otel::traceparent_of(span))
+        .flatten()
+        .map(|tp| tp.to_string())
+}
+
 /// The `attempt` span: a child of the coordinator's `claim` span when the assignment names
 /// one, with the attempt's identity; its outcome is recorded when it is published.
 fn attempt_span(
@@ -286,11 +295,10 @@ impl LaneActor {
             &self.name,
             &self.config.host,
         );
-        // Without an exporter here, the claim's context still ties the coordinator's commit
-        // span to the attempt's trace.
-        let traceparent = lanes_common::otel::traceparent_of(&span)
-            .map(|tp| tp.to_string())
-            .unwrap_or_else(|| trial.traceparent.clone());
+        // Without an exporter here the attempt span never reaches a collector: the claim's
+        // context is what ties the coordinator's commit span (and the driver's spans) to the
+        // attempt's trace.
+        let traceparent = exported_traceparent(&span).unwrap_or_else(|| trial.traceparent.clone());
         let first_phase = phase_span(&span, Phase::Admit);
         let (machine, effects) = Attempt::start(AttemptSpec {
             gate: unit.gate,

@@ -116,7 +116,8 @@ impl Supervisor {
                                 lane: a.lane.clone(),
                                 phase: Phase::Assigned,
                                 ttl: Duration::from_millis(a.lease_ttl_ms),
-                                traceparent: String::new(),
+                                // The claim's, until the lane's attempt span starts.
+                                traceparent: t.traceparent.clone(),
                                 span: None,
                             },
                         );

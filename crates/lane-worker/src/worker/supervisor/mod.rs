@@ -248,6 +248,7 @@ impl Supervisor {
         };
         for t in a.trials {
             let lease = lease_of(t.token.as_ref());
+            let traceparent = t.traceparent;
             let Some(token) = t.token.and_then(|t| Token::try_from(t).ok()) else {
                 continue;
             };
@@ -268,7 +269,8 @@ impl Supervisor {
                         lane: a.lane.clone(),
                         phase: Phase::Publish,
                         ttl: Duration::from_millis(a.lease_ttl_ms),
-                        traceparent: String::new(),
+                        // Never started: the coordinator's claim is the attempt's span.
+                        traceparent,
                         span: None,
                     },
                 );
