@@ -276,6 +276,21 @@ class LanesDriverTest(unittest.TestCase):
                                 "trace_id": "0af7651916cd43dd8448eb211c80319c",
                                 "parent": "b7ad6b7169203331"}])
 
+    def test_the_helper_run_on_its_own_answers_traced_calls(self):
+        # `python3 lanes_driver.py` serves a driver with no benchmark; its tracing helpers
+        # must exist by the time it serves (they once came after the `__main__` block).
+        self._stop()
+        self.driver = DriverProcess(str(DRIVERS / "lanes_driver.py"))
+        r = self.driver.call(1, "initialize",
+                             {"protocol": "lanes-driver/1", "lane": "lane-1", "host": "h"})
+        self.assertEqual(r["result"]["name"], "python-driver")
+        params = env_params("x")
+        params["attempt"]["traceparent"] = (
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+        self.assertEqual(self.driver.call(2, "boot", params)["result"], {})
+        code, _ = self.driver.close()
+        self.assertEqual(code, 0)
+
     def test_cancel_stops_a_long_agent(self):
         d = self.driver
         self.initialize()

@@ -203,3 +203,48 @@ fn insecure_no_auth_starts_an_open_coordinator_and_says_so() {
         seen.push(line);
     }
 }
+
+/// OTLP/gRPC to an `https://` collector needs the exporter's TLS support: without it the
+/// coordinator refused to start (bad input). Nothing listens there, so spans are dropped, but
+/// the coordinator serves.
+#[test]
+fn starts_when_traces_go_to_an_https_grpc_collector() {
+    let dir = tempfile::tempdir().unwrap();
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let mut child = Killed(
+        lanes()
+            .args(["coordinator", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(dir.path())
+            .env("LANES_CLIENT_TOKEN", "very-secret-client")
+            .env("LANES_LANE_TOKEN", "very-secret-lane")
+            .env("OTEL_EXPORTER_OTLP_ENDPOINT", format!("https://{dead}"))
+            .env("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+            .env("RUST_LOG", "info")
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let rx = stderr_lines(&mut child.0);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut seen = Vec::new();
+    loop {
+        let Ok(line) = rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) else {
+            panic!(
+                "no listening line (exit: {:?}); stderr: {seen:#?}",
+                child.0.try_wait()
+            );
+        };
+        if line.contains("coordinator listening") {
+            break;
+        }
+        seen.push(line);
+    }
+    assert!(
+        seen.iter()
+            .any(|l| l.contains("exporting attempt traces over OTLP") && l.contains("https://")),
+        "{seen:#?}"
+    );
+}
