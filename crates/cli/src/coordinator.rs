@@ -92,6 +92,12 @@ pub(crate) struct Args {
     /// a private address) [default: off].
     #[arg(long, env = "LANES_METRICS_LISTEN")]
     metrics_listen: Option<SocketAddr>,
+    /// Also serve the gRPC health service alone on this address, in plaintext and without
+    /// auth, for probes that speak neither (kubelet's): service `""` is SERVING while the
+    /// store answers and the replica is not stopping (readiness), `liveness` while the process
+    /// serves [default: off; health is always on the API port too].
+    #[arg(long, env = "LANES_HEALTH_LISTEN")]
+    health_listen: Option<SocketAddr>,
     /// A TOML file with any of these settings (flags and env win).
     #[arg(long, env = "LANES_CONFIG")]
     config: Option<PathBuf>,
@@ -120,6 +126,7 @@ struct FileConfig {
     max_concurrent_submits: Option<u32>,
     max_streams_per_token: Option<u32>,
     metrics_listen: Option<SocketAddr>,
+    health_listen: Option<SocketAddr>,
 }
 
 /// Test-only: shifts this replica's clock by this many milliseconds, so the fault suite can
@@ -214,6 +221,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<Code> {
         .or(file.listen)
         .unwrap_or_else(|| "127.0.0.1:7700".parse().expect("valid default"));
     let metrics_listen = args.metrics_listen.or(file.metrics_listen);
+    let health_listen = args.health_listen.or(file.health_listen);
     let redis = args.redis.or(file.redis);
     let backend = match redis {
         Some(_) => StoreBackend::Redis,
@@ -304,6 +312,16 @@ pub(crate) fn run(args: Args) -> anyhow::Result<Code> {
             .await
             .with_context(|| format!("cannot listen on {listen}"))?;
         tracing::info!(addr = %listener.local_addr()?, "coordinator listening");
+        let health_listener = match health_listen {
+            Some(addr) => {
+                let l = tokio::net::TcpListener::bind(addr)
+                    .await
+                    .with_context(|| format!("cannot listen on {addr} (--health-listen)"))?;
+                tracing::info!(addr = %l.local_addr()?, "health service listening (plaintext)");
+                Some(l)
+            }
+            None => None,
+        };
         let shutdown = async {
             // SIGTERM (Kubernetes, systemd) and Ctrl-C both drain: GoAway, then stop.
             use tokio::signal::unix::{SignalKind, signal};
@@ -319,7 +337,15 @@ pub(crate) fn run(args: Args) -> anyhow::Result<Code> {
                 }
             }
         };
-        lanes_coordinator::run(config, store, clock, listener, shutdown).await?;
+        lanes_coordinator::run_with_health(
+            config,
+            store,
+            clock,
+            listener,
+            health_listener,
+            shutdown,
+        )
+        .await?;
         Ok::<_, anyhow::Error>(Code::Ok)
     });
     rt.block_on(telemetry.shutdown());

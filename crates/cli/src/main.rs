@@ -4,6 +4,7 @@ mod bench;
 mod client;
 mod commands;
 mod coordinator;
+mod drain;
 mod driver;
 mod exit;
 mod local_api;
@@ -54,7 +55,7 @@ enum Command {
         cmd: store::StoreCmd,
     },
     /// Run lanes on this host: claim, boot, reset, agent, evaluate, publish.
-    Worker(worker::Args),
+    Worker(worker::Cmd),
     /// Measure the scheduling path: a child coordinator, a bench campaign and simulated
     /// lanes over real lane sessions; prints throughput, latencies, the coordinator's CPU and
     /// memory, and the ratio to a ceiling measured on the same store.
@@ -74,7 +75,11 @@ fn main() -> ExitCode {
         Command::Schedule { file, format } => schedule::run(&file, format),
         Command::Coordinator(args) => coordinator::run(args),
         Command::Store { cmd } => store::run(cmd),
-        Command::Worker(args) => worker::run(args),
+        Command::Worker(worker::Cmd {
+            action: Some(worker::Action::Drain(args)),
+            ..
+        }) => drain::run(args),
+        Command::Worker(cmd) => worker::run(cmd.args),
         Command::Bench(args) => bench::run(args),
         Command::Driver { which } => driver::run(which),
     };

@@ -234,6 +234,7 @@ async fn run_async(args: Args, campaign: spec::Campaign, drivers: Drivers) -> an
         disk_floor_gb: None,
         arms: Vec::new(),
         shutdown_grace: Duration::from_secs(30),
+        control_socket: None,
         cancel_grace: Duration::from_secs(30),
         guest_poll: Duration::from_secs(1),
         guest_grace: Duration::from_secs(60),

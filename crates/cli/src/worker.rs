@@ -11,6 +11,24 @@ use lanes_worker::{Drivers, WorkerConfig, load_drivers_file};
 use crate::exit::Code;
 use crate::telemetry::Service;
 
+/// `lanes worker [OPTIONS]`, or `lanes worker drain`.
+#[derive(clap::Args, Debug)]
+#[command(args_conflicts_with_subcommands = true)]
+pub(crate) struct Cmd {
+    #[command(subcommand)]
+    pub(crate) action: Option<Action>,
+    #[command(flatten)]
+    pub(crate) args: Args,
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub(crate) enum Action {
+    /// Tell the worker running on this host to take no new work, and wait until its attempts
+    /// in flight have finished and the coordinator has acknowledged their outcomes (a
+    /// Kubernetes preStop, or before maintenance). The worker stays up, idle, until stopped.
+    Drain(crate::drain::Args),
+}
+
 #[derive(clap::Args, Debug)]
 pub(crate) struct Args {
     #[command(flatten)]
@@ -33,6 +51,10 @@ pub(crate) struct Args {
     /// The outbox directory [default: <artifacts>/.outbox].
     #[arg(long)]
     outbox: Option<PathBuf>,
+    /// The Unix socket `lanes worker drain` reaches this worker on (mode 0600)
+    /// [default: <artifacts>/.control.sock].
+    #[arg(long, env = "LANES_CONTROL_SOCKET")]
+    control_socket: Option<PathBuf>,
     /// Below this much free disk (GB) under --artifacts, no work is asked for.
     #[arg(long)]
     disk_floor_gb: Option<f64>,
@@ -127,6 +149,10 @@ pub(crate) fn run(args: Args) -> anyhow::Result<Code> {
         args.coordinator.iter().any(|a| !a.trim().is_empty()),
         "--coordinator: give at least one coordinator address"
     );
+    let control_socket = args
+        .control_socket
+        .clone()
+        .unwrap_or_else(|| args.artifacts.join(lanes_worker::control::DEFAULT_NAME));
     let drivers = Drivers {
         named: match &args.drivers {
             Some(path) => load_drivers_file(path)?,
@@ -166,6 +192,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<Code> {
         disk_floor_gb: args.disk_floor_gb,
         arms: args.arms,
         shutdown_grace: Duration::from_secs(args.shutdown_grace_s),
+        control_socket: Some(control_socket),
         cancel_grace: Duration::from_secs(args.cancel_grace_s),
         guest_poll: Duration::from_secs(1),
         guest_grace: Duration::from_secs(args.guest_grace_s),

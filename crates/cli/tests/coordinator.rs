@@ -248,3 +248,118 @@ fn starts_when_traces_go_to_an_https_grpc_collector() {
         "{seen:#?}"
     );
 }
+
+/// Kubelet's gRPC probes speak neither TLS nor bearer auth. With TLS and tokens on the API
+/// port, `--health-listen` answers them in plaintext: readiness (`""`) follows the store and
+/// liveness does not, so a Redis outage takes replicas out of their Service without restarting
+/// them, and they come back when it answers again.
+#[test]
+fn the_health_port_answers_plaintext_probes_and_readiness_follows_the_store() {
+    use tonic_health::pb::HealthCheckRequest;
+    use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_health::pb::health_client::HealthClient;
+
+    let dir = tempfile::tempdir().unwrap();
+    let ca = lanes_tests::certs::TestCa::new("lanes-test-ca");
+    let (cert, key) = ca.server().write(dir.path(), "server");
+    let mut redis = lanes_tests::redis_server::RedisServer::start();
+    let mut child = Killed(
+        lanes()
+            .args([
+                "coordinator",
+                "--listen",
+                "127.0.0.1:0",
+                "--health-listen",
+                "127.0.0.1:0",
+                "--reaper-delay-s",
+                "1",
+            ])
+            .arg("--tls-cert")
+            .arg(&cert)
+            .arg("--tls-key")
+            .arg(&key)
+            .env("LANES_REDIS", redis.url())
+            .env("LANES_CLIENT_TOKEN", "very-secret-client")
+            .env("LANES_LANE_TOKEN", "very-secret-lane")
+            .env("RUST_LOG", "info")
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let rx = stderr_lines(&mut child.0);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut seen = Vec::new();
+    let health = loop {
+        let Ok(line) = rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) else {
+            panic!(
+                "no health line (exit: {:?}); stderr: {seen:#?}",
+                child.0.try_wait()
+            );
+        };
+        if line.contains("health service listening")
+            && let Some(i) = line.find("addr=")
+        {
+            break line[i + 5..].split_whitespace().next().unwrap().to_owned();
+        }
+        seen.push(line);
+    };
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{health}"))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let mut client = HealthClient::new(channel);
+        let mut check = async |service: &str| {
+            client
+                .check(HealthCheckRequest {
+                    service: service.into(),
+                })
+                .await
+                .map(|r| r.into_inner().status())
+        };
+        for service in [
+            "",
+            "liveness",
+            "lanes.v1.LaneService",
+            "lanes.v1.CampaignService",
+        ] {
+            assert_eq!(
+                check(service).await.unwrap(),
+                ServingStatus::Serving,
+                "{service:?}"
+            );
+        }
+        let unknown = check("no.such.Service").await.unwrap_err();
+        assert_eq!(unknown.code(), tonic::Code::NotFound);
+
+        // Redis dies: readiness goes NOT_SERVING, liveness stays SERVING.
+        redis.kill9();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while check("").await.unwrap() != ServingStatus::NotServing {
+            assert!(Instant::now() < deadline, "readiness ignored a dead store");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(check("liveness").await.unwrap(), ServingStatus::Serving);
+        assert_eq!(
+            check("lanes.v1.LaneService").await.unwrap(),
+            ServingStatus::NotServing
+        );
+
+        // And back.
+        redis.restart();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while check("").await.unwrap() != ServingStatus::Serving {
+            assert!(
+                Instant::now() < deadline,
+                "readiness stayed down with the store back"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+}

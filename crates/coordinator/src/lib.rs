@@ -13,6 +13,7 @@
 
 pub mod auth;
 mod grpc_status;
+pub mod health;
 mod in_process;
 pub mod metrics;
 mod reaper;
@@ -26,5 +27,5 @@ pub mod tls;
 mod wire;
 
 pub use in_process::InProcessCoordinator;
-pub use server::{CoordinatorConfig, ServeError, run};
+pub use server::{CoordinatorConfig, ServeError, run, run_with_health};
 pub use store_health::StoreWatch;

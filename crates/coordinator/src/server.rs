@@ -91,7 +91,7 @@ pub enum ServeError {
 /// are small messages written while earlier ones are unacknowledged; with Nagle on, the
 /// kernel holds each until the peer's delayed ACK (up to 40 ms), which was most of the claim
 /// latency's tail.
-fn incoming(listener: TcpListener) -> TcpIncoming {
+pub(crate) fn incoming(listener: TcpListener) -> TcpIncoming {
     TcpIncoming::from(listener).with_nodelay(Some(true))
 }
 
@@ -102,6 +102,19 @@ pub async fn run(
     store: Arc<dyn Store>,
     clock: Arc<dyn Clock>,
     listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
+    run_with_health(config, store, clock, listener, None, shutdown).await
+}
+
+/// [`run`], and with `health_listener` the gRPC health service alone on that plaintext
+/// listener too (`--health-listen`), until the API server has stopped.
+pub async fn run_with_health(
+    config: CoordinatorConfig,
+    store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
+    listener: TcpListener,
+    health_listener: Option<TcpListener>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
     config.auth.check()?;
@@ -146,6 +159,12 @@ pub async fn run(
     };
     let warm = shared.clone();
     tokio::spawn(async move { warm.leases.warm(warm.store.as_ref()).await });
+    let (health, health_service) = crate::health::service().await;
+    let health_follower = tokio::spawn(crate::health::follow(
+        health,
+        shared.store_up.clone(),
+        stop_rx.clone(),
+    ));
     let reaper = tokio::spawn(crate::reaper::run(
         store,
         clock,
@@ -155,11 +174,16 @@ pub async fn run(
         metrics.clone(),
     ));
 
-    let (health, health_service) = tonic_health::server::health_reporter();
-    health
-        .set_serving::<CampaignServiceServer<CampaignSvc>>()
-        .await;
-    health.set_serving::<LaneServiceServer<LaneSvc>>().await;
+    let (served_tx, served_rx) = tokio::sync::oneshot::channel::<()>();
+    let health_alone = health_listener.map(|listener| {
+        tokio::spawn(crate::health::serve_alone(
+            listener,
+            health_service.clone(),
+            async move {
+                let _ = served_rx.await;
+            },
+        ))
+    });
 
     let campaigns = CampaignServiceServer::new(CampaignSvc {
         shared: shared.clone(),
@@ -206,6 +230,13 @@ pub async fn run(
         .await;
     reaper.abort();
     watcher.abort();
+    health_follower.abort();
+    let _ = served_tx.send(());
+    if let Some(alone) = health_alone
+        && let Ok(Err(e)) = alone.await
+    {
+        tracing::warn!(error = %e, "the health port failed");
+    }
     served.map_err(Into::into)
 }
 

@@ -7,6 +7,7 @@
 //! - [`http`]: the HTTP client of the task API adapter ([`http_agent`]) and the guest
 //!   [`watchdog`];
 //! - [`secrets`]: an attempt's secret values, masked in everything the lane writes;
+//! - [`control`]: the control socket `lanes worker drain` talks to;
 //! - [`worker`]: the supervisor and lane actors, and [`run`];
 //! - [`sim`]: the built-in deterministic sim driver (`lanes driver sim`).
 
@@ -18,6 +19,7 @@ pub mod driver {
 }
 pub mod ack_log;
 pub mod artifacts;
+pub mod control;
 pub mod drivers;
 pub mod http;
 pub mod http_agent;

@@ -6,6 +6,7 @@
 
 mod adversary;
 mod crashes;
+mod drain;
 mod drivers;
 mod http_agent;
 mod policy;

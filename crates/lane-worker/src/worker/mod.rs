@@ -40,6 +40,8 @@ pub struct WorkerConfig {
     pub arms: Vec<String>,
     /// How long in-flight attempts may run after SIGTERM before they are cancelled.
     pub shutdown_grace: Duration,
+    /// Where `lanes worker drain` reaches this worker ([`crate::control`]); none when `None`.
+    pub control_socket: Option<PathBuf>,
     /// How long an agent may take to stop after `cancel` (at its timeout) before the driver
     /// is declared hung, killed and restarted.
     pub cancel_grace: Duration,
@@ -116,6 +118,17 @@ pub async fn run_with_link(
     )
     .await
     .map_err(|e| WorkerError::Start(e.to_string()))?;
+    let control = match &config.control_socket {
+        Some(path) => match crate::control::bind(path).await {
+            Ok(listener) => Some(tokio::spawn(crate::control::serve(listener, sup.clone()))),
+            Err(e) => {
+                sup.stop(None);
+                let _ = handle.await;
+                return Err(WorkerError::Start(e.to_string()));
+            }
+        },
+        None => None,
+    };
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let session = tokio::spawn(session::run(config.clone(), link, sup.clone(), stop_rx));
     shutdown.await;
@@ -145,6 +158,12 @@ pub async fn run_with_link(
     }
     let _ = stop_tx.send(true);
     let _ = session.await;
+    if let Some(control) = control {
+        control.abort();
+    }
+    if let Some(path) = &config.control_socket {
+        let _ = std::fs::remove_file(path);
+    }
     sup.stop(None);
     let _ = handle.await;
     Ok(())

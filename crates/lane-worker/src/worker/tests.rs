@@ -73,6 +73,7 @@ impl Rig {
             disk_floor_gb: None,
             arms: Vec::new(),
             shutdown_grace: Duration::from_secs(1),
+            control_socket: None,
             cancel_grace: Duration::from_secs(5),
             guest_poll: Duration::from_secs(1),
             guest_grace: Duration::from_secs(60),

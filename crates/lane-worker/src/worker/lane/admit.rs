@@ -357,6 +357,7 @@ mod tests {
             disk_floor_gb: None,
             arms: Vec::new(),
             shutdown_grace: Duration::from_secs(1),
+            control_socket: None,
             cancel_grace: Duration::from_secs(1),
             guest_poll: Duration::from_secs(1),
             guest_grace: Duration::from_secs(1),
