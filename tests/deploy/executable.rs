@@ -1,0 +1,344 @@
+//! The manifests are executable: the dev and prod builds run, through the miniature kubelet,
+//! as Redis, the coordinator replicas, a worker on a labelled VM host and the submit Job, with
+//! the secrets `deploy/README.md` tells an operator to create. The campaign the Job submits
+//! must end done; every probe must pass; the worker's preStop must drain it and SIGTERM stop
+//! it; and no secret may reach a log.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use lanes_tests::certs::TestCa;
+
+use crate::kubelet::{Cluster, Running, SecretData};
+use crate::tools::{kustomize, objects};
+
+/// The VM host the worker DaemonSet runs on, labelled as `deploy/README.md` says.
+const VM_HOST: &str = "vm-host-1";
+const VM_HOST_LABELS: [(&str, &str); 1] = [("lanes.dev/vm-host", "true")];
+
+fn random_hex(bytes: usize) -> String {
+    let mut b = vec![0u8; bytes];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b))
+        .unwrap();
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn secret(pairs: &[(&str, &[u8])]) -> SecretData {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_vec()))
+        .collect()
+}
+
+/// The secrets of `deploy/README.md`, with fresh values.
+struct Secrets {
+    all: BTreeMap<String, SecretData>,
+    /// Values that must never reach a log.
+    values: Vec<String>,
+    ca: Option<TestCa>,
+}
+
+fn secrets(tls: bool) -> Secrets {
+    let client = random_hex(24);
+    let lane = random_hex(24);
+    let password = random_hex(24);
+    let mut all = BTreeMap::new();
+    all.insert(
+        "lanes-tokens".to_owned(),
+        secret(&[
+            ("client-token", client.as_bytes()),
+            ("lane-token", lane.as_bytes()),
+        ]),
+    );
+    all.insert(
+        "lanes-redis-auth".to_owned(),
+        secret(&[
+            ("auth.conf", format!("requirepass {password}\n").as_bytes()),
+            (
+                "url",
+                format!("redis://:{password}@lanes-redis-0.lanes-redis:6379/").as_bytes(),
+            ),
+        ]),
+    );
+    let ca = tls.then(|| {
+        let ca = TestCa::new("lanes-test-ca");
+        let server = ca.server();
+        all.insert(
+            "lanes-coordinator-tls".to_owned(),
+            secret(&[
+                ("tls.crt", server.cert.as_bytes()),
+                ("tls.key", server.key.as_bytes()),
+                ("ca.crt", ca.pem.as_bytes()),
+            ]),
+        );
+        all.insert(
+            "lanes-ca".to_owned(),
+            secret(&[("ca.crt", ca.pem.as_bytes())]),
+        );
+        ca
+    });
+    Secrets {
+        all,
+        values: vec![client, lane, password],
+        ca,
+    }
+}
+
+fn replicas(cluster: &Cluster, kind: &str, name: &str) -> u64 {
+    cluster.object(kind, name)["spec"]["replicas"]
+        .as_u64()
+        .unwrap_or(1)
+}
+
+fn run_overlay(overlay: &str, tls: bool) {
+    let dir = tempfile::tempdir().unwrap();
+    let secrets = secrets(tls);
+    let mut cluster = Cluster::new(
+        objects(&kustomize(overlay)),
+        secrets.all.clone(),
+        dir.path(),
+    );
+    // With mutual TLS each VM host holds its own client certificate, CN = its node name, at
+    // the hostPath the DaemonSet mounts.
+    if let Some(ca) = &secrets.ca {
+        let host_tls = cluster.node_path(VM_HOST, "/etc/lanes/worker-tls");
+        std::fs::create_dir_all(&host_tls).unwrap();
+        let pair = ca.client(VM_HOST);
+        std::fs::write(host_tls.join("tls.crt"), &pair.cert).unwrap();
+        std::fs::write(host_tls.join("tls.key"), &pair.key).unwrap();
+    }
+
+    // Redis: one StatefulSet pod with its config and password files.
+    assert_eq!(replicas(&cluster, "StatefulSet", "lanes-redis"), 1);
+    let redis_pod = cluster.pod("StatefulSet", "lanes-redis", "lanes-redis-0", "node-a", &[]);
+    let redis_box = cluster.sandbox(&redis_pod, "redis");
+    let mut redis = cluster.start(&redis_pod, &redis_box, "redis");
+    cluster.wait_probe(
+        &redis_pod,
+        &redis_box,
+        &mut redis,
+        "redis",
+        "readinessProbe",
+    );
+    assert!(cluster.probe(&redis_pod, &redis_box, "redis", "livenessProbe"));
+
+    // The coordinator replicas, each ready (store reachable) and live by its probes.
+    let n = replicas(&cluster, "Deployment", "lanes-coordinator");
+    assert!(n >= 1);
+    let mut coordinators: Vec<Running> = Vec::new();
+    for i in 0..n {
+        let pod = cluster.pod(
+            "Deployment",
+            "lanes-coordinator",
+            &format!("lanes-coordinator-{i}"),
+            &format!("node-{i}"),
+            &[],
+        );
+        let sandbox = cluster.sandbox(&pod, "coordinator");
+        let mut running = cluster.start(&pod, &sandbox, "coordinator");
+        if pod.container("coordinator").get("startupProbe").is_some() {
+            cluster.wait_probe(&pod, &sandbox, &mut running, "coordinator", "startupProbe");
+        }
+        cluster.wait_probe(
+            &pod,
+            &sandbox,
+            &mut running,
+            "coordinator",
+            "readinessProbe",
+        );
+        assert!(cluster.probe(&pod, &sandbox, "coordinator", "livenessProbe"));
+        coordinators.push(running);
+    }
+
+    // The worker on the VM host: its init containers, then the worker, ready by its probe.
+    let worker_pod = cluster.pod(
+        "DaemonSet",
+        "lanes-worker",
+        "lanes-worker-vm-host-1",
+        VM_HOST,
+        &VM_HOST_LABELS,
+    );
+    let tolerations = worker_pod.spec()["tolerations"].to_string();
+    assert!(
+        tolerations.contains("lanes.dev/vm-host"),
+        "the worker must tolerate the VM hosts' taint: {tolerations}"
+    );
+    for init in worker_pod.init_containers() {
+        let sandbox = cluster.sandbox(&worker_pod, &init);
+        let argv = cluster.container_argv(&worker_pod, &sandbox, &init);
+        if is_root() {
+            let (status, out) = cluster.run(&sandbox, &argv, Duration::from_secs(30));
+            assert!(status.success(), "init container {init}: {argv:?}\n{out}");
+        } else {
+            eprintln!("!!! not root: init container {init} ({argv:?}) was NOT run");
+        }
+    }
+    let worker_box = cluster.sandbox(&worker_pod, "worker");
+    let mut worker = cluster.start(&worker_pod, &worker_box, "worker");
+    cluster.wait_probe(
+        &worker_pod,
+        &worker_box,
+        &mut worker,
+        "worker",
+        "readinessProbe",
+    );
+
+    // The submit Job's pod runs to its end and the campaign it submitted ends done.
+    let job_pod = cluster.pod(
+        "Job",
+        "lanes-submit-smoke",
+        "lanes-submit-smoke-x1",
+        "node-a",
+        &[],
+    );
+    let job_box = cluster.sandbox(&job_pod, "submit");
+    let job_argv = cluster.container_argv(&job_pod, &job_box, "submit");
+    let (status, out) = cluster.run(&job_box, &job_argv, Duration::from_secs(60));
+    assert!(
+        status.success(),
+        "the submit Job failed: {job_argv:?}\n{out}"
+    );
+    let campaign: toml::Table = toml::from_str(
+        cluster.object("ConfigMap", "lanes-campaign-smoke")["data"]["campaign.toml"]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap();
+    let id = campaign["id"].as_str().unwrap().to_owned();
+    assert!(out.contains(&format!("{id} submitted")), "{out}");
+
+    // Its status, asked the way the Job connects (the same coordinator, token and CA).
+    let job_args: Vec<String> = job_pod.container("submit")["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(job_args[0], "submit");
+    let mut status_args = vec![
+        "lanes".to_owned(),
+        "status".to_owned(),
+        id.clone(),
+        "--json".to_owned(),
+    ];
+    status_args.extend(job_args[2..].iter().cloned());
+    let status_argv = cluster.argv(&job_pod, &job_box, &status_args);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let last = loop {
+        let (ok, out) = cluster.run(&job_box, &status_argv, Duration::from_secs(30));
+        assert!(ok.success(), "{out}");
+        let st: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+        if st["state"] == "done" {
+            break st;
+        }
+        assert!(
+            st["state"] == "running" && Instant::now() < deadline,
+            "the campaign did not end done: {st}\nworker:\n{}",
+            worker.output()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(last["trials_final"], last["trials_total"], "{last}");
+    assert!(last["trials_total"].as_u64().unwrap() > 0, "{last}");
+
+    // The artifacts are on the VM host's hostPath, where the next pod finds them.
+    let artifacts = cluster
+        .node_path(VM_HOST, "/var/lib/lanes/artifacts")
+        .join(&id);
+    assert!(
+        artifacts.is_dir(),
+        "no artifacts at {}",
+        artifacts.display()
+    );
+    assert!(cluster.node_path(VM_HOST, "/var/lib/lanes/outbox").is_dir());
+
+    // The preStop drains the worker, then SIGTERM stops it within its grace period.
+    let hook: Vec<String> =
+        worker_pod.container("worker")["lifecycle"]["preStop"]["exec"]["command"]
+            .as_array()
+            .expect("the worker has an exec preStop")
+            .iter()
+            .map(|a| a.as_str().unwrap().to_owned())
+            .collect();
+    let hook_argv = cluster.argv(&worker_pod, &worker_box, &hook);
+    let (ok, said) = cluster.run(&worker_box, &hook_argv, Duration::from_secs(60));
+    assert!(ok.success(), "the preStop failed: {hook_argv:?}\n{said}");
+    assert!(said.contains("drained"), "{said}");
+    let grace = worker_pod.spec()["terminationGracePeriodSeconds"]
+        .as_u64()
+        .unwrap_or(30);
+    let worker_log = worker.log.clone();
+    let exit = worker.terminate(Duration::from_secs(grace));
+    assert!(exit.success(), "{exit}:\n{}", read(&worker_log));
+    for c in coordinators {
+        let log = c.log.clone();
+        let exit = c.terminate(Duration::from_secs(60));
+        assert!(exit.success(), "{exit}:\n{}", read(&log));
+    }
+    let redis_log = redis.log.clone();
+    let _ = redis.terminate(Duration::from_secs(30));
+    assert!(
+        read(&redis_log).contains("Ready to accept connections"),
+        "{}",
+        read(&redis_log)
+    );
+
+    // No secret reached a log or an artifact.
+    let mut leaked = Vec::new();
+    for file in walk(dir.path()) {
+        let is_log = file.extension().is_some_and(|e| e == "log");
+        let is_artifact = file.starts_with(cluster.node_path(VM_HOST, "/var/lib/lanes"));
+        if !(is_log || is_artifact) {
+            continue;
+        }
+        let text = String::from_utf8_lossy(&std::fs::read(&file).unwrap()).into_owned();
+        for v in &secrets.values {
+            if text.contains(v.as_str()) {
+                leaked.push(file.display().to_string());
+            }
+        }
+    }
+    assert!(leaked.is_empty(), "a secret reached {leaked:?}");
+}
+
+fn read(p: &std::path::Path) -> String {
+    std::fs::read_to_string(p).unwrap_or_default()
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_owned()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.is_file() {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+fn is_root() -> bool {
+    std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false)
+}
+
+#[test]
+fn the_dev_overlay_runs_a_campaign_to_done_as_its_manifests_declare() {
+    run_overlay("overlays/dev", false);
+}
+
+#[test]
+fn the_prod_overlay_runs_a_campaign_to_done_over_mutual_tls_as_its_manifests_declare() {
+    run_overlay("overlays/prod", true);
+}
