@@ -100,7 +100,8 @@ fn files_under(root: &Path) -> Vec<(PathBuf, String)> {
             let p = e.unwrap().path();
             if p.is_dir() {
                 stack.push(p);
-            } else {
+            } else if p.is_file() {
+                // Files only: the worker's control socket lives here too.
                 let text = String::from_utf8_lossy(&std::fs::read(&p).unwrap()).into_owned();
                 out.push((p, text));
             }
