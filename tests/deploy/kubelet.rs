@@ -19,9 +19,12 @@
 //!   `secretKeyRef`, `configMapKeyRef` and `envFrom`; `$(VAR)` in args and env is expanded
 //!   as the kubelet does.
 //! - **Probes.** gRPC health, `httpGet`, `tcpSocket` and `exec`, against the mapped ports.
+//! - **NetworkPolicies.** Every address a pod dials through a Service or pod name must be
+//!   admitted by the ingress policies that select the pod behind it (pod and namespace
+//!   selectors with `matchLabels`, ports by number or name).
 //!
-//! Not emulated: users and security contexts (the processes run as the test's user),
-//! resource limits, and network policies.
+//! Not emulated: users and security contexts (the processes run as the test's user), resource
+//! limits, and the kubelet's own probe traffic through the policies.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -46,6 +49,8 @@ pub struct Cluster {
     ports: BTreeMap<(String, u16), u16>,
     /// DNS name → (pod, port translation from the name's port to the pod's container port).
     names: BTreeMap<String, (String, BTreeMap<u16, u16>)>,
+    /// Each pod's labels, for the NetworkPolicies.
+    labels: BTreeMap<String, Value>,
 }
 
 /// One pod of a workload, placed on a node.
@@ -127,6 +132,7 @@ impl Cluster {
             root: root.to_owned(),
             ports: BTreeMap::new(),
             names: BTreeMap::new(),
+            labels: BTreeMap::new(),
         }
     }
 
@@ -195,6 +201,7 @@ impl Cluster {
             }
         }
         let labels = template["metadata"]["labels"].clone();
+        self.labels.insert(name.to_owned(), labels.clone());
         let services: Vec<Value> = self.all("Service").into_iter().cloned().collect();
         for svc in &services {
             let selector = &svc["spec"]["selector"];
@@ -274,6 +281,11 @@ impl Cluster {
                 let container_port = *translate
                     .get(&port)
                     .unwrap_or_else(|| panic!("{host} has no port {port}"));
+                assert!(
+                    self.admits(pod, target, container_port),
+                    "the NetworkPolicies do not let pod {pod} reach {host}:{port} (pod {target}, \
+                     port {container_port})"
+                );
                 let local = self.port(target, container_port);
                 let replacement = format!("127.0.0.1:{local}");
                 out.replace_range(i..i + host.len() + 1 + digits.len(), &replacement);
@@ -281,6 +293,69 @@ impl Cluster {
             }
         }
         out
+    }
+
+    /// Whether the NetworkPolicies let pod `from` open a connection to `port` of pod `to`: no
+    /// policy selects `to`, or one of those that do has an ingress rule admitting `from`'s
+    /// labels (same namespace) on that port.
+    fn admits(&self, from: &str, to: &str, port: u16) -> bool {
+        let (Some(source), Some(target)) = (self.labels.get(from), self.labels.get(to)) else {
+            panic!("unknown pod {from} or {to}");
+        };
+        let policies: Vec<&Value> = self
+            .all("NetworkPolicy")
+            .into_iter()
+            .filter(|p| selects(&p["spec"]["podSelector"], target))
+            .filter(|p| {
+                let types = items(&p["spec"]["policyTypes"]);
+                types.is_empty() || types.iter().any(|t| t == "Ingress")
+            })
+            .collect();
+        if policies.is_empty() {
+            return true;
+        }
+        policies.iter().any(|p| {
+            items(&p["spec"]["ingress"]).iter().any(|rule| {
+                let ports = items(&rule["ports"]);
+                let port_ok = ports.is_empty()
+                    || ports.iter().any(|pp| {
+                        pp["protocol"].as_str().unwrap_or("TCP") == "TCP"
+                            && match &pp["port"] {
+                                Value::Null => true,
+                                n => named_port(&self.pod_spec_of(to), n) == port,
+                            }
+                    });
+                let peers = items(&rule["from"]);
+                let peer_ok = rule.get("from").is_none()
+                    || peers.iter().any(|peer| {
+                        assert!(
+                            peer.get("ipBlock").is_none() || peer.get("podSelector").is_none(),
+                            "peer not emulated: {peer}"
+                        );
+                        match (peer.get("podSelector"), peer.get("namespaceSelector")) {
+                            (Some(ps), None) => selects(ps, source),
+                            (ps, Some(ns)) => {
+                                let ours = serde_json::json!({
+                                    "kubernetes.io/metadata.name": NAMESPACE
+                                });
+                                selects(ns, &ours) && ps.is_none_or(|ps| selects(ps, source))
+                            }
+                            (None, None) => false,
+                        }
+                    });
+                port_ok && peer_ok
+            })
+        })
+    }
+
+    fn pod_spec_of(&self, pod: &str) -> Value {
+        // Only ports matter here: any workload whose template has this pod's labels.
+        let labels = &self.labels[pod];
+        self.objects
+            .iter()
+            .find(|o| o["spec"]["template"]["metadata"]["labels"] == *labels)
+            .map(|o| o["spec"]["template"]["spec"].clone())
+            .unwrap_or_default()
     }
 
     /// Materializes the volumes container `container` of `pod` mounts.
@@ -727,6 +802,17 @@ impl Sandbox {
         cmd.stdout(log.try_clone().unwrap()).stderr(log);
         cmd
     }
+}
+
+/// Whether a label selector (`matchLabels` only; `{}` selects everything) selects `labels`.
+fn selects(selector: &Value, labels: &Value) -> bool {
+    assert!(
+        selector.get("matchExpressions").is_none(),
+        "matchExpressions are not emulated: {selector}"
+    );
+    selector["matchLabels"]
+        .as_object()
+        .is_none_or(|m| m.iter().all(|(k, v)| labels[k] == *v))
 }
 
 /// The names a Service (or a pod's DNS name) answers to in the namespace.

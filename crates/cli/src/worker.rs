@@ -149,10 +149,13 @@ pub(crate) fn run(args: Args) -> anyhow::Result<Code> {
         args.coordinator.iter().any(|a| !a.trim().is_empty()),
         "--coordinator: give at least one coordinator address"
     );
-    let control_socket = args
-        .control_socket
-        .clone()
-        .unwrap_or_else(|| args.artifacts.join(lanes_worker::control::DEFAULT_NAME));
+    let control_socket = lanes_worker::control::ControlSocket {
+        required: args.control_socket.is_some(),
+        path: args
+            .control_socket
+            .clone()
+            .unwrap_or_else(|| args.artifacts.join(lanes_worker::control::DEFAULT_NAME)),
+    };
     let drivers = Drivers {
         named: match &args.drivers {
             Some(path) => load_drivers_file(path)?,

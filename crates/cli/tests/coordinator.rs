@@ -314,6 +314,14 @@ fn the_health_port_answers_plaintext_probes_and_readiness_follows_the_store() {
             .connect()
             .await
             .unwrap();
+        // The port serves health and nothing else: the API is only on the TLS port.
+        let refused = lanes_common::proto::campaign_service_client::CampaignServiceClient::new(
+            channel.clone(),
+        )
+        .list(lanes_common::proto::ListRequest {})
+        .await
+        .unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::Unimplemented, "{refused:?}");
         let mut client = HealthClient::new(channel);
         let mut check = async |service: &str| {
             client

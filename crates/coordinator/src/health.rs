@@ -82,7 +82,9 @@ pub(crate) async fn follow(
     }
 }
 
-/// Serves only the health service, without TLS or auth, until `stopped` resolves.
+/// Serves only the health service, without TLS or auth, until `stopped` resolves. The port is
+/// unauthenticated, so what one client may hold is bounded: a few streams per connection, and
+/// no call (a `Watch` included) longer than a probe needs.
 pub(crate) async fn serve_alone<S>(
     listener: TcpListener,
     service: tonic_health::pb::health_server::HealthServer<S>,
@@ -92,6 +94,9 @@ where
     S: tonic_health::pb::health_server::Health,
 {
     tonic::transport::Server::builder()
+        .max_concurrent_streams(Some(8))
+        .concurrency_limit_per_connection(8)
+        .timeout(std::time::Duration::from_secs(10))
         .add_service(service)
         .serve_with_incoming_shutdown(super::server::incoming(listener), stopped)
         .await

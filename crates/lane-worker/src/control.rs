@@ -8,7 +8,7 @@
 //!   `{"drained":true}` once both are zero, and the connection closes. The worker stays up
 //!   and idle until it is stopped.
 
-use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -26,6 +26,16 @@ pub const DEFAULT_NAME: &str = ".control.sock";
 const POLL: Duration = Duration::from_millis(100);
 /// Longest request line.
 const MAX_REQUEST: usize = 64;
+
+/// Where the worker listens.
+#[derive(Debug, Clone)]
+pub struct ControlSocket {
+    pub path: PathBuf,
+    /// Given explicitly (`--control-socket`): a socket that cannot be bound stops the worker.
+    /// The default path only warns (a path too long for a Unix socket, a filesystem without
+    /// sockets), and the worker runs without one.
+    pub required: bool,
+}
 
 /// One answer line.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -70,26 +80,43 @@ fn io(path: &Path) -> impl Fn(std::io::Error) -> ControlError + '_ {
     }
 }
 
-/// Binds the socket at `path` with mode 0600. A socket left by a worker that died is
-/// replaced; one that a live worker answers on is not.
+/// Binds the socket at `path` with mode 0600. A socket left by a worker that died (nothing
+/// accepts on it) is replaced; one that a live worker answers on, or that this user may not
+/// connect to, is not.
 pub(crate) async fn bind(path: &Path) -> Result<UnixListener, ControlError> {
     match std::fs::symlink_metadata(path) {
-        Ok(meta) if meta.file_type().is_socket() => {
-            if UnixStream::connect(path).await.is_ok() {
-                return Err(ControlError::InUse(path.to_owned()));
+        Ok(meta) if meta.file_type().is_socket() => match UnixStream::connect(path).await {
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                std::fs::remove_file(path).map_err(io(path))?;
             }
-            std::fs::remove_file(path).map_err(io(path))?;
-        }
+            Ok(_) => return Err(ControlError::InUse(path.to_owned())),
+            Err(e) => return Err(io(path)(e)),
+        },
         Ok(_) => return Err(ControlError::NotASocket(path.to_owned())),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(io(path)(e)),
     }
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(io(path))?;
-    }
-    let listener = UnixListener::bind(path).map_err(io(path))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(io(path))?;
-    Ok(listener)
+    let dir = match path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        Some(d) => d.to_owned(),
+        None => PathBuf::from("."),
+    };
+    std::fs::create_dir_all(&dir).map_err(io(path))?;
+    // Bound inside a private directory, made 0600, then renamed into place: nobody else can
+    // connect in between, whatever the umask.
+    let private = dir.join(format!(".control-{}.tmp", std::process::id()));
+    let _ = std::fs::remove_dir_all(&private);
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&private)
+        .map_err(io(path))?;
+    let staged = private.join("sock");
+    let bound = UnixListener::bind(&staged).and_then(|listener| {
+        std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(0o600))?;
+        std::fs::rename(&staged, path)?;
+        Ok(listener)
+    });
+    let _ = std::fs::remove_dir_all(&private);
+    bound.map_err(io(path))
 }
 
 /// Answers connections until the task is aborted.
@@ -110,8 +137,8 @@ pub(crate) async fn serve(listener: UnixListener, sup: ActorRef<SupMsg>) {
 async fn answer(conn: UnixStream, sup: ActorRef<SupMsg>) {
     let (read, mut write) = conn.into_split();
     let mut line = String::new();
-    let mut limited = BufReader::new(tokio::io::AsyncReadExt::take(read, MAX_REQUEST as u64));
-    if limited.read_line(&mut line).await.is_err() {
+    let mut reader = BufReader::new(tokio::io::AsyncReadExt::take(read, MAX_REQUEST as u64));
+    if reader.read_line(&mut line).await.is_err() {
         return;
     }
     let send = |a: &Answer| {
@@ -132,29 +159,42 @@ async fn answer(conn: UnixStream, sup: ActorRef<SupMsg>) {
     tracing::info!("draining (asked through the control socket): no new work");
     let _ = sup.cast(SupMsg::Drain);
     let mut last = None;
+    let mut byte = [0u8; 1];
     loop {
-        let Ok((in_flight, unacknowledged)) = ractor::call_t!(sup, SupMsg::Pending, 2_000) else {
-            // The supervisor is gone: the worker is stopping, and the client sees the close.
-            return;
-        };
-        if (in_flight, unacknowledged) == (0, 0) {
-            tracing::info!("drained: nothing in flight, every outcome acknowledged");
-            let _ = write
-                .write_all(send(&Answer::Drained { drained: true }).as_bytes())
-                .await;
-            return;
-        }
-        if last != Some((in_flight, unacknowledged)) {
-            last = Some((in_flight, unacknowledged));
-            let progress = Answer::Progress {
-                in_flight,
-                unacknowledged,
-            };
-            if write.write_all(send(&progress).as_bytes()).await.is_err() {
+        match ractor::call_t!(sup, SupMsg::Pending, 2_000) {
+            Ok((0, 0)) => {
+                tracing::info!("drained: nothing in flight, every outcome acknowledged");
+                let _ = write
+                    .write_all(send(&Answer::Drained { drained: true }).as_bytes())
+                    .await;
                 return;
             }
+            Ok(counts) if last != Some(counts) => {
+                last = Some(counts);
+                let progress = Answer::Progress {
+                    in_flight: counts.0,
+                    unacknowledged: counts.1,
+                };
+                if write.write_all(send(&progress).as_bytes()).await.is_err() {
+                    return;
+                }
+            }
+            Ok(_) => {}
+            // A supervisor busy sending (a slow or reconnecting coordinator) answers late:
+            // ask again.
+            Err(ractor::RactorErr::Timeout) => {}
+            // The supervisor is gone: the worker is stopping, and the client sees the close.
+            Err(_) => return,
         }
-        tokio::time::sleep(POLL).await;
+        // Poll again shortly, unless the client has gone (EOF or an error on its side).
+        tokio::select! {
+            _ = tokio::time::sleep(POLL) => {}
+            read = tokio::io::AsyncReadExt::read(reader.get_mut(), &mut byte) => {
+                if !matches!(read, Ok(n) if n > 0) {
+                    return;
+                }
+            }
+        }
     }
 }
 
@@ -190,4 +230,52 @@ pub async fn drain(
         }
     }
     Err(ControlError::Closed(path.to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_socket_is_private_and_a_dead_workers_socket_is_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("run/worker.sock");
+        let first = bind(&path).await.unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        // No staging directory is left beside it.
+        let names: Vec<_> = std::fs::read_dir(path.parent().unwrap())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("worker.sock")]);
+        // The worker died: its socket file stays, and nothing accepts on it.
+        drop(first);
+        assert!(path.exists());
+        let _second = bind(&path).await.unwrap();
+        assert!(UnixStream::connect(&path).await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_socket_a_live_worker_answers_on_is_not_taken() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("worker.sock");
+        let _live = bind(&path).await.unwrap();
+        let err = bind(&path).await.unwrap_err();
+        assert!(matches!(err, ControlError::InUse(_)), "{err}");
+        assert!(
+            UnixStream::connect(&path).await.is_ok(),
+            "the live one still answers"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_file_in_the_way_is_left_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("worker.sock");
+        std::fs::write(&path, b"not a socket").unwrap();
+        let err = bind(&path).await.unwrap_err();
+        assert!(matches!(err, ControlError::NotASocket(_)), "{err}");
+        assert_eq!(std::fs::read(&path).unwrap(), b"not a socket");
+    }
 }

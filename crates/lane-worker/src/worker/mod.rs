@@ -41,7 +41,7 @@ pub struct WorkerConfig {
     /// How long in-flight attempts may run after SIGTERM before they are cancelled.
     pub shutdown_grace: Duration,
     /// Where `lanes worker drain` reaches this worker ([`crate::control`]); none when `None`.
-    pub control_socket: Option<PathBuf>,
+    pub control_socket: Option<crate::control::ControlSocket>,
     /// How long an agent may take to stop after `cancel` (at its timeout) before the driver
     /// is declared hung, killed and restarted.
     pub cancel_grace: Duration,
@@ -119,12 +119,16 @@ pub async fn run_with_link(
     .await
     .map_err(|e| WorkerError::Start(e.to_string()))?;
     let control = match &config.control_socket {
-        Some(path) => match crate::control::bind(path).await {
+        Some(socket) => match crate::control::bind(&socket.path).await {
             Ok(listener) => Some(tokio::spawn(crate::control::serve(listener, sup.clone()))),
-            Err(e) => {
+            Err(e) if socket.required || matches!(e, crate::control::ControlError::InUse(_)) => {
                 sup.stop(None);
                 let _ = handle.await;
                 return Err(WorkerError::Start(e.to_string()));
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "no control socket: `lanes worker drain` cannot reach this worker (give --control-socket)");
+                None
             }
         },
         None => None,
@@ -160,9 +164,9 @@ pub async fn run_with_link(
     let _ = session.await;
     if let Some(control) = control {
         control.abort();
-    }
-    if let Some(path) = &config.control_socket {
-        let _ = std::fs::remove_file(path);
+        if let Some(socket) = &config.control_socket {
+            let _ = std::fs::remove_file(&socket.path);
+        }
     }
     sup.stop(None);
     let _ = handle.await;
