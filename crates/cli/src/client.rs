@@ -22,13 +22,10 @@ use lanes_common::tls::{ClientTls, endpoint, explain_connect_error};
 /// Where client commands go.
 #[derive(clap::Args, Debug, Clone)]
 pub(crate) struct Target {
-    /// The coordinator's address.
-    #[arg(
-        long,
-        env = "LANES_COORDINATOR",
-        default_value = "http://127.0.0.1:7700"
-    )]
-    coordinator: String,
+    /// The coordinator's address [default: the `lanes run` data directory ./.lanes when it
+    /// exists here, else http://127.0.0.1:7700].
+    #[arg(long, env = "LANES_COORDINATOR")]
+    coordinator: Option<String>,
     /// The client role's bearer token (prefer --token-file).
     #[arg(long, env = "LANES_CLIENT_TOKEN", hide_env_values = true)]
     token: Option<String>,
@@ -82,16 +79,29 @@ pub(crate) async fn connect(
         .max_decoding_message_size(256 * 1024 * 1024))
 }
 
+/// Where client commands go when told nothing.
+const DEFAULT_COORDINATOR: &str = "http://127.0.0.1:7700";
+
 impl Target {
+    /// `--data-dir`; or, with neither it nor a coordinator given, `./.lanes` when a `lanes run`
+    /// left one here: after `lanes run` in a folder, `lanes status` there just works.
+    fn data_dir(&self) -> Option<PathBuf> {
+        self.data_dir.clone().or_else(|| {
+            let here = std::path::Path::new(crate::run::DEFAULT_DATA_DIR);
+            (self.coordinator.is_none() && here.is_dir()).then(|| here.to_owned())
+        })
+    }
+
     pub(crate) async fn session(&self) -> anyhow::Result<Session> {
-        let Some(dir) = &self.data_dir else {
+        let Some(dir) = &self.data_dir() else {
             let token = crate::tokens::presented(
                 self.token.clone(),
                 self.token_file.as_deref(),
                 lanes_coordinator::auth::Role::Client,
             )?;
+            let url = self.coordinator.as_deref().unwrap_or(DEFAULT_COORDINATOR);
             return Ok(Session {
-                client: connect(&self.coordinator, token, &self.tls.load()?).await?,
+                client: connect(url, token, &self.tls.load()?).await?,
                 _local: None,
             });
         };
@@ -159,7 +169,7 @@ pub(crate) fn report_status(s: &tonic::Status) -> Code {
     }
 }
 
-fn state_name(s: i32) -> &'static str {
+pub(crate) fn state_name(s: i32) -> &'static str {
     match pb::CampaignState::try_from(s) {
         Ok(pb::CampaignState::Running) => "running",
         Ok(pb::CampaignState::Stopping) => "stopping",

@@ -180,7 +180,7 @@ pub(crate) fn run(cmd: ClientCmd) -> anyhow::Result<Code> {
                 ClientCmd::Stop { id, cancel, .. } => {
                     let mode = if cancel { pb::StopMode::Cancel } else { pb::StopMode::Drain };
                     let r = c.stop(pb::StopRequest { id: id.clone(), mode: mode as i32 }).await?.into_inner();
-                    println!("{id}: {}", pb::CampaignState::try_from(r.state).map(|s| s.as_str_name()).unwrap_or("?"));
+                    println!("{id}: {}", crate::client::state_name(r.state));
                     Ok(Code::Ok)
                 }
                 ClientCmd::Results { id, format, follow, .. } => {

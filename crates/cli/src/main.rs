@@ -68,6 +68,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    quiet_on_broken_pipe();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(args) => run::run(args),
@@ -90,4 +91,25 @@ fn main() -> ExitCode {
             exit::Code::Failure.into()
         }
     }
+}
+
+/// `lanes results … | head`: once the reader has gone, the next write to stdout fails, and
+/// `println!` panics on it. Rust ignores SIGPIPE, and restoring it needs `unsafe`, which the
+/// workspace forbids; so that one panic ends the process quietly instead, with status 0: the
+/// reader chose to stop reading, which is no failure of this command. Every other panic keeps
+/// the default report.
+fn quiet_on_broken_pipe() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let message = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or_default();
+        if message.starts_with("failed printing to stdout") && message.contains("Broken pipe") {
+            std::process::exit(0);
+        }
+        default(info);
+    }));
 }

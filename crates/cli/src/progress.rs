@@ -74,6 +74,15 @@ impl From<&pb::CampaignStatus> for Numbers {
     }
 }
 
+/// The phase-2 line: a bar once phase 2 has trials, words while it has none.
+fn phase2_template(total: u64) -> &'static str {
+    if total == 0 {
+        "phase 2 (no trials scheduled)"
+    } else {
+        "phase 2 [{bar:39}] {pos}/{len}"
+    }
+}
+
 pub(crate) struct View {
     multi: MultiProgress,
     trials: ProgressBar,
@@ -97,7 +106,7 @@ impl View {
         let phase1 = multi.add(ProgressBar::new(0));
         phase1.set_style(style("phase 1 [{bar:39}] {pos}/{len}"));
         let phase2 = multi.add(ProgressBar::new(0));
-        phase2.set_style(style("phase 2 [{bar:39}] {pos}/{len}"));
+        phase2.set_style(style(phase2_template(0)));
         let blocks = multi.add(ProgressBar::new(0));
         blocks.set_style(style("blocks [{bar:40}] {pos}/{len}"));
         let lanes = (0..lanes)
@@ -133,8 +142,10 @@ impl View {
         ));
         self.phase1.set_length(n.phase1_total);
         self.phase1.set_position(n.phase1_final);
-        self.phase2
-            .set_length(n.total.saturating_sub(n.phase1_total));
+        let phase2_total = n.total.saturating_sub(n.phase1_total);
+        // An empty bar of 0/0 would draw full, as if phase 2 were done.
+        self.phase2.set_style(style(phase2_template(phase2_total)));
+        self.phase2.set_length(phase2_total);
         self.phase2
             .set_position(n.done.saturating_sub(n.phase1_final));
         self.blocks.set_length(n.blocks_total);
@@ -161,5 +172,16 @@ impl View {
         self.phase1.finish();
         self.trials.finish();
         let _ = self.multi.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn phase_2_without_trials_draws_no_bar() {
+        assert!(!phase2_template(0).contains("{bar"));
+        assert!(phase2_template(3).contains("{bar"));
     }
 }

@@ -32,6 +32,9 @@ macro_rules! out {
     }};
 }
 
+/// Where `lanes run` keeps its store, and where client commands look when told nothing.
+pub(crate) const DEFAULT_DATA_DIR: &str = ".lanes";
+
 #[derive(clap::Args, Debug)]
 pub(crate) struct Args {
     /// The campaign file (TOML).
@@ -39,8 +42,8 @@ pub(crate) struct Args {
     /// Local lanes to run.
     #[arg(long, default_value_t = 4)]
     lanes: u32,
-    /// Where the embedded store lives [default: .lanes].
-    #[arg(long, default_value = ".lanes")]
+    /// Where the embedded store lives.
+    #[arg(long, default_value = DEFAULT_DATA_DIR)]
     data_dir: PathBuf,
     /// Attempt records and driver stderr [default: <data-dir>/artifacts].
     #[arg(long)]

@@ -103,11 +103,16 @@ pub fn explain_status(status: &tonic::Status) -> String {
 /// A connection failure in words a user can act on: a plaintext URL to a TLS port fails at
 /// the HTTP/2 handshake with a bare transport error, so say what to try.
 pub fn explain_connect_error(url: &str, error: &dyn std::error::Error) -> String {
+    // Transport errors often wrap an error with the same words ("tcp connect error: tcp
+    // connect error: ..."): a cause already said is not said again.
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
+        let said = s.to_string();
+        if !said.is_empty() && !text.ends_with(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
         source = s.source();
     }
     if url.starts_with("http://") {
@@ -122,6 +127,42 @@ pub fn explain_connect_error(url: &str, error: &dyn std::error::Error) -> String
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[derive(Debug)]
+    struct Chain(&'static str, Option<Box<Chain>>);
+
+    impl std::fmt::Display for Chain {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+
+    impl std::error::Error for Chain {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            self.1.as_deref().map(|c| c as _)
+        }
+    }
+
+    #[test]
+    fn a_cause_is_said_once() {
+        let e = Chain(
+            "transport error",
+            Some(Box::new(Chain(
+                "tcp connect error",
+                Some(Box::new(Chain(
+                    "tcp connect error",
+                    Some(Box::new(Chain("Connection refused (os error 111)", None))),
+                ))),
+            ))),
+        );
+        let text = explain_connect_error("http://127.0.0.1:1", &e);
+        assert_eq!(
+            text,
+            "cannot reach the coordinator at http://127.0.0.1:1: transport error: tcp connect \
+             error: Connection refused (os error 111) (if it serves TLS, use an https:// url and \
+             --tls-ca)"
+        );
+    }
 
     #[test]
     fn tls_material_on_a_plain_url_is_refused() {
