@@ -4,7 +4,7 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
 
@@ -52,27 +52,29 @@ pub fn kustomize(dir: &str) -> String {
     String::from_utf8(out.stdout).expect("utf-8 YAML")
 }
 
-/// The objects of a multi-document YAML stream, parsed by PyYAML's safe loader.
-pub fn objects(yaml: &str) -> Vec<Value> {
-    let mut child = Command::new(venv_bin().join("python"))
-        .args([
-            "-c",
-            "import json, sys, yaml\n\
-             docs = [d for d in yaml.safe_load_all(sys.stdin) if d is not None]\n\
-             json.dump(docs, sys.stdout)",
-        ])
+/// Runs `cmd` with `input` on its stdin, to its end.
+pub fn with_stdin(cmd: &mut Command, input: &[u8]) -> Output {
+    let mut child = cmd
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("run the venv's python");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(yaml.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// The objects of a multi-document YAML stream, parsed by PyYAML's safe loader.
+pub fn objects(yaml: &str) -> Vec<Value> {
+    let out = with_stdin(
+        Command::new(venv_bin().join("python")).args([
+            "-c",
+            "import json, sys, yaml\n\
+             docs = [d for d in yaml.safe_load_all(sys.stdin) if d is not None]\n\
+             json.dump(docs, sys.stdout)",
+        ]),
+        yaml.as_bytes(),
+    );
     assert!(
         out.status.success(),
         "the YAML does not parse: {}",

@@ -1,10 +1,9 @@
 //! Every kustomization under `deploy/k8s` builds, and validates against the Kubernetes 1.37
 //! schemas in strict mode (no unknown field anywhere), with no warning and nothing deprecated.
 
-use std::io::Write;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
-use crate::tools::{kustomize, objects, repo, venv_bin};
+use crate::tools::{kustomize, objects, repo, venv_bin, with_stdin};
 
 const K8S: &str = "1.37.0";
 
@@ -21,20 +20,10 @@ fn every_overlay_builds_and_validates_strictly_against_kubernetes_1_37() {
         // kubernetes-validate reads the stream as `kubectl kustomize | kubernetes-validate -`
         // would. It exits 0 on a warning (an API version it has no schema for, which is what a
         // removed API looks like), so only `passed` lines are accepted, one per object.
-        let mut child = Command::new(venv_bin().join("kubernetes-validate"))
-            .args(["-k", K8S, "--strict", "-"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("run kubernetes-validate");
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(yaml.as_bytes())
-            .unwrap();
-        let out = child.wait_with_output().unwrap();
+        let out = with_stdin(
+            Command::new(venv_bin().join("kubernetes-validate")).args(["-k", K8S, "--strict", "-"]),
+            yaml.as_bytes(),
+        );
         let said = format!(
             "{}{}",
             String::from_utf8_lossy(&out.stdout),
@@ -106,21 +95,12 @@ fn copy_tree(from: &std::path::Path, to: &std::path::Path) {
 
 /// Findings of `deprecated.py` (beta APIs, fields the schemas call deprecated), one per line.
 fn deprecated(docs: &[serde_json::Value]) -> String {
-    let mut child = Command::new(venv_bin().join("python"))
-        .arg(repo().join("tests/deploy/deprecated.py"))
-        .arg(K8S)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run the venv's python");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(serde_json::to_string(docs).unwrap().as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = with_stdin(
+        Command::new(venv_bin().join("python"))
+            .arg(repo().join("tests/deploy/deprecated.py"))
+            .arg(K8S),
+        serde_json::to_string(docs).unwrap().as_bytes(),
+    );
     assert!(
         out.status.success(),
         "deprecated.py failed: {}",
