@@ -32,6 +32,36 @@ fn stderr_lines(child: &mut std::process::Child) -> std::sync::mpsc::Receiver<St
     rx
 }
 
+/// Reads the child's stderr until a line satisfies `wanted` (within 30 s): that line, and the
+/// lines before it.
+fn until_line(
+    rx: &std::sync::mpsc::Receiver<String>,
+    child: &mut std::process::Child,
+    what: &str,
+    wanted: impl Fn(&str) -> bool,
+) -> (String, Vec<String>) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut seen = Vec::new();
+    loop {
+        let Ok(line) = rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) else {
+            panic!(
+                "no {what} line (exit: {:?}); stderr: {seen:#?}",
+                child.try_wait()
+            );
+        };
+        if wanted(&line) {
+            return (line, seen);
+        }
+        seen.push(line);
+    }
+}
+
+/// The address a log line gives as `addr=…`.
+fn addr_of(line: &str) -> String {
+    let i = line.find("addr=").expect("an addr= field");
+    line[i + 5..].split_whitespace().next().unwrap().to_owned()
+}
+
 #[test]
 fn serves_on_the_embedded_store_and_logs_its_address_without_tokens() {
     let dir = tempfile::tempdir().unwrap();
@@ -47,17 +77,8 @@ fn serves_on_the_embedded_store_and_logs_its_address_without_tokens() {
             .unwrap(),
     );
     let rx = stderr_lines(&mut child.0);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut seen = Vec::new();
-    let addr = loop {
-        let line = rx
-            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-            .unwrap_or_else(|_| panic!("no listening line; stderr: {seen:#?}"));
-        if let Some(i) = line.find("addr=") {
-            break line[i + 5..].split_whitespace().next().unwrap().to_owned();
-        }
-        seen.push(line);
-    };
+    let (line, seen) = until_line(&rx, &mut child.0, "listening", |l| l.contains("addr="));
+    let addr = addr_of(&line);
     // It answers TCP, and it wrote its store file.
     assert!(std::net::TcpStream::connect(&addr).is_ok(), "{addr}");
     assert!(dir.path().join("lanes.redb").exists());
@@ -191,17 +212,10 @@ fn insecure_no_auth_starts_an_open_coordinator_and_says_so() {
             .unwrap(),
     );
     let rx = stderr_lines(&mut child.0);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut seen = Vec::new();
-    while !seen
-        .iter()
-        .any(|l: &String| l.contains("--insecure-no-auth"))
-    {
-        let line = rx
-            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-            .unwrap_or_else(|_| panic!("an open coordinator warns at start; stderr: {seen:#?}"));
-        seen.push(line);
-    }
+    // An open coordinator warns at start.
+    until_line(&rx, &mut child.0, "--insecure-no-auth warning", |l| {
+        l.contains("--insecure-no-auth")
+    });
 }
 
 /// OTLP/gRPC to an `https://` collector needs the exporter's TLS support: without it the
@@ -228,20 +242,9 @@ fn starts_when_traces_go_to_an_https_grpc_collector() {
             .unwrap(),
     );
     let rx = stderr_lines(&mut child.0);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut seen = Vec::new();
-    loop {
-        let Ok(line) = rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) else {
-            panic!(
-                "no listening line (exit: {:?}); stderr: {seen:#?}",
-                child.0.try_wait()
-            );
-        };
-        if line.contains("coordinator listening") {
-            break;
-        }
-        seen.push(line);
-    }
+    let (_, seen) = until_line(&rx, &mut child.0, "listening", |l| {
+        l.contains("coordinator listening")
+    });
     assert!(
         seen.iter()
             .any(|l| l.contains("exporting attempt traces over OTLP") && l.contains("https://")),
@@ -287,22 +290,10 @@ fn the_health_port_answers_plaintext_probes_and_readiness_follows_the_store() {
             .unwrap(),
     );
     let rx = stderr_lines(&mut child.0);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut seen = Vec::new();
-    let health = loop {
-        let Ok(line) = rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) else {
-            panic!(
-                "no health line (exit: {:?}); stderr: {seen:#?}",
-                child.0.try_wait()
-            );
-        };
-        if line.contains("health service listening")
-            && let Some(i) = line.find("addr=")
-        {
-            break line[i + 5..].split_whitespace().next().unwrap().to_owned();
-        }
-        seen.push(line);
-    };
+    let (line, _) = until_line(&rx, &mut child.0, "health", |l| {
+        l.contains("health service listening") && l.contains("addr=")
+    });
+    let health = addr_of(&line);
 
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
