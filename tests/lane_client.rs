@@ -232,6 +232,20 @@ pub fn submit_request(text: &str) -> pb::SubmitRequest {
     pb::SubmitRequest::try_from(&c).expect("converts")
 }
 
+/// Edits the `spec_json` of a request built by [`submit_request`].
+pub fn with_spec_json(
+    mut req: pb::SubmitRequest,
+    f: impl FnOnce(&mut serde_json::Value),
+) -> pb::SubmitRequest {
+    let Some(pb::submit_request::Spec::SpecJson(json)) = &mut req.spec else {
+        panic!("not a spec_json request");
+    };
+    let mut spec: serde_json::Value = serde_json::from_str(json).unwrap();
+    f(&mut spec);
+    *json = spec.to_string();
+    req
+}
+
 /// A small campaign: `tasks` tasks, arms `a` (provider pa) and `b` (provider pb).
 pub fn small_campaign(id: &str, tasks: usize, extra: &str) -> String {
     let mut t = format!(

@@ -8,6 +8,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ["types.proto", "campaign.proto", "lane.proto"].map(|p| root.join("lanes/v1").join(p));
     let mut config = tonic_prost_build::Config::new();
     config.protoc_executable(protoc_bin_vendored::protoc_bin_path()?);
+    // The descriptors server reflection serves, so grpcurl needs no proto files.
+    let out = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
+    config.file_descriptor_set_path(out.join("lanes_descriptor.bin"));
     tonic_prost_build::configure().compile_with_config(
         config,
         &protos,

@@ -15,7 +15,7 @@ use lanes_tests::campaign_watch::{cursor, status};
 use lanes_tests::coordinator::{CLIENT_TOKEN, CoordinatorHandle, LANE_TOKEN};
 use lanes_tests::counting_store::CountingStore;
 use lanes_tests::lane_client::{
-    ScriptedLane, client, scored_outcome, small_campaign, submit_request,
+    ScriptedLane, client, scored_outcome, small_campaign, submit_request, with_spec_json,
 };
 use lanes_tests::redis_server::RedisServer;
 use tokio_stream::StreamExt;
@@ -801,10 +801,9 @@ async fn a_submit_with_a_reserved_driver_env_is_refused_naming_the_variable() {
         ("PYTHONPATH", "/tmp/evil"),
         ("API_KEY", "$LANES_LANE_TOKEN"),
     ] {
-        let mut req = submit_request(&small_campaign("envy", 1, ""));
-        let mut spec: serde_json::Value = serde_json::from_str(&req.spec_json).unwrap();
-        spec["driver"]["env"][name] = serde_json::json!(value);
-        req.spec_json = spec.to_string();
+        let req = with_spec_json(submit_request(&small_campaign("envy", 1, "")), |spec| {
+            spec["driver"]["env"][name] = serde_json::json!(value);
+        });
         let err = c.submit(req).await.unwrap_err();
         assert_eq!(err.code(), Code::InvalidArgument, "{name}");
         let shown = value.strip_prefix('$').unwrap_or(name);
@@ -827,7 +826,7 @@ async fn oversized_and_malformed_requests_are_refused_with_the_field_named() {
     let mut c = client(&e.coord.url(), Some(CLIENT_TOKEN)).await;
     let err = c
         .submit(pb::SubmitRequest {
-            spec_json: "not json".into(),
+            spec: Some(pb::submit_request::Spec::SpecJson("not json".into())),
             tasks: vec![],
         })
         .await
@@ -866,7 +865,7 @@ async fn oversized_and_malformed_requests_are_refused_with_the_field_named() {
 
     // Over the configured message size (8 MiB in tests).
     let mut req = submit_request(&small_campaign("huge", 1, ""));
-    req.spec_json.push_str(&" ".repeat(9 * 1024 * 1024));
+    req.tasks[0].group = " ".repeat(9 * 1024 * 1024);
     let err = c.submit(req).await.unwrap_err();
     assert!(
         matches!(err.code(), Code::OutOfRange | Code::ResourceExhausted),

@@ -13,7 +13,7 @@ use lanes_coordinator::store::{EmbeddedStore, ManualClock, Store};
 use lanes_tests::coordinator::{CLIENT_TOKEN, CoordinatorHandle, LANE_TOKEN, test_config};
 use lanes_tests::counting_store::CountingStore;
 use lanes_tests::lane_client::{
-    Client, ScriptedLane, client, scored_outcome, small_campaign, submit_request,
+    Client, ScriptedLane, client, scored_outcome, small_campaign, submit_request, with_spec_json,
 };
 use tonic::Code;
 
@@ -64,17 +64,6 @@ fn refused(err: &tonic::Status, code: Code, needles: &[&str]) {
     }
 }
 
-/// Edits the spec JSON of a request.
-fn with_spec(
-    mut req: pb::SubmitRequest,
-    f: impl FnOnce(&mut serde_json::Value),
-) -> pb::SubmitRequest {
-    let mut spec: serde_json::Value = serde_json::from_str(&req.spec_json).unwrap();
-    f(&mut spec);
-    req.spec_json = spec.to_string();
-    req
-}
-
 async fn not_stored(c: &mut Client, id: &str) {
     let err = c.get(pb::GetRequest { id: id.into() }).await.unwrap_err();
     assert_eq!(err.code(), Code::NotFound, "{id} was stored: {err:?}");
@@ -104,7 +93,7 @@ async fn fields_over_their_limits_are_refused_naming_the_field_and_the_limit() {
         Code::InvalidArgument,
         &["tasks[0].tags", "more than 64 tags"],
     );
-    let r = with_spec(req(), |s| {
+    let r = with_spec_json(req(), |s| {
         s["arms"][0]["config"] = serde_json::json!({ "k": "x".repeat(70_000) })
     });
     let err = c.submit(r).await.unwrap_err();
@@ -113,7 +102,7 @@ async fn fields_over_their_limits_are_refused_naming_the_field_and_the_limit() {
         Code::InvalidArgument,
         &["spec_json.arms[0].config", "limit of 65536"],
     );
-    let r = with_spec(req(), |s| s["arms"][1]["provider"] = "p".repeat(129).into());
+    let r = with_spec_json(req(), |s| s["arms"][1]["provider"] = "p".repeat(129).into());
     let err = c.submit(r).await.unwrap_err();
     refused(
         &err,

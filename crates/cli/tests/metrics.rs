@@ -6,61 +6,15 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc::Receiver;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+mod support;
+
+use support::{Killed, lanes, logged_addr, spawn};
 
 const CLIENT_TOKEN: &str = "metrics-test-client-token";
 const LANE_TOKEN: &str = "metrics-test-lane-token-0";
-
-fn lanes() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_lanes"))
-}
-
-/// Kills the child when the test ends, even by a panic.
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Starts `cmd` with stderr piped and read line by line on a thread of its own.
-fn spawn(mut cmd: Command) -> (Killed, Receiver<String>) {
-    let mut child = cmd
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-    (Killed(child), rx)
-}
-
-/// The `addr=` of the first log line containing `what`.
-fn logged_addr(rx: &Receiver<String>, what: &str) -> String {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut seen = Vec::new();
-    loop {
-        let line = rx
-            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-            .unwrap_or_else(|_| panic!("no {what:?} line; stderr: {seen:#?}"));
-        if line.contains(what)
-            && let Some(i) = line.find("addr=")
-        {
-            return line[i + 5..].split_whitespace().next().unwrap().to_owned();
-        }
-        seen.push(line);
-    }
-}
 
 /// `GET /metrics`: the content type and the body.
 fn scrape(addr: &str) -> (String, String) {

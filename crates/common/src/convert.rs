@@ -12,7 +12,7 @@ use crate::row::{
     OutcomeError, Phase, PhaseWalls, QuotaReading, Row, Status, TokenUsage,
 };
 use crate::spec::env::check_name;
-use crate::spec::{Campaign, CampaignSpec, Payload, Task, validate_tasks};
+use crate::spec::{Campaign, Payload, Task};
 use crate::state::{CampaignState, RenewState, StopMode, StopReason};
 
 /// A wire message that does not convert to the domain.
@@ -540,37 +540,12 @@ impl TryFrom<&Campaign> for pb::SubmitRequest {
     type Error = ConvertError;
     fn try_from(c: &Campaign) -> Result<Self, ConvertError> {
         Ok(pb::SubmitRequest {
-            spec_json: serde_json::to_string(&c.spec)
-                .map_err(|e| ConvertError::new("spec_json", e.to_string()))?,
+            spec: Some(pb::submit_request::Spec::SpecJson(
+                serde_json::to_string(&c.spec)
+                    .map_err(|e| ConvertError::new("spec_json", e.to_string()))?,
+            )),
             tasks: c.tasks.iter().map(Into::into).collect(),
         })
-    }
-}
-
-impl TryFrom<pb::SubmitRequest> for Campaign {
-    type Error = ConvertError;
-    /// Parses the spec and the tasks, then checks the campaign rules a campaign file is held
-    /// to (`CampaignSpec::validate`, `validate_tasks`): a submit is refused for exactly what
-    /// the loader refuses.
-    fn try_from(r: pb::SubmitRequest) -> Result<Self, ConvertError> {
-        let spec: CampaignSpec = serde_json::from_str(&r.spec_json)
-            .map_err(|e| ConvertError::new("spec_json", e.to_string()))?;
-        spec.validate()
-            .map_err(|e| ConvertError::new(format!("spec_json.{}", e.field), e.kind.to_string()))?;
-        let tasks = r
-            .tasks
-            .into_iter()
-            .enumerate()
-            .map(|(i, t)| task_from_wire(i, t))
-            .collect::<Result<Vec<_>, _>>()?;
-        validate_tasks(&tasks).map_err(|e| {
-            let field = match e.index {
-                Some(i) => format!("tasks[{i}].{}", e.field),
-                None => "tasks".to_owned(),
-            };
-            ConvertError::new(field, e.kind.to_string())
-        })?;
-        Ok(Campaign { spec, tasks })
     }
 }
 

@@ -82,6 +82,21 @@ macro_rules! id_type {
     };
 }
 
+/// The JSON Schema of an id: a string matching its pattern (`docs/campaign.schema.json`).
+macro_rules! id_schema {
+    ($($name:ident),+) => {$(
+        impl schemars::JsonSchema for $name {
+            fn schema_name() -> std::borrow::Cow<'static, str> {
+                stringify!($name).into()
+            }
+
+            fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+                schemars::json_schema!({ "type": "string", "pattern": $name::PATTERN })
+            }
+        }
+    )+};
+}
+
 fn lower_alnum(c: u8) -> bool {
     c.is_ascii_lowercase() || c.is_ascii_digit()
 }
@@ -111,6 +126,8 @@ id_type!(
     DriverName, "driver", "^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$", 64,
     alnum, |c| alnum(c) || matches!(c, b'_' | b'-')
 );
+
+id_schema!(CampaignId, TaskId, ArmId, DriverName);
 
 id_type!(
     /// A lane's name, `<worker id>-<slot>`: printable ASCII without spaces or `/`, up to 256

@@ -20,6 +20,7 @@ pub mod spec;
 pub mod spec_hash;
 pub mod state;
 pub mod stats;
+pub mod submit;
 pub mod tls;
 pub mod trace;
 pub mod utc;

@@ -7,3 +7,7 @@ pub mod v1 {
 }
 
 pub use v1::*;
+
+/// The encoded `FileDescriptorSet` of `proto/lanes/v1`, comments included, for reflection.
+pub const FILE_DESCRIPTOR_SET: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/lanes_descriptor.bin"));

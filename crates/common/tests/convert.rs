@@ -496,6 +496,13 @@ fn a_command_driver_campaign_round_trips() {
     assert_eq!(campaign_round_trip(&c), c);
 }
 
+/// The field a refused submit names first.
+fn first_field(r: pb::SubmitRequest) -> String {
+    Campaign::try_from(r).unwrap_err().violations[0]
+        .field
+        .clone()
+}
+
 #[test]
 fn invalid_submit_requests_name_the_field() {
     let c = campaign(CAMPAIGN);
@@ -503,48 +510,43 @@ fn invalid_submit_requests_name_the_field() {
 
     let mut r = good.clone();
     r.tasks[1].id = r.tasks[0].id.clone();
-    assert_eq!(Campaign::try_from(r).unwrap_err().field, "tasks[1].id");
+    assert_eq!(first_field(r), "tasks[1].id");
 
     let mut r = good.clone();
     r.tasks[1].id = "bad/id".into();
-    assert_eq!(Campaign::try_from(r).unwrap_err().field, "tasks[1].id");
+    assert_eq!(first_field(r), "tasks[1].id");
 
     let mut r = good.clone();
     r.tasks[0].payload_json = "{oops".into();
-    assert_eq!(
-        Campaign::try_from(r).unwrap_err().field,
-        "tasks[0].payload_json"
-    );
+    assert_eq!(first_field(r), "tasks[0].payload_json");
 
     let mut r = good.clone();
     r.tasks[0].payload_json = format!("{{\"s\":\"{}\"}}", "x".repeat(70_000));
-    assert_eq!(
-        Campaign::try_from(r).unwrap_err().field,
-        "tasks[0].payload_json"
-    );
+    assert_eq!(first_field(r), "tasks[0].payload_json");
 
     let mut r = good.clone();
     r.tasks.clear();
-    assert_eq!(Campaign::try_from(r).unwrap_err().field, "tasks");
+    assert_eq!(first_field(r), "tasks");
 
     let mut r = good.clone();
-    r.spec_json = "{}".into();
-    assert_eq!(Campaign::try_from(r).unwrap_err().field, "spec_json");
+    r.spec = Some(pb::submit_request::Spec::SpecJson("[]".into()));
+    assert_eq!(first_field(r), "spec_json");
 
     let mut spec = c.spec.clone();
     spec.arms.clear();
     let mut r = good.clone();
-    r.spec_json = serde_json::to_string(&spec).unwrap();
-    assert_eq!(Campaign::try_from(r).unwrap_err().field, "spec_json.arms");
+    r.spec = Some(pb::submit_request::Spec::SpecJson(
+        serde_json::to_string(&spec).unwrap(),
+    ));
+    assert_eq!(first_field(r), "spec_json.arms");
 
     let mut spec = c.spec.clone();
     spec.phase1_runs = 0;
     let mut r = good;
-    r.spec_json = serde_json::to_string(&spec).unwrap();
-    assert_eq!(
-        Campaign::try_from(r).unwrap_err().field,
-        "spec_json.phase1_runs"
-    );
+    r.spec = Some(pb::submit_request::Spec::SpecJson(
+        serde_json::to_string(&spec).unwrap(),
+    ));
+    assert_eq!(first_field(r), "spec_json.phase1_runs");
 }
 
 #[test]

@@ -2,14 +2,14 @@
 //! `SubmitRequest` → `Campaign` conversion the coordinator runs) refuses too, for the same
 //! field and the same reason.
 //!
-//! Each case breaks one rule twice: in the campaign file's text, and in the parsed campaign a
-//! client would submit.
+//! Each case breaks one rule twice: in the campaign file's text (loaded, and sent as
+//! `campaign_toml`), and in the parsed campaign a client would submit as `spec_json`.
 
 use std::path::Path;
 
-use lanes_common::convert::ConvertError;
 use lanes_common::proto as pb;
 use lanes_common::spec::{self, Campaign, DriverKind, SimFault, SpecErrorKind};
+use lanes_common::submit::Violation;
 
 const VALID: &str = r#"id = "valid-campaign"
 phase1_runs = 2
@@ -48,6 +48,13 @@ fn edit(from: &str, to: &str) -> String {
 
 fn wire(c: &Campaign) -> pb::SubmitRequest {
     pb::SubmitRequest::try_from(c).unwrap()
+}
+
+fn spec_json(r: &mut pb::SubmitRequest) -> &mut String {
+    match &mut r.spec {
+        Some(pb::submit_request::Spec::SpecJson(json)) => json,
+        other => panic!("not a spec_json request: {other:?}"),
+    }
 }
 
 /// The field a submit names for a field of the campaign file.
@@ -342,13 +349,13 @@ fn cases() -> Vec<Case> {
             "campaign id",
             edit("id = \"valid-campaign\"", "id = \"Valid_Campaign\""),
             |_, r| {
-                r.spec_json = r
-                    .spec_json
-                    .replace("\"valid-campaign\"", "\"Valid_Campaign\"")
+                let json = spec_json(r);
+                *json = json.replace("\"valid-campaign\"", "\"Valid_Campaign\"")
             },
         ),
         case("arm id", edit("id = \"beta\"", "id = \"be.ta\""), |_, r| {
-            r.spec_json = r.spec_json.replace("\"id\":\"beta\"", "\"id\":\"be.ta\"")
+            let json = spec_json(r);
+            *json = json.replace("\"id\":\"beta\"", "\"id\":\"be.ta\"")
         }),
     ]
 }
@@ -363,10 +370,35 @@ fn a_submit_refuses_what_the_loader_refuses() {
             Ok(_) => panic!("{}: the loader took it", c.name),
             Err(e) => e,
         };
+        // The file's own text, sent as campaign_toml: the loader's error, line and all.
+        let sent = pb::SubmitRequest {
+            spec: Some(pb::submit_request::Spec::CampaignToml(c.file.clone())),
+            tasks: Vec::new(),
+        };
+        match Campaign::try_from(sent) {
+            Ok(_) => failures.push(format!("{}: campaign_toml took it", c.name)),
+            Err(e) => {
+                let v = &e.violations[0];
+                let field = match file_err.field.as_str() {
+                    "" => "campaign_toml".to_owned(),
+                    f => format!("campaign_toml.{f}"),
+                };
+                let description = match file_err.line {
+                    Some(line) => format!("line {line}: {}", file_err.kind),
+                    None => file_err.kind.to_string(),
+                };
+                if v.field != field || v.description != description {
+                    failures.push(format!(
+                        "{}: the file says {field}: {description:?}, campaign_toml {}: {:?}",
+                        c.name, v.field, v.description
+                    ));
+                }
+            }
+        }
         let mut campaign = valid.clone();
         let mut request = wire(&campaign);
         (c.submit)(&mut campaign, &mut request);
-        let wire_err: ConvertError = match Campaign::try_from(request) {
+        let wire_err: Violation = match Campaign::try_from(request) {
             Ok(_) => {
                 failures.push(format!(
                     "{}: a submit took it; the file: {file_err}",
@@ -374,7 +406,7 @@ fn a_submit_refuses_what_the_loader_refuses() {
                 ));
                 continue;
             }
-            Err(e) => e,
+            Err(e) => e.violations[0].clone(),
         };
         // The same reason; only the file knows lines.
         let mut kind = (*file_err.kind).clone();
@@ -382,10 +414,10 @@ fn a_submit_refuses_what_the_loader_refuses() {
             *first_line = None;
         }
         let reason = kind.to_string();
-        if !wire_err.reason.contains(&reason) {
+        if !wire_err.description.contains(&reason) {
             failures.push(format!(
                 "{}: the file says {reason:?}, a submit {:?}",
-                c.name, wire_err.reason
+                c.name, wire_err.description
             ));
         }
         // The same field, or for a value its type refuses, the spec as a whole.

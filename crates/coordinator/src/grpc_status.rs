@@ -6,6 +6,8 @@ use tonic::{Code, Status};
 use lanes_common::convert::ConvertError;
 use lanes_common::limits::LimitError;
 use lanes_common::proto as pb;
+use lanes_common::submit::SubmitInvalid;
+use tonic_types::{ErrorDetails, FieldViolation, StatusExt};
 
 use crate::store::StoreError;
 
@@ -50,6 +52,21 @@ pub(crate) fn from_store(e: StoreError) -> Status {
 /// The status for a request field that does not validate.
 pub(crate) fn from_convert(e: ConvertError) -> Status {
     Status::invalid_argument(e.to_string())
+}
+
+/// The status for a submission that does not validate: `INVALID_ARGUMENT`, every violation in
+/// the message and as a `google.rpc.BadRequest` in the details.
+pub(crate) fn from_submit(e: SubmitInvalid) -> Status {
+    let violations: Vec<FieldViolation> = e
+        .violations
+        .iter()
+        .map(|v| FieldViolation::new(&v.field, &v.description))
+        .collect();
+    Status::with_error_details(
+        Code::InvalidArgument,
+        e.to_string(),
+        ErrorDetails::with_bad_request(violations),
+    )
 }
 
 /// A request field that is not a valid id.

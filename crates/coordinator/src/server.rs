@@ -85,6 +85,8 @@ pub enum ServeError {
     Transport(#[from] tonic::transport::Error),
     #[error("{0}")]
     Auth(#[from] TokenError),
+    #[error("the reflection service cannot be built: {0}")]
+    Reflection(#[from] tonic_reflection::server::Error),
 }
 
 /// The connections `listener` accepts, with Nagle's algorithm off. A lane session's answers
@@ -209,6 +211,14 @@ pub async fn run_with_health(
             None => auth,
         }
     };
+    // Reflection (grpcurl, grpcui) describes the API to whoever may call CampaignService.
+    let reflection = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(lanes_common::proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    };
+    let reflection_v1 = reflection().build_v1()?;
+    let reflection_v1alpha = reflection().build_v1alpha()?;
     let mut builder = tonic::transport::Server::builder();
     if let Some(tls) = &config.tls {
         builder = builder.tls_config(tls.config())?;
@@ -225,6 +235,14 @@ pub async fn run_with_health(
         .add_service(InterceptedService::new(
             lanes,
             auth(Role::Lane, config.auth.lane.clone()),
+        ))
+        .add_service(InterceptedService::new(
+            reflection_v1,
+            auth(Role::Client, config.auth.client.clone()),
+        ))
+        .add_service(InterceptedService::new(
+            reflection_v1alpha,
+            auth(Role::Client, config.auth.client.clone()),
         ))
         .serve_with_incoming_shutdown(incoming(listener), signal)
         .await;

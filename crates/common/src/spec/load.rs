@@ -138,6 +138,36 @@ pub fn load_file(path: &Path) -> Result<Campaign, SpecError> {
 /// the campaign rules are then `CampaignSpec::validate` and `validate_tasks`, the same checks a
 /// gRPC submit runs, with the line of each field looked up for the error.
 pub fn load_str(text: &str, path: &Path, base: &Path) -> Result<Campaign, SpecError> {
+    match load(text, path, TasksFrom::Folder(base))? {
+        (spec, Some(tasks)) => Ok(Campaign { spec, tasks }),
+        (_, None) => Err(SpecError::in_file(path, "tasks", SpecErrorKind::NoTasks)),
+    }
+}
+
+/// Validates campaign text sent to the coordinator, whose tasks may come inline
+/// (`[[tasks.items]]`, returned) or be sent beside it (`None`). A `[tasks] file` is refused:
+/// the coordinator reads no file a client names.
+pub fn load_sent_str(
+    text: &str,
+    path: &Path,
+) -> Result<(CampaignSpec, Option<Vec<Task>>), SpecError> {
+    load(text, path, TasksFrom::Sent)
+}
+
+/// Where `[tasks] file` is read from, if anywhere.
+#[derive(Clone, Copy)]
+enum TasksFrom<'a> {
+    /// Relative to this folder (a campaign file on the user's machine).
+    Folder(&'a Path),
+    /// Nowhere: the text was sent over the network.
+    Sent,
+}
+
+fn load(
+    text: &str,
+    path: &Path,
+    from: TasksFrom<'_>,
+) -> Result<(CampaignSpec, Option<Vec<Task>>), SpecError> {
     let mut ctx = Ctx {
         path,
         text,
@@ -184,13 +214,11 @@ pub fn load_str(text: &str, path: &Path, base: &Path) -> Result<Campaign, SpecEr
     let tasks = match raw.tasks {
         Some(t) => {
             let span = t.span();
-            tasks(&ctx, base, span, t.into_inner())?
+            Some(tasks(&ctx, from, span, t.into_inner())?)
         }
-        None => {
-            return Err(SpecError::in_file(path, "tasks", SpecErrorKind::NoTasks));
-        }
+        None => None,
     };
-    Ok(Campaign { spec, tasks })
+    Ok((spec, tasks))
 }
 
 /// The file being read, to turn byte spans into line numbers, and the line of each field.
@@ -407,7 +435,7 @@ fn driver(
 
 fn tasks(
     ctx: &Ctx<'_>,
-    base: &Path,
+    from: TasksFrom<'_>,
     span: std::ops::Range<usize>,
     raw: RawTasks,
 ) -> Result<Vec<Task>, SpecError> {
@@ -421,6 +449,17 @@ fn tasks(
         }
         (None, None) => return Err(ctx.at(span, "tasks", SpecErrorKind::NoTasks)),
         (Some(file), None) => {
+            let TasksFrom::Folder(base) = from else {
+                return Err(ctx.at(
+                    file.span(),
+                    "tasks.file",
+                    SpecErrorKind::invalid(
+                        "the coordinator reads no file a client names: send the tasks in \
+                         SubmitRequest.tasks (or SubmitStream chunks), or write them inline \
+                         as [[tasks.items]]",
+                    ),
+                ));
+            };
             let path = base.join(file.get_ref());
             let text = std::fs::read_to_string(&path).map_err(|e| {
                 ctx.at(

@@ -8,11 +8,13 @@
 pub mod env;
 mod error;
 mod load;
+mod schema;
 mod tasks;
 mod validate;
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::ids::{ArmId, CampaignId, DriverName};
@@ -20,7 +22,9 @@ use crate::row::{FailureKind, Status};
 use crate::utc::EpochMs;
 
 pub use error::{SpecError, SpecErrorKind};
-pub use load::{load_file, load_str};
+pub use load::{load_file, load_sent_str, load_str};
+pub use schema::json_schema;
+pub(crate) use schema::shape_violations;
 pub use tasks::{Payload, Task, parse_tasks_jsonl};
 pub use validate::{SpecInvalid, TaskInvalid, validate_tasks};
 
@@ -33,22 +37,42 @@ pub struct Campaign {
     pub tasks: Vec<Task>,
 }
 
-/// Everything of a campaign except its tasks. Travels as JSON on the wire and in the store.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// Everything of a campaign except its tasks. Travels as JSON on the wire (`spec_json`) and in
+/// the store. Only `id`, `phase1_runs`, `schedule_seed`, `arms` and `driver.kind` are required;
+/// every other key has the campaign file's default, and unknown keys are refused.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(title = "Lanes campaign spec (SubmitRequest.spec_json)")]
 pub struct CampaignSpec {
+    /// The campaign id: lowercase letters, digits and `-`.
     pub id: CampaignId,
     // Measured.
+    /// Runs of every (task, arm) in phase 1. At least 1.
     pub phase1_runs: u32,
+    /// Runs in phase 2, for tasks that phase 1 did not rule out.
+    #[serde(default)]
     pub phase2_runs: u32,
+    /// Seeds the arm rotation of the schedule: the same seed gives the same schedule.
     pub schedule_seed: u64,
+    #[serde(default)]
     pub pairing: Pairing,
+    /// Run the feasibility gate before the agent.
+    #[serde(default)]
     pub gate: bool,
+    #[serde(default)]
     pub defaults: Defaults,
+    /// The arms, in rotation order. At least one.
     pub arms: Vec<Arm>,
+    #[serde(default)]
     pub retry: RetryPolicy,
-    /// `[driver.expect]`: identity pins checked at each lane's initialize (measured).
+    /// Identity pins (`[driver.expect]` in a campaign file) checked when each lane starts its
+    /// driver: the driver must report these values.
+    #[serde(default)]
     pub expect: BTreeMap<String, String>,
     // Operational.
+    /// Options that change how the campaign runs, not what it measures (top-level keys in a
+    /// campaign file).
+    #[serde(default)]
     pub ops: Operational,
     pub driver: DriverConfig,
 }
@@ -65,7 +89,7 @@ impl CampaignSpec {
 }
 
 /// How the trials of one run are scheduled.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Pairing {
     /// One lane runs a whole run group back to back, in slot order.
@@ -76,10 +100,13 @@ pub enum Pairing {
 }
 
 /// Per-task values unless the task sets its own.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
 pub struct Defaults {
+    /// Seconds the agent may run.
     pub timeout_s: u32,
     pub max_turns: u32,
+    /// The most one trial may spend, in USD.
     pub max_cost_usd: Option<f64>,
 }
 
@@ -94,7 +121,8 @@ impl Default for Defaults {
 }
 
 /// One agent configuration. Arm order is the rotation order.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(from = "ArmFields", into = "ArmFields")]
 pub struct Arm {
     pub id: ArmId,
     /// Opaque to lanes, handed to the driver (measured).
@@ -105,8 +133,53 @@ pub struct Arm {
     pub expected_cost_usd: Option<f64>,
 }
 
+/// An arm as JSON: `provider` may be left out, and is then the arm id.
+#[derive(Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(rename = "Arm")]
+struct ArmFields {
+    /// Letters, digits, `_` and `-` (no dots).
+    id: ArmId,
+    /// Opaque to Lanes, handed to the driver (measured: part of the spec hash).
+    #[serde(default = "empty_object")]
+    config: serde_json::Value,
+    /// Arms of one provider share rate-limit pauses and quota. Defaults to the arm id.
+    #[serde(default)]
+    provider: Option<String>,
+    /// The budget reservation per trial until the arm has rows of its own, in USD.
+    #[serde(default)]
+    expected_cost_usd: Option<f64>,
+}
+
+fn empty_object() -> serde_json::Value {
+    serde_json::Value::Object(Default::default())
+}
+
+impl From<ArmFields> for Arm {
+    fn from(a: ArmFields) -> Self {
+        Arm {
+            provider: a.provider.unwrap_or_else(|| a.id.to_string()),
+            id: a.id,
+            config: a.config,
+            expected_cost_usd: a.expected_cost_usd,
+        }
+    }
+}
+
+impl From<Arm> for ArmFields {
+    fn from(a: Arm) -> Self {
+        ArmFields {
+            id: a.id,
+            config: a.config,
+            provider: Some(a.provider),
+            expected_cost_usd: a.expected_cost_usd,
+        }
+    }
+}
+
 /// The retry policy table (measured; docs/CAMPAIGN_FILE.md lists it). Durations in seconds.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
 pub struct RetryPolicy {
     pub rate_limit_backoff_s: u64,
     pub overloaded_retries: u32,
@@ -132,21 +205,23 @@ impl Default for RetryPolicy {
 }
 
 /// Options that change how a campaign runs, never what it measures.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
 pub struct Operational {
+    /// Seconds a lane's lease lives without a heartbeat. At least 3.
     pub lease_ttl_s: u32,
+    /// Seconds after its lease expired that a late outcome is still recorded.
     pub publish_grace_s: u32,
+    /// No new attempts start after this time, in milliseconds since the Unix epoch.
     pub cutoff_utc: Option<EpochMs>,
+    /// Stop claiming once the spend reaches this, in USD.
     pub budget_cap_usd: Option<f64>,
+    /// Wait when a provider reports this fraction of its quota used, in (0, 1].
     pub quota_wait: f64,
+    /// Stop the campaign at this fraction of a provider's quota, in (0, 1].
     pub quota_stop: Option<f64>,
-    /// A rate limit pauses every arm of its provider until the reset (default on).
-    #[serde(default = "yes")]
+    /// A rate limit pauses every arm of its provider until the reset.
     pub rate_limit_pause: bool,
-}
-
-fn yes() -> bool {
-    true
 }
 
 impl Default for Operational {
@@ -164,19 +239,24 @@ impl Default for Operational {
 }
 
 /// The driver: resolved on each worker host, which decides whether it runs it at all. Not in
-/// the spec hash; a resume refuses any change to its kind or env (see [`crate::resume`]).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// the spec hash; a resume refuses any change to its kind or env.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct DriverConfig {
+    /// Exactly one of `{"named": "<driver>"}`, `{"command": ["prog", "arg"]}` and
+    /// `{"sim": {}}`.
     pub kind: DriverKind,
     /// Payload keys that never reach rows, logs or spans.
+    #[serde(default)]
     pub secret_payload_keys: Vec<String>,
     /// Env variables for the driver. A value `$NAME` is read from the worker's env; values are
-    /// never logged. Names (set and read) obey [`env::check_env`], and a worker forwards only
-    /// the names it allows.
+    /// never logged. Names (set and read) must be variable names that are not reserved, and a
+    /// worker forwards only the names it allows.
+    #[serde(default)]
     pub env: BTreeMap<String, String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum DriverKind {
     /// The campaign's own command: a child process speaking JSON-RPC over stdio; relative
@@ -189,7 +269,7 @@ pub enum DriverKind {
 }
 
 /// The sim driver's knobs. Durations in seconds; ranges are `[min, max]`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct SimConfig {
     pub boot_s: f64,
@@ -236,7 +316,9 @@ impl Default for SimConfig {
 
 /// A fault the sim driver can inject: an infra failure kind, an agent outcome, or a
 /// misbehaviour of the driver process itself.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(untagged)]
 pub enum SimFault {
     Kind(FailureKind),
@@ -245,7 +327,9 @@ pub enum SimFault {
 }
 
 /// Ways the sim driver process can misbehave, for fault tests.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum SimProcessFault {
     /// Never answer `run_agent` (the lane must kill it at the deadline).

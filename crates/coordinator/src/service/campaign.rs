@@ -5,17 +5,18 @@ use std::pin::Pin;
 use tokio::sync::mpsc;
 use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::{Request, Response, Status};
+use tonic::{Request, Response, Status, Streaming};
 
 use lanes_common::ids::CampaignId;
 use lanes_common::proto as pb;
 use lanes_common::proto::campaign_service_server::CampaignService;
 use lanes_common::spec::Campaign;
 use lanes_common::state::StopMode;
+use lanes_common::submit::SubmitAssembly;
 
 use super::Shared;
 use super::limits::StreamSlot;
-use crate::grpc_status::{bad_field, from_convert, from_store};
+use crate::grpc_status::{bad_field, from_convert, from_store, from_submit};
 use crate::store::SubmitKind;
 use crate::wire;
 
@@ -26,6 +27,29 @@ const BATCH: usize = 512;
 
 pub(crate) struct CampaignSvc {
     pub(crate) shared: Shared,
+}
+
+impl CampaignSvc {
+    /// Submits a validated campaign: the coordinator's limits, then the store.
+    async fn store_campaign(&self, campaign: Campaign) -> Result<pb::SubmitResponse, Status> {
+        let s = &self.shared;
+        tracing::Span::current().record("campaign", campaign.spec.id.as_str());
+        // Before the store lays out the schedule: the trial cap and the assignment size.
+        s.limits.check_campaign(&campaign)?;
+        let done = s
+            .store
+            .submit(campaign, s.now())
+            .await
+            .map_err(from_store)?;
+        Ok(pb::SubmitResponse {
+            id: done.id.to_string(),
+            trials: done.trials,
+            spec_hash: done.spec_hash,
+            resumed: done.kind != SubmitKind::Created,
+            amended: done.kind == SubmitKind::Amended,
+            conflicts: Vec::new(),
+        })
+    }
 }
 
 fn campaign_id(field: &str, id: &str) -> Result<CampaignId, Status> {
@@ -41,23 +65,25 @@ impl CampaignService for CampaignSvc {
     ) -> Result<Response<pb::SubmitResponse>, Status> {
         let s = &self.shared;
         let _running = s.limits.submit_permit()?;
-        let campaign = Campaign::try_from(request.into_inner()).map_err(from_convert)?;
-        tracing::Span::current().record("campaign", campaign.spec.id.as_str());
-        // Before the store lays out the schedule: the trial cap and the assignment size.
-        s.limits.check_campaign(&campaign)?;
-        let done = s
-            .store
-            .submit(campaign, s.now())
-            .await
-            .map_err(from_store)?;
-        Ok(Response::new(pb::SubmitResponse {
-            id: done.id.to_string(),
-            trials: done.trials,
-            spec_hash: done.spec_hash,
-            resumed: done.kind != SubmitKind::Created,
-            amended: done.kind == SubmitKind::Amended,
-            conflicts: Vec::new(),
-        }))
+        let campaign = Campaign::try_from(request.into_inner()).map_err(from_submit)?;
+        self.store_campaign(campaign).await.map(Response::new)
+    }
+
+    /// A header with the spec, then chunks of tasks; the campaign is submitted (and visible)
+    /// only once the client has closed the stream.
+    #[tracing::instrument(skip_all, fields(campaign))]
+    async fn submit_stream(
+        &self,
+        request: Request<Streaming<pb::SubmitChunk>>,
+    ) -> Result<Response<pb::SubmitResponse>, Status> {
+        let _running = self.shared.limits.submit_permit()?;
+        let mut chunks = request.into_inner();
+        let mut assembly = SubmitAssembly::new(self.shared.limits.max_client_message_bytes());
+        while let Some(chunk) = chunks.message().await? {
+            assembly.push(chunk).map_err(from_submit)?;
+        }
+        let campaign = assembly.finish().map_err(from_submit)?;
+        self.store_campaign(campaign).await.map(Response::new)
     }
 
     async fn get(

@@ -22,6 +22,8 @@ use crate::server::CoordinatorConfig;
 pub(crate) struct Limits {
     max_trials: u64,
     max_lane_message_bytes: usize,
+    /// The largest client message, and the most a `SubmitStream` may carry in all.
+    max_client_message_bytes: usize,
     max_submits: usize,
     submits: Arc<Semaphore>,
     streams: Arc<StreamSlots>,
@@ -29,12 +31,19 @@ pub(crate) struct Limits {
 
 impl Limits {
     pub(crate) fn of(config: &CoordinatorConfig) -> Self {
-        Self::new(
-            config.max_trials,
-            config.max_lane_message_bytes,
-            config.max_concurrent_submits,
-            config.max_streams_per_token,
-        )
+        Self {
+            max_client_message_bytes: config.max_client_message_bytes,
+            ..Self::new(
+                config.max_trials,
+                config.max_lane_message_bytes,
+                config.max_concurrent_submits,
+                config.max_streams_per_token,
+            )
+        }
+    }
+
+    pub(crate) fn max_client_message_bytes(&self) -> usize {
+        self.max_client_message_bytes
     }
 
     pub(crate) fn new(
@@ -46,6 +55,7 @@ impl Limits {
         Self {
             max_trials,
             max_lane_message_bytes,
+            max_client_message_bytes: CoordinatorConfig::default().max_client_message_bytes,
             max_submits,
             submits: Arc::new(Semaphore::new(max_submits)),
             streams: Arc::new(StreamSlots {
