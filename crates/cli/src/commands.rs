@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use tokio_stream::StreamExt;
 
 use lanes_common::proto as pb;
-use lanes_common::report::{Report, Sections};
+use lanes_common::report::{Report, ReportFormat, Sections};
 
 use crate::client::{Target, print_rows, report_status, status_json, status_text};
 use crate::exit::Code;
@@ -56,7 +56,12 @@ pub(crate) enum ClientCmd {
         id: String,
         #[command(flatten)]
         target: Target,
-        #[arg(long)]
+        /// How to print it: aligned text, Markdown tables, a LaTeX fragment (booktabs), or
+        /// the report's JSON. Every format carries the same numbers.
+        #[arg(long, value_enum, default_value_t = ReportFormatArg::Text)]
+        format: ReportFormatArg,
+        /// The same as --format json.
+        #[arg(long, conflicts_with = "format")]
         json: bool,
         /// Print rates even though some trials are not final yet.
         #[arg(long)]
@@ -69,6 +74,25 @@ pub(crate) enum ClientCmd {
         #[arg(long)]
         json: bool,
     },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum ReportFormatArg {
+    Text,
+    Markdown,
+    Latex,
+    Json,
+}
+
+impl From<ReportFormatArg> for ReportFormat {
+    fn from(f: ReportFormatArg) -> Self {
+        match f {
+            ReportFormatArg::Text => ReportFormat::Text,
+            ReportFormatArg::Markdown => ReportFormat::Markdown,
+            ReportFormatArg::Latex => ReportFormat::Latex,
+            ReportFormatArg::Json => ReportFormat::Json,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
@@ -206,29 +230,39 @@ pub(crate) fn run(cmd: ClientCmd) -> anyhow::Result<Code> {
                     }
                     Ok(Code::Ok)
                 }
-                ClientCmd::Report { id, json, partial, .. } => {
+                ClientCmd::Report {
+                    id,
+                    format,
+                    json,
+                    partial,
+                    ..
+                } => {
                     let r = c.report(pb::ReportRequest { id }).await?.into_inner();
                     let report: Report = serde_json::from_str(&r.json)
                         .map_err(|e| tonic::Status::internal(format!("unreadable report: {e}")))?;
-                    let pending = report.completeness.total.pending;
-                    if json {
-                        println!("{}", r.json);
-                    } else {
-                        if pending > 0 && !partial {
-                            // The audit, always; rates only once every trial is final.
-                            print!("{}", report.render(Sections::Summary));
-                            eprintln!("lanes: {pending} trials are not final yet: rates withheld (pass --partial to print them)");
-                            return Ok(Code::Incomplete);
-                        }
-                        print!("{}", report.render(Sections::Full));
-                    }
-                    Ok(Code::Ok)
+                    let format = if json { ReportFormatArg::Json } else { format };
+                    Ok(print_report(&report, format.into(), partial))
                 }
             }
         }
         .await;
         Ok(done.unwrap_or_else(|s| report_status(&s)))
     })
+}
+
+/// Prints `report` in `format`. While some trials are not final, a document format prints
+/// the audit only (rates withheld, exit code 3) unless `partial`; JSON is always whole.
+pub(crate) fn print_report(report: &Report, format: ReportFormat, partial: bool) -> Code {
+    let pending = report.completeness.total.pending;
+    if pending > 0 && !partial && format != ReportFormat::Json {
+        print!("{}", report.render_as(format, Sections::Summary));
+        eprintln!(
+            "lanes: {pending} trials are not final yet: rates withheld (pass --partial to print them)"
+        );
+        return Code::Incomplete;
+    }
+    print!("{}", report.render_as(format, Sections::Full));
+    Code::Ok
 }
 
 fn tok(t: &Option<pb::Token>) -> String {

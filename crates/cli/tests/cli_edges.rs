@@ -3,35 +3,11 @@
 //! help text, and the message of a coordinator that is not there.
 
 use std::io::{BufRead, BufReader};
-use std::path::Path;
 use std::process::{Command, Stdio};
 
-fn lanes(dir: &Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_lanes"));
-    c.current_dir(dir)
-        .env_remove("LANES_COORDINATOR")
-        .env_remove("LANES_CLIENT_TOKEN")
-        .env_remove("LANES_CLIENT_TOKEN_FILE");
-    c
-}
+mod support;
 
-/// A fast sim campaign of `tasks` tasks and two arms, written into `dir`.
-fn campaign(dir: &Path, id: &str, tasks: usize, agent_s: f64) -> std::path::PathBuf {
-    let mut text = format!(
-        "id = \"{id}\"\nphase1_runs = 1\nschedule_seed = 5\npairing = \"none\"\nlease_ttl_s = 10\n\
-         [defaults]\ntimeout_s = 10\nmax_turns = 10\n\
-         [[arms]]\nid = \"a\"\nprovider = \"pa\"\n[[arms]]\nid = \"b\"\nprovider = \"pb\"\n\
-         [driver]\nsim = {{ boot_s = 0.001, reset_s = 0.001, agent_s = [{agent_s}, {agent_s}], \
-         evaluate_s = 0.001, pass_rate = {{ a = 0.5, b = 0.5 }} }}\n[tasks]\nitems = [\n"
-    );
-    for i in 0..tasks {
-        text.push_str(&format!("  {{ id = \"T{i:03}\" }},\n"));
-    }
-    text.push_str("]\n");
-    let path = dir.join(format!("{id}.toml"));
-    std::fs::write(&path, text).unwrap();
-    path
-}
+use support::{campaign, lanes_in as lanes};
 
 /// Reads one line of the child's stdout, then closes the pipe, as `| head -1` does; the
 /// child must then end by itself, quietly and with status 0.

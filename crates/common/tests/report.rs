@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use lanes_common::report::{self, PAIRED_CI_METHOD, Report};
+use lanes_common::report::{self, Block, PAIRED_CI_METHOD, Report, ReportFormat, Sections};
 use lanes_common::row::{ExcludedReason, FailureKind, Phase2Refusal, Row, Status, StoreFields};
 use lanes_common::schedule::{self, Trial};
 use lanes_common::spec::{self, Campaign};
@@ -572,4 +572,122 @@ fn the_budget_line_shows_spend_against_the_cap_and_its_bound() {
 
     let uncapped = campaign(&["a"], 1, 1, 0);
     assert!(Ledger::new(&uncapped).report().budget.is_none());
+}
+
+/// A report with every part: exclusions, a phase-2 refusal, pending trials, warnings.
+fn rich_report() -> Report {
+    let c = campaign(&["a", "b"], 3, 1, 1);
+    let mut l = Ledger::new(&c);
+    l.pass(("t1", 0, "a"));
+    l.fail(("t1", 0, "b"));
+    l.pass(("t2", 0, "a"));
+    l.pass(("t2", 0, "b"));
+    l.infra(("t2", 1, "b"), 1, true);
+    l.not_started(("t3", 1, "a"));
+    l.scored(("t1", 0, "a"), 2, Status::Completed, false);
+    l.report()
+}
+
+/// The text form, byte for byte (`tests/golden/report.txt`; write it anew with
+/// `LANES_WRITE_GOLDEN=1`). It was made before the renderers shared one document, and holds
+/// them to the text `lanes report` always printed.
+#[test]
+fn the_text_report_is_the_golden_text() {
+    let text = rich_report().to_text();
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/report.txt");
+    if std::env::var_os("LANES_WRITE_GOLDEN").is_some() {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, &text).unwrap();
+    }
+    let golden = std::fs::read_to_string(&path).unwrap();
+    assert!(text == golden, "the text report changed:\n{text}");
+}
+
+/// Markdown's escaping of a table cell, written out independently of the renderer.
+fn md_cell(s: &str) -> String {
+    let mut out = String::new();
+    for c in s.chars() {
+        if "\\`*_[]<>#|".contains(c) {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// LaTeX's escaping of the characters a report cell can hold.
+fn tex_cell(s: &str) -> String {
+    s.replace('_', "\\_")
+        .replace('$', "\\$")
+        .replace('%', "\\%")
+        .replace('&', "\\&")
+        .replace('#', "\\#")
+}
+
+#[test]
+fn markdown_and_latex_carry_every_cell_of_the_text_tables() {
+    let r = rich_report();
+    let doc = r.document(Sections::Full);
+    let md = r.render_as(ReportFormat::Markdown, Sections::Full);
+    let tex = r.render_as(ReportFormat::Latex, Sections::Full);
+    let mut tables = 0;
+    for section in &doc.sections {
+        assert!(md.contains(&format!(
+            "## {}",
+            md_cell(&section.title).replace("\\|", "|")
+        )));
+        for block in &section.blocks {
+            let Block::Table(t) = block else { continue };
+            tables += 1;
+            for row in std::iter::once(&t.headers).chain(&t.rows) {
+                let line: Vec<String> = row.iter().map(|c| md_cell(c)).collect();
+                let line = format!("| {} |", line.join(" | "));
+                assert!(md.contains(&line), "{line:?} not in\n{md}");
+                let line: Vec<String> = row.iter().map(|c| tex_cell(c)).collect();
+                let line = format!("{} \\\\", line.join(" & "));
+                assert!(tex.contains(&line), "{line:?} not in\n{tex}");
+            }
+            if !t.rows.is_empty() {
+                let spec: String = std::iter::once('l')
+                    .chain(std::iter::repeat_n('r', t.headers.len() - 1))
+                    .collect();
+                assert!(tex.contains(&format!("\\begin{{tabular}}{{{spec}}}")));
+            }
+        }
+    }
+    assert_eq!(tables, 6);
+    assert_eq!(
+        tex.matches("\\begin{").count(),
+        tex.matches("\\end{").count()
+    );
+    // The numbers of the text form: the per-arm row of arm a, cell for cell.
+    let text = r.to_text();
+    assert!(text.contains("  a        5        2       2      1.000  [0.342, 1.000]"));
+    assert!(
+        md.contains("| a | 5 | 2 | 2 | 1.000 | \\[0.342, 1.000\\] |"),
+        "{md}"
+    );
+    assert!(
+        tex.contains("a & 5 & 2 & 2 & 1.000 & [0.342, 1.000] &"),
+        "{tex}"
+    );
+    // JSON is the report value itself.
+    let json: Report =
+        serde_json::from_str(&r.render_as(ReportFormat::Json, Sections::Full)).unwrap();
+    assert_eq!(json, r);
+}
+
+#[test]
+fn a_summary_is_a_prefix_of_the_full_report_in_every_format() {
+    let r = rich_report();
+    for format in [
+        ReportFormat::Text,
+        ReportFormat::Markdown,
+        ReportFormat::Latex,
+    ] {
+        let summary = r.render_as(format, Sections::Summary);
+        let full = r.render_as(format, Sections::Full);
+        assert!(full.starts_with(&summary), "{format:?}");
+        assert!(summary.contains("COMPLETENESS") && !summary.contains("PER ARM"));
+    }
 }

@@ -29,7 +29,8 @@
 //! at least 1.0.
 //!
 //! This module holds the model and builds it from the rows; the numbers come from
-//! [`crate::stats`] and the text from [`Report::render`].
+//! [`crate::stats`]. [`Report::document`] lays it out once, and each format
+//! ([`ReportFormat`]) typesets that document, so no two formats can disagree on a number.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -43,11 +44,52 @@ use crate::stats::{
     self, Interval, Mean, Z95, mcnemar_exact_p, newcombe_paired_diff, ratio, wilson_interval,
 };
 
-mod render;
+mod document;
+mod latex;
+mod markdown;
 #[cfg(test)]
 mod tests;
+mod text;
 
-pub use render::Sections;
+pub use document::{Block, Document, Section, Sections, Table};
+
+/// How `lanes report` prints a report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReportFormat {
+    /// Aligned plain-ASCII tables, for the terminal.
+    Text,
+    /// GitHub-flavoured Markdown tables.
+    Markdown,
+    /// A LaTeX fragment with `booktabs` tables.
+    Latex,
+    /// The report value itself, as JSON (schema [`REPORT_SCHEMA`]).
+    Json,
+}
+
+impl Report {
+    /// The report in `format`, limited to `sections`. JSON is always the whole value: its
+    /// readers pick what they need.
+    pub fn render_as(&self, format: ReportFormat, sections: Sections) -> String {
+        match format {
+            ReportFormat::Text => text::render(&self.document(sections)),
+            ReportFormat::Markdown => markdown::render(&self.document(sections)),
+            ReportFormat::Latex => latex::render(&self.document(sections)),
+            ReportFormat::Json => {
+                serde_json::to_string_pretty(self).expect("a report serializes") + "\n"
+            }
+        }
+    }
+
+    /// The report as text, limited to `sections`.
+    pub fn render(&self, sections: Sections) -> String {
+        self.render_as(ReportFormat::Text, sections)
+    }
+
+    /// The whole report as text.
+    pub fn to_text(&self) -> String {
+        self.render(Sections::Full)
+    }
+}
 
 /// The schema tag of the report's JSON.
 pub const REPORT_SCHEMA: &str = "lanes-report/1";
