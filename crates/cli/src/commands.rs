@@ -17,6 +17,8 @@ pub(crate) enum ClientCmd {
         file: PathBuf,
         #[command(flatten)]
         target: Target,
+        #[command(flatten)]
+        smoke: crate::smoke::SmokeArgs,
     },
     /// A campaign's state, or every campaign's.
     Status {
@@ -123,8 +125,15 @@ pub(crate) fn run(cmd: ClientCmd) -> anyhow::Result<Code> {
         let c = &mut s.client;
         let done: Result<Code, tonic::Status> = async {
             match cmd {
-                ClientCmd::Submit { file, .. } => {
+                ClientCmd::Submit { file, smoke, .. } => {
                     let campaign = match lanes_common::spec::load_file(&file) {
+                        Ok(c) => c,
+                        Err(e) => {
+                            eprintln!("lanes: {e}");
+                            return Ok(Code::BadInput);
+                        }
+                    };
+                    let campaign = match smoke.apply(campaign) {
                         Ok(c) => c,
                         Err(e) => {
                             eprintln!("lanes: {e}");

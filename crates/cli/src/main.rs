@@ -12,6 +12,7 @@ mod metrics;
 mod progress;
 mod run;
 mod schedule;
+mod smoke;
 mod store;
 mod telemetry;
 mod tls_args;

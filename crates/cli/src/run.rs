@@ -56,6 +56,8 @@ pub(crate) struct Args {
     #[arg(long, value_name = "ADDR")]
     metrics_listen: Option<std::net::SocketAddr>,
     #[command(flatten)]
+    smoke: crate::smoke::SmokeArgs,
+    #[command(flatten)]
     log: crate::telemetry::LogArgs,
 }
 
@@ -70,6 +72,13 @@ pub(crate) fn run(args: Args) -> anyhow::Result<Code> {
             }
         };
     let campaign = match spec::load_file(&args.file) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("lanes: {e}");
+            return Ok(Code::BadInput);
+        }
+    };
+    let campaign = match args.smoke.apply(campaign) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("lanes: {e}");

@@ -16,6 +16,7 @@ pub mod report;
 pub mod resume;
 pub mod row;
 pub mod schedule;
+pub mod smoke;
 pub mod spec;
 pub mod spec_hash;
 pub mod state;

@@ -594,6 +594,10 @@ pub struct Row {
     pub duplicate: bool,
     pub late: bool,
     pub paired: bool,
+    /// A row of a smoke run (a campaign derived with `--smoke`), never of a pre-registered
+    /// campaign. Written only when true.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub smoke: bool,
     // Result.
     pub score: Option<f64>,
     pub passed: Option<bool>,
@@ -629,6 +633,7 @@ pub struct StoreFields {
     pub duplicate: bool,
     pub late: bool,
     pub paired: bool,
+    pub smoke: bool,
     pub written_utc: String,
 }
 
@@ -717,6 +722,7 @@ impl Row {
             duplicate: store.duplicate,
             late: store.late,
             paired: store.paired,
+            smoke: store.smoke,
             score: None,
             passed: None,
             checks: Vec::new(),

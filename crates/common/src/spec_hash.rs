@@ -17,7 +17,7 @@ const ENCODING: &str = "lanes-spec-hash/1";
 /// The canonical header: every measured option except the tasks.
 pub fn measured_header(spec: &CampaignSpec) -> serde_json::Value {
     let r = &spec.retry;
-    json!({
+    let mut header = json!({
         "encoding": ENCODING,
         "phase1_runs": spec.phase1_runs,
         "phase2_runs": spec.phase2_runs,
@@ -40,7 +40,12 @@ pub fn measured_header(spec: &CampaignSpec) -> serde_json::Value {
             "infra_backoff_s": r.infra_backoff_s,
         },
         "expect": spec.expect,
-    })
+    });
+    // Only on a smoke run, so that no other campaign's hash moves.
+    if let Some(origin) = &spec.smoke {
+        header["smoke_of"] = json!({"campaign": origin.campaign, "spec_hash": origin.spec_hash});
+    }
+    header
 }
 
 /// The canonical line of one task.

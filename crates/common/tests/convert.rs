@@ -334,6 +334,7 @@ fn store_fields(seq: u64) -> StoreFields {
         duplicate: false,
         late: true,
         paired: true,
+        smoke: true,
         written_utc: "2026-12-02T10:00:48.123Z".into(),
     }
 }

@@ -105,6 +105,7 @@ impl Ledger {
                 duplicate,
                 late: false,
                 paired: false,
+                smoke: false,
                 written_utc: "2027-01-15T08:00:00Z".into(),
             },
         );

@@ -84,7 +84,18 @@ impl Report {
                 format!("{s} {n}")
             })
             .collect();
-        let mut facts = vec![
+        let mut facts = Vec::new();
+        if let Some(origin) = &self.smoke_of {
+            facts.push((
+                "SMOKE RUN".to_owned(),
+                format!(
+                    "derived from campaign {} (spec hash {}) to check the setup; these are \
+                     not its pre-registered results",
+                    origin.campaign, origin.spec_hash
+                ),
+            ));
+        }
+        facts.extend([
             ("spec hash(es)".to_owned(), hashes),
             (
                 "rows".to_owned(),
@@ -94,7 +105,7 @@ impl Report {
                 ),
             ),
             ("rows by status".to_owned(), by_status.join(", ")),
-        ];
+        ]);
         if let Some(b) = &self.budget {
             let bound = if b.guarded {
                 "every trial has a max_cost_usd guard: spend stays within the cap while drivers honour it"

@@ -131,6 +131,10 @@ pub struct Report {
     /// The spend against `budget_cap_usd`, when the campaign has a cap.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<BudgetLine>,
+    /// Set for a smoke run: the campaign it was derived from. Its numbers check a setup;
+    /// they are not the pre-registered campaign's results.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub smoke_of: Option<crate::smoke::SmokeOrigin>,
 }
 
 /// The spend against the budget cap, and how far past the cap it could have gone.
@@ -601,6 +605,7 @@ impl ReportBuilder {
         Report {
             schema: REPORT_SCHEMA.to_owned(),
             campaign: campaign.spec.id.to_string(),
+            smoke_of: campaign.spec.smoke.clone(),
             spec_hashes: self.spec_hashes,
             rows_total: self.rows_total,
             duplicates: self.duplicates,

@@ -209,6 +209,7 @@ fn load(
         expect,
         ops,
         driver,
+        smoke: None,
     };
     spec.validate().map_err(|e| ctx.spec_error(e))?;
     let tasks = match raw.tasks {

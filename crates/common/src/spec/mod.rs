@@ -75,6 +75,10 @@ pub struct CampaignSpec {
     #[serde(default)]
     pub ops: Operational,
     pub driver: DriverConfig,
+    /// Set on a smoke run (`lanes run --smoke`): the campaign it was derived from. Its rows
+    /// say `smoke: true`, and its report says it is not the pre-registered campaign.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub smoke: Option<crate::smoke::SmokeOrigin>,
 }
 
 impl CampaignSpec {

@@ -128,6 +128,7 @@ async fn refuse_block(
                     spec_hash: meta.spec_hash.clone(),
                     is_final: true,
                     excluded_reason: Some(reason.clone()),
+                    smoke: meta.spec.smoke.is_some(),
                     written_utc: format_rfc3339(now),
                     ..StoreFields::default()
                 },

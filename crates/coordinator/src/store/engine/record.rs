@@ -219,6 +219,7 @@ pub(super) async fn record(
         duplicate: matches!(decision, Decision::Duplicate) && (outcome.status.is_scored() || late),
         late,
         paired: paired && !late,
+        smoke: meta.spec.smoke.is_some(),
         written_utc: format_rfc3339(now),
         ..StoreFields::default()
     };
