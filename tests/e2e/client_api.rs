@@ -214,6 +214,39 @@ async fn a_broken_stream_stores_nothing() {
     assert!(err.message().contains("first message"), "{}", err.message());
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_over_the_client_message_limit_is_refused_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(EmbeddedStore::open(dir.path()).unwrap());
+    let clock = ManualClock::new(1_796_083_200_000);
+    let config = lanes_coordinator::CoordinatorConfig {
+        max_client_message_bytes: 64 * 1024,
+        ..lanes_tests::coordinator::test_config()
+    };
+    let coord = CoordinatorHandle::start_with(config, store, Arc::new(clock)).await;
+    let mut c = client(&coord.url(), Some(CLIENT_TOKEN)).await;
+    // Each chunk is well under the limit; together they are over it.
+    let mut chunks = vec![header(Spec::CampaignToml(CAMPAIGN.into()))];
+    for n in 0..100 {
+        let mut part = tasks(1);
+        part[0].id = format!("t{n}");
+        part[0].payload_json = format!("{{\"pad\":\"{}\"}}", "x".repeat(1024));
+        chunks.push(chunk(part));
+    }
+    let err = c
+        .submit_stream(tokio_stream::iter(chunks))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(
+        err.message().contains("--max-client-message-bytes"),
+        "{}",
+        err.message()
+    );
+    let err = trials_of(&mut c, "toml-form").await.unwrap_err();
+    assert_eq!(err.code(), Code::NotFound);
+}
+
 async fn list_services(url: &str, token: Option<&str>) -> Result<Vec<String>, tonic::Status> {
     let mut r = ServerReflectionClient::with_interceptor(
         channel(url).await,

@@ -81,6 +81,10 @@ pub(crate) struct Args {
     /// Most trials one campaign may have; a bigger submit is refused [default: 10000000].
     #[arg(long, env = "LANES_MAX_TRIALS")]
     max_trials: Option<u64>,
+    /// Largest message a client may send, and the most one SubmitStream may carry in all,
+    /// in bytes [default: 268435456 (256 MiB)].
+    #[arg(long, env = "LANES_MAX_CLIENT_MESSAGE_BYTES", value_parser = clap::value_parser!(u64).range(1024..))]
+    max_client_message_bytes: Option<u64>,
     /// Submits running at once; more are refused with RESOURCE_EXHAUSTED [default: 4].
     #[arg(long, env = "LANES_MAX_CONCURRENT_SUBMITS", value_parser = clap::value_parser!(u32).range(1..))]
     max_concurrent_submits: Option<u32>,
@@ -123,6 +127,7 @@ struct FileConfig {
     insecure_no_auth: bool,
     reaper_delay_s: Option<u64>,
     max_trials: Option<u64>,
+    max_client_message_bytes: Option<u64>,
     max_concurrent_submits: Option<u32>,
     max_streams_per_token: Option<u32>,
     metrics_listen: Option<SocketAddr>,
@@ -251,6 +256,12 @@ pub(crate) fn run(args: Args) -> anyhow::Result<Code> {
             .max_trials
             .or(file.max_trials)
             .unwrap_or(defaults.max_trials),
+        max_client_message_bytes: args
+            .max_client_message_bytes
+            .or(file.max_client_message_bytes)
+            .map_or(defaults.max_client_message_bytes, |n| {
+                usize::try_from(n).unwrap_or(usize::MAX)
+            }),
         max_concurrent_submits: args
             .max_concurrent_submits
             .or(file.max_concurrent_submits)

@@ -178,6 +178,7 @@ fn run_example(tls: bool) {
         .unwrap_or_else(|| panic!("no RESULT line in:\n{out}"));
     let result: serde_json::Value = serde_json::from_str(result).unwrap();
     assert!(out.contains("trials final"), "no progress printed:\n{out}");
+    assert!(out.contains("campaign ended: CAMPAIGN_STATE_DONE"), "{out}");
     assert!(
         out.contains("baseline: ") && out.contains("candidate: "),
         "{out}"

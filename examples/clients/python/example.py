@@ -11,6 +11,7 @@ import sys
 from collections import Counter
 
 import grpc
+from lanes.v1 import types_pb2
 from lanes_client import LanesClient, violations
 
 
@@ -75,6 +76,7 @@ def main():
             print(f"  {final}/{total} trials final")
         elif kind == "campaign_ended":
             ended = event.campaign_ended
+            print(f"  campaign ended: {types_pb2.CampaignState.Name(ended.state)}")
     state = client.status(submitted.id)
     print(f"campaign ended: {state.trials_final}/{state.trials_total} final")
 

@@ -13,6 +13,10 @@ import json
 import grpc
 from lanes.v1 import campaign_pb2 as pb
 from lanes.v1 import campaign_pb2_grpc
+from lanes.v1 import types_pb2
+
+# A campaign in one of these states runs nothing more until it is resubmitted.
+ENDED = (types_pb2.CAMPAIGN_STATE_DONE, types_pb2.CAMPAIGN_STATE_STOPPED)
 
 # Task lists longer than this go through SubmitStream, in chunks of this many tasks.
 CHUNK = 1000
@@ -59,11 +63,16 @@ class LanesClient:
         return self._stub.SubmitStream(chunks(), metadata=self._metadata)
 
     def watch(self, campaign):
-        """Yields WatchEvents: a snapshot first, then what happens, until the campaign ends."""
+        """Yields WatchEvents: a snapshot first, then what happens, until the campaign is done
+        or stopped. (The stream itself stays open: an amendment or a resume reopens a
+        campaign, and a `campaign_ended` also reports STOPPING.)"""
         request = pb.WatchRequest(id=campaign)
         for event in self._stub.Watch(request, metadata=self._metadata):
             yield event
-            if event.HasField("campaign_ended"):
+            kind = event.WhichOneof("event")
+            if kind == "snapshot" and event.snapshot.state in ENDED:
+                return
+            if kind == "campaign_ended" and event.campaign_ended.state in ENDED:
                 return
 
     def rows(self, campaign, follow=False):
