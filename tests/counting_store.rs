@@ -177,6 +177,12 @@ impl Store for CountingStore {
         self.lists.fetch_add(1, Ordering::SeqCst);
         self.inner.list().await
     }
+    async fn delete(
+        &self,
+        campaign: &CampaignId,
+    ) -> Result<lanes_coordinator::store::Deleted, StoreError> {
+        self.inner.delete(campaign).await
+    }
     async fn spec(&self, campaign: &CampaignId) -> Result<CampaignSpec, StoreError> {
         self.inner.spec(campaign).await
     }

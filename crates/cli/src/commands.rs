@@ -55,9 +55,13 @@ pub(crate) enum ClientCmd {
     },
     /// The report: completeness audit, per-arm rates, paired differences.
     Report {
-        id: String,
+        #[arg(required_unless_present = "from")]
+        id: Option<String>,
         #[command(flatten)]
         target: Target,
+        /// Read the campaign from an archive (`lanes archive`) instead of a coordinator.
+        #[arg(long, value_name = "FILE", conflicts_with = "id")]
+        from: Option<PathBuf>,
         /// How to print it: aligned text, Markdown tables, a LaTeX fragment (booktabs), or
         /// the report's JSON. Every format carries the same numbers.
         #[arg(long, value_enum, default_value_t = ReportFormatArg::Text)]
@@ -68,6 +72,28 @@ pub(crate) enum ClientCmd {
         /// Print rates even though some trials are not final yet.
         #[arg(long)]
         partial: bool,
+    },
+    /// Write a campaign's spec, amendments, tasks and whole ledger to one file (JSONL;
+    /// gzip-compressed when FILE ends in .gz) that `lanes report --from FILE` reads.
+    Archive {
+        id: String,
+        #[command(flatten)]
+        target: Target,
+        #[arg(long, value_name = "FILE")]
+        to: PathBuf,
+        /// Replace FILE if it exists.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Delete a campaign and free its keys: spec, tasks, trial states and the whole ledger.
+    /// Refused while it runs. Archive it first to keep its rows.
+    Delete {
+        id: String,
+        #[command(flatten)]
+        target: Target,
+        /// Confirm: the delete cannot be undone.
+        #[arg(long)]
+        yes: bool,
     },
     /// The workers connected to this coordinator replica, and their health.
     Workers {
@@ -112,12 +138,38 @@ impl ClientCmd {
             | ClientCmd::Stop { target, .. }
             | ClientCmd::Results { target, .. }
             | ClientCmd::Report { target, .. }
+            | ClientCmd::Archive { target, .. }
+            | ClientCmd::Delete { target, .. }
             | ClientCmd::Workers { target, .. } => target,
         }
     }
 }
 
 pub(crate) fn run(cmd: ClientCmd) -> anyhow::Result<Code> {
+    // An archive needs no coordinator.
+    if let ClientCmd::Report {
+        from: Some(path),
+        format,
+        json,
+        partial,
+        ..
+    } = &cmd
+    {
+        let archive = match crate::archive::read(path) {
+            Ok(a) => a,
+            Err(e) => {
+                eprintln!("lanes: {e:#}");
+                return Ok(Code::BadInput);
+            }
+        };
+        let report = lanes_common::report::build(&archive.campaign, &archive.rows);
+        let format = if *json {
+            ReportFormatArg::Json
+        } else {
+            *format
+        };
+        return Ok(print_report(&report, format.into(), *partial));
+    }
     let target = cmd.target().clone();
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async move {
@@ -239,6 +291,44 @@ pub(crate) fn run(cmd: ClientCmd) -> anyhow::Result<Code> {
                     }
                     Ok(Code::Ok)
                 }
+                ClientCmd::Archive { id, to, force, .. } => {
+                    match crate::archive::write(c, &id, &to, force).await {
+                        Ok(w) => {
+                            println!(
+                                "{id}: {} tasks and {} rows archived to {} (campaign {})",
+                                w.tasks,
+                                w.rows,
+                                to.display(),
+                                w.state
+                            );
+                            Ok(Code::Ok)
+                        }
+                        Err(e) => match e.downcast::<tonic::Status>() {
+                            Ok(status) => Err(status),
+                            Err(e) => {
+                                eprintln!("lanes: {e:#}");
+                                Ok(Code::Failure)
+                            }
+                        },
+                    }
+                }
+                ClientCmd::Delete { id, yes, .. } => {
+                    if !yes {
+                        let st = c.get(pb::GetRequest { id: id.clone() }).await?.into_inner();
+                        eprintln!(
+                            "lanes: this deletes campaign {id} ({}, {} trials, {} rows) for \
+                             good. Keep its rows with `lanes archive {id} --to FILE` first; \
+                             pass --yes to delete.",
+                            crate::client::state_name(st.state),
+                            st.trials_total,
+                            st.rows_total
+                        );
+                        return Ok(Code::BadInput);
+                    }
+                    let r = c.delete(pb::DeleteRequest { id: id.clone() }).await?.into_inner();
+                    println!("{id}: deleted ({} trials, {} rows)", r.trials, r.rows);
+                    Ok(Code::Ok)
+                }
                 ClientCmd::Report {
                     id,
                     format,
@@ -246,6 +336,7 @@ pub(crate) fn run(cmd: ClientCmd) -> anyhow::Result<Code> {
                     partial,
                     ..
                 } => {
+                    let id = id.unwrap_or_default();
                     let r = c.report(pb::ReportRequest { id }).await?.into_inner();
                     let report: Report = serde_json::from_str(&r.json)
                         .map_err(|e| tonic::Status::internal(format!("unreadable report: {e}")))?;

@@ -1,5 +1,6 @@
 //! The `lanes` command: parses arguments and wires the libraries together.
 
+mod archive;
 mod bench;
 mod client;
 mod commands;

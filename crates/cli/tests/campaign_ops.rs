@@ -83,3 +83,110 @@ fn a_smoke_run_has_its_own_ledger_and_leaves_the_campaign_untouched() {
     let bad = run(&["--tasks", "T*"]).unwrap();
     assert_eq!(bad.status.code(), Some(2), "--tasks needs --smoke");
 }
+
+#[test]
+fn an_archive_reads_back_as_the_same_report_and_a_delete_frees_the_campaign() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let file = campaign(d, "kept", 8, 0.001);
+    ok(lanes_in(d).arg("run").arg(&file).output().unwrap());
+    let report = |args: &[&str]| ok(lanes_in(d).arg("report").args(args).output().unwrap());
+    let live = report(&["kept", "--format", "json"]);
+
+    for name in ["kept.jsonl", "kept.jsonl.gz"] {
+        let said = ok(lanes_in(d)
+            .args(["archive", "kept", "--to", name])
+            .output()
+            .unwrap());
+        assert!(
+            said.contains("8 tasks and 16 rows archived") && said.contains("campaign done"),
+            "{said}"
+        );
+        assert_eq!(
+            report(&["--from", name, "--format", "json"]),
+            live,
+            "{name}"
+        );
+        assert!(report(&["--from", name]).contains("PER ARM"));
+    }
+    let gz = std::fs::read(d.join("kept.jsonl.gz")).unwrap();
+    assert_eq!(&gz[..2], &[0x1f, 0x8b], "gzip");
+    // An existing file is kept unless --force.
+    let again = lanes_in(d)
+        .args(["archive", "kept", "--to", "kept.jsonl"])
+        .output()
+        .unwrap();
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("--force"));
+    // A cut archive is refused, not read as a smaller campaign.
+    let text = std::fs::read_to_string(d.join("kept.jsonl")).unwrap();
+    let cut: Vec<&str> = text.lines().collect();
+    std::fs::write(d.join("cut.jsonl"), cut[..cut.len() - 2].join("\n")).unwrap();
+    let refused = lanes_in(d)
+        .args(["report", "--from", "cut.jsonl"])
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("cut short"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+
+    // Delete asks for --yes, then frees the id; the archive still reports.
+    let asked = lanes_in(d).args(["delete", "kept"]).output().unwrap();
+    assert_eq!(asked.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&asked.stderr);
+    assert!(
+        stderr.contains("pass --yes") && stderr.contains("16 rows"),
+        "{stderr}"
+    );
+    assert!(ok(lanes_in(d).args(["status", "kept"]).output().unwrap()).contains("kept"));
+    let said = ok(lanes_in(d)
+        .args(["delete", "kept", "--yes"])
+        .output()
+        .unwrap());
+    assert_eq!(said.trim(), "kept: deleted (16 trials, 16 rows)");
+    assert!(
+        !lanes_in(d)
+            .args(["status", "kept"])
+            .output()
+            .unwrap()
+            .status
+            .success()
+    );
+    assert_eq!(
+        report(&["--from", "kept.jsonl.gz", "--format", "json"]),
+        live
+    );
+}
+
+#[test]
+fn a_running_campaign_is_not_deleted() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // A store with the campaign submitted and no lanes: it stays running.
+    let file = campaign(d, "busy", 4, 0.001);
+    let data = d.join(".lanes");
+    std::fs::create_dir_all(&data).unwrap();
+    ok(lanes_in(d)
+        .arg("submit")
+        .arg(&file)
+        .arg("--data-dir")
+        .arg(&data)
+        .output()
+        .unwrap());
+    let refused = lanes_in(d)
+        .args(["delete", "busy", "--yes"])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("is running: stop it first"), "{stderr}");
+    ok(lanes_in(d).args(["stop", "busy"]).output().unwrap());
+    let said = ok(lanes_in(d)
+        .args(["delete", "busy", "--yes"])
+        .output()
+        .unwrap());
+    assert_eq!(said.trim(), "busy: deleted (8 trials, 0 rows)");
+}

@@ -2,6 +2,7 @@
 //! rows and outcomes, the spec hash, the policy (retries, claim gates, phase 2), resume, the
 //! size limits of every message, and the generated wire contract with its conversions.
 
+pub mod archive;
 pub mod canonical;
 pub mod convert;
 pub mod ids;

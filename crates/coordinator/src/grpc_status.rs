@@ -42,6 +42,7 @@ pub(crate) fn from_store(e: StoreError) -> Status {
             )
         }
         StoreError::InvalidOutcome(_) => Status::invalid_argument(message),
+        StoreError::Active(..) => Status::failed_precondition(message),
         StoreError::NotDurable(_) | StoreError::Layout(_) => Status::failed_precondition(message),
         StoreError::Unavailable(_) => Status::unavailable(message),
         StoreError::Corrupt(_) => Status::data_loss(message),

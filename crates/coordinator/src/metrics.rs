@@ -131,6 +131,7 @@ pub enum StoreOp {
     Campaign,
     LeaseKey,
     Ping,
+    Delete,
 }
 
 impl StoreOp {
@@ -152,6 +153,7 @@ impl StoreOp {
             Self::Campaign => "campaign",
             Self::LeaseKey => "lease_key",
             Self::Ping => "ping",
+            Self::Delete => "delete",
         }
     }
 }

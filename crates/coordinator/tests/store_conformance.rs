@@ -1359,6 +1359,91 @@ async fn a_claim_refuses_a_driver_the_worker_does_not_run(h: &mut Harness) {
     ));
 }
 
+/// A campaign is deleted only once it runs nothing; then every key of it is gone (Redis: no
+/// key under its hash tag, and not in the set of campaigns), another campaign is untouched,
+/// and its id is free for a new campaign.
+async fn delete_frees_a_campaign_that_runs_nothing(h: &mut Harness) {
+    let arms = [("a", "pa"), ("b", "pb")];
+    h.submit(campaign("gone", &arms, 3, "pairing = \"none\"", ""))
+        .await;
+    h.submit(campaign("kept", &arms, 2, "", "")).await;
+    let gone = cid("gone");
+    let active = |r: Result<_, StoreError>, what: &str| match r {
+        Err(StoreError::Active(_, why)) => assert!(why.contains(what), "{why}"),
+        other => panic!("deleted while {what}: {other:?}"),
+    };
+    active(h.store.delete(&gone).await, "is running");
+    let token = h.claim_tokens(&gone, "lane-a", "host-a").await.remove(0);
+    h.store
+        .complete(
+            &gone,
+            scored(&token, "lane-a", "host-a", Status::Completed, 1.0),
+            h.now(),
+        )
+        .await
+        .unwrap();
+    let held = h.claim_tokens(&gone, "lane-a", "host-a").await.remove(0);
+    h.store.stop(&gone, StopMode::Drain, h.now()).await.unwrap();
+    active(h.store.delete(&gone).await, "is stopping");
+    h.store
+        .complete(
+            &gone,
+            scored(&held, "lane-a", "host-a", Status::Completed, 0.0),
+            h.now(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        h.store.status(&gone, h.now()).await.unwrap().state,
+        CampaignState::Stopped
+    );
+
+    let deleted = h.store.delete(&gone).await.unwrap();
+    assert_eq!((deleted.rows, deleted.trials), (2, 6));
+    assert!(matches!(
+        h.store.status(&gone, h.now()).await,
+        Err(StoreError::UnknownCampaign(_))
+    ));
+    assert!(matches!(
+        h.store.delete(&gone).await,
+        Err(StoreError::UnknownCampaign(_))
+    ));
+    assert_eq!(h.store.list().await.unwrap(), vec![cid("kept")]);
+    if let Some(server) = &h.redis {
+        let client = ::redis::Client::open(server.url()).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        let left: Vec<String> = ::redis::cmd("KEYS")
+            .arg("lanes:{c:gone}:*")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert!(left.is_empty(), "keys left behind: {left:?}");
+        let listed: bool = ::redis::cmd("SISMEMBER")
+            .arg("lanes:campaigns")
+            .arg("gone")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert!(!listed);
+    }
+    // The other campaign runs on; the id starts afresh.
+    assert!(
+        !h.claim_tokens(&cid("kept"), "lane-b", "host-b")
+            .await
+            .is_empty()
+    );
+    let again = h.submit(campaign("gone", &arms, 1, "", "")).await;
+    assert_eq!(again.kind, SubmitKind::Created);
+    let st = h.store.status(&gone, h.now()).await.unwrap();
+    assert_eq!((st.trials_total, st.rows_total, st.trials_final), (2, 0, 0));
+    // No row, event or trial state of the old campaign shows through.
+    assert!(h.store.rows(&gone, 0, 100).await.unwrap().is_empty());
+    let events = h.store.events(&gone, 0, 100).await.unwrap();
+    assert!(events.len() <= 1, "old events: {events:?}");
+    let tokens = h.claim_tokens(&gone, "lane-a", "host-a").await;
+    assert!(tokens.iter().all(|t| t.attempt == 1), "{tokens:?}");
+}
+
 per_backend!(embedded => Harness::embedded();
     a_claim_refuses_a_driver_the_worker_does_not_run,
     schedule_order_and_whole_groups,
@@ -1392,6 +1477,7 @@ per_backend!(embedded => Harness::embedded();
     large_submit_and_amendment_are_whole,
     late_score_after_an_undelivered_reap_counts_once,
     embedded_file_reopened_keeps_everything,
+    delete_frees_a_campaign_that_runs_nothing,
 );
 
 per_backend!(redis => Harness::redis().await;
@@ -1429,6 +1515,7 @@ per_backend!(redis => Harness::redis().await;
     redis_restart_keeps_every_acknowledged_outcome_score_and_lease,
     redis_kill9_mid_complete_errors_and_the_retry_lands_once,
     redis_without_fsync_always_is_refused_unless_allowed,
+    delete_frees_a_campaign_that_runs_nothing,
 );
 
 /// Embedded only: the file, reopened, keeps rows, leases, scores and counters.

@@ -217,6 +217,56 @@ impl CampaignService for CampaignSvc {
         }))
     }
 
+    type ExportStream = Boxed<pb::ExportChunk>;
+
+    /// The header, then the tasks in chunks of [`BATCH`]: read whole from the store first, so
+    /// a store failure is the call's error rather than a stream cut short.
+    async fn export(
+        &self,
+        request: Request<pb::ExportRequest>,
+    ) -> Result<Response<Self::ExportStream>, Status> {
+        let slot = self.shared.limits.stream_slot(request.metadata())?;
+        let id = campaign_id("id", &request.into_inner().id)?;
+        let s = &self.shared;
+        let now = s.now();
+        let status = s.store.status(&id, now).await.map_err(from_store)?;
+        let campaign = s.store.campaign(&id).await.map_err(from_store)?;
+        let internal = |e: serde_json::Error| Status::internal(e.to_string());
+        let header = pb::ExportHeader {
+            spec_json: serde_json::to_string(&campaign.spec).map_err(internal)?,
+            amendments_json: serde_json::to_string(&status.amendments).map_err(internal)?,
+            status: Some(wire::status(status, now)),
+        };
+        let mut chunks = vec![Ok(pb::ExportChunk {
+            chunk: Some(pb::export_chunk::Chunk::Header(header)),
+        })];
+        for part in campaign.tasks.chunks(BATCH) {
+            chunks.push(Ok(pb::ExportChunk {
+                chunk: Some(pb::export_chunk::Chunk::Tasks(pb::TaskChunk {
+                    tasks: part.iter().map(Into::into).collect(),
+                })),
+            }));
+        }
+        let stream = tokio_stream::StreamExt::map(tokio_stream::iter(chunks), move |c| {
+            let _slot = &slot;
+            c
+        });
+        Ok(Response::new(Box::pin(stream)))
+    }
+
+    async fn delete(
+        &self,
+        request: Request<pb::DeleteRequest>,
+    ) -> Result<Response<pb::DeleteResponse>, Status> {
+        let id = campaign_id("id", &request.into_inner().id)?;
+        let deleted = self.shared.store.delete(&id).await.map_err(from_store)?;
+        tracing::info!(campaign = %id, rows = deleted.rows, "campaign deleted");
+        Ok(Response::new(pb::DeleteResponse {
+            rows: deleted.rows,
+            trials: deleted.trials,
+        }))
+    }
+
     async fn report(
         &self,
         request: Request<pb::ReportRequest>,

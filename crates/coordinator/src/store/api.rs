@@ -132,6 +132,13 @@ pub struct Release {
     pub detail: Option<String>,
 }
 
+/// What a delete removed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Deleted {
+    pub rows: u64,
+    pub trials: u64,
+}
+
 /// What one reap did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReapReport {
@@ -263,6 +270,9 @@ pub enum StoreError {
     /// A resume that would change what is measured.
     #[error("resume refused: {} conflict(s)", .0.len())]
     Refused(Vec<Conflict>),
+    /// An operation on a whole campaign (a delete) while it still runs something.
+    #[error("campaign {0} {1}")]
+    Active(CampaignId, String),
     #[error("invalid outcome: {0}")]
     InvalidOutcome(#[from] OutcomeError),
     /// The backend cannot guarantee that acknowledged writes survive a crash.

@@ -178,6 +178,11 @@ impl Store for MeteredStore {
         self.timed(StoreOp::List, self.inner.list()).await
     }
 
+    async fn delete(&self, campaign: &CampaignId) -> Result<Deleted, StoreError> {
+        self.timed(StoreOp::Delete, self.inner.delete(campaign))
+            .await
+    }
+
     async fn spec(&self, campaign: &CampaignId) -> Result<CampaignSpec, StoreError> {
         self.timed(StoreOp::Spec, self.inner.spec(campaign)).await
     }

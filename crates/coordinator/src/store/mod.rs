@@ -115,6 +115,11 @@ pub trait Store: Send + Sync + 'static {
     /// Every campaign id, in id order.
     async fn list(&self) -> Result<Vec<CampaignId>, StoreError>;
 
+    /// Deletes a campaign that runs nothing (stopped or done, no lease out), every key of it
+    /// at once: afterwards it is unknown, and its id is free for a new campaign. Refused with
+    /// [`StoreError::Active`] otherwise.
+    async fn delete(&self, campaign: &CampaignId) -> Result<Deleted, StoreError>;
+
     /// The campaign's current spec (without its tasks).
     async fn spec(&self, campaign: &CampaignId) -> Result<CampaignSpec, StoreError>;
 

@@ -346,6 +346,12 @@ impl Store for Alternating {
     async fn list(&self) -> Result<Vec<CampaignId>, StoreError> {
         self.pick().list().await
     }
+    async fn delete(
+        &self,
+        c: &CampaignId,
+    ) -> Result<lanes_coordinator::store::Deleted, StoreError> {
+        self.pick().delete(c).await
+    }
     async fn spec(&self, c: &CampaignId) -> Result<lanes_common::spec::CampaignSpec, StoreError> {
         self.pick().spec(c).await
     }

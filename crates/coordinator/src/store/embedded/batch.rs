@@ -11,8 +11,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use redb::{ReadableTable, TableHandle, WriteTransaction};
 
+use super::redb_tx::{prefix, prefix_end};
 use super::staged::Staged;
-use super::{ALL, META, Table, backend, corrupt};
+use super::{ALL, META, SECRETS, Table, backend, corrupt};
 use crate::store::model::Meta;
 use crate::store::tx::R;
 
@@ -91,6 +92,26 @@ impl<'t> Batch<'t> {
         self.decoded += 1;
         self.metas.insert(campaign.to_vec(), meta.clone());
         Ok(Some(meta))
+    }
+
+    /// Removes every key of `campaign`: its meta (here and in the kept metas) and its range
+    /// in every other campaign table. For an operation that runs alone in its transaction.
+    pub(super) fn delete_campaign(&mut self, campaign: &[u8]) -> R<()> {
+        let start = prefix(campaign);
+        let end = prefix_end(&start);
+        for (slot, table) in ALL.iter().enumerate() {
+            let t = &mut self.tables[slot];
+            if table.name() == META.name() {
+                t.remove(campaign).map_err(backend)?;
+            } else if table.name() != SECRETS.name() {
+                t.retain_in::<&[u8], _>(start.as_slice()..end.as_slice(), |_, _| false)
+                    .map_err(backend)?;
+            }
+        }
+        self.metas.remove(campaign);
+        self.dirty.remove(campaign);
+        self.wrote = true;
+        Ok(())
     }
 
     pub(super) fn metas_decoded(&self) -> u64 {

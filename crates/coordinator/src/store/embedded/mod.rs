@@ -30,7 +30,7 @@ use super::api::*;
 use super::engine;
 use super::layout::{MigrationReport, StoreAt};
 use super::observe::{CommitObserver, ObserverSlot};
-use super::tx::R;
+use super::tx::{R, Tx};
 use redb_tx::{RedbTx, key, prefix, prefix_end};
 pub use writer::WriteStats;
 use writer::{Mode, Writer};
@@ -212,6 +212,18 @@ fn ready<F: std::future::Future>(f: F) -> F::Output {
 
 #[async_trait]
 impl Store for EmbeddedStore {
+    async fn delete(&self, campaign: &CampaignId) -> Result<Deleted, StoreError> {
+        let c = campaign.clone();
+        // Solo: the delete writes straight into a transaction of its own.
+        self.write_as(campaign, Mode::Solo, move |tx| {
+            let meta = ready(tx.meta())?.ok_or_else(|| StoreError::UnknownCampaign(c.clone()))?;
+            let deleted = engine::deletable(&meta, &c)?;
+            tx.delete_campaign()?;
+            Ok(deleted)
+        })
+        .await
+    }
+
     async fn submit(&self, campaign: Campaign, now_ms: EpochMs) -> Result<Submitted, StoreError> {
         let id = campaign.spec.id.clone();
         // Solo: a large submit writes straight into its own transaction.

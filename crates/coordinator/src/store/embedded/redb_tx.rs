@@ -77,6 +77,17 @@ impl<'a, 't> RedbTx<'a, 't> {
         }
     }
 
+    /// Removes every key of this campaign. Only an operation alone in its transaction may
+    /// (it writes straight into it, and nothing else of the campaign is staged).
+    pub(super) fn delete_campaign(&mut self) -> R<()> {
+        if !self.direct {
+            return Err(backend(
+                "a campaign is deleted only by an operation of its own",
+            ));
+        }
+        self.batch.delete_campaign(self.campaign)
+    }
+
     /// The operation's writes, to apply once it succeeded.
     pub(super) fn into_staged(self) -> Staged {
         self.staged

@@ -3,6 +3,7 @@
 //! This module holds what the operations share; each operation lives in its own file.
 
 mod claim;
+mod delete;
 mod lease;
 mod phase2;
 mod record;
@@ -10,6 +11,7 @@ mod status;
 mod submit;
 
 pub(crate) use claim::claim;
+pub(crate) use delete::deletable;
 pub(crate) use lease::{forfeit, reap, renew};
 pub(crate) use record::{complete, release};
 pub(crate) use status::{campaign, spec, status, stop};

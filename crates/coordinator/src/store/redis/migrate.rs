@@ -28,7 +28,7 @@ use super::keys::{CAMPAIGNS, Keys};
 use super::meta::{Part, parts};
 use super::stats::Conn;
 use super::{layout, layout::LAYOUT_KEY};
-use super::{redis_err, try_lock};
+use super::{redis_err, try_lock, unlock};
 use crate::store::api::StoreError;
 use crate::store::layout::{LayoutError, MigrationReport, REDIS_LAYOUT, StoreAt};
 use crate::store::model::Meta;
@@ -243,20 +243,5 @@ async fn lock(conn: &mut Conn, id: &str, keys: &Keys) -> R<String> {
             )));
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// Releases the lock if it is still this token's (compare and delete, in one step).
-async fn unlock(conn: &mut Conn, keys: &Keys, token: &str) {
-    let script = redis::Script::new(
-        "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
-    );
-    if let Err(e) = script
-        .key(keys.lock())
-        .arg(token)
-        .invoke_async::<i64>(conn)
-        .await
-    {
-        tracing::warn!(error = %e, "could not release a campaign lock; it expires by itself");
     }
 }

@@ -64,6 +64,7 @@
 mod batch;
 mod cache;
 mod commit;
+mod delete;
 mod keys;
 mod layout;
 mod meta;
@@ -149,6 +150,21 @@ async fn try_lock(
         .await
         .map_err(redis_err)?;
     Ok(got.is_some())
+}
+
+/// Releases the lock if it is still this token's (compare and delete, in one step).
+pub(crate) async fn unlock(conn: &mut Conn, keys: &Keys, token: &str) {
+    let script = redis::Script::new(
+        "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
+    );
+    if let Err(e) = script
+        .key(keys.lock())
+        .arg(token)
+        .invoke_async::<i64>(conn)
+        .await
+    {
+        tracing::warn!(error = %e, "could not release a campaign lock; it expires by itself");
+    }
 }
 
 /// Maps a Redis error: connection trouble and transient server states are retryable
@@ -709,6 +725,10 @@ impl Store for RedisStore {
             .as_deref()
             .and_then(LeaseKey::from_hex)
             .ok_or_else(|| StoreError::Corrupt(format!("{LEASE_KEY} is not 32 bytes of hex")))
+    }
+
+    async fn delete(&self, campaign: &CampaignId) -> Result<Deleted, StoreError> {
+        self.delete_campaign(campaign).await
     }
 
     async fn list(&self) -> Result<Vec<CampaignId>, StoreError> {
