@@ -183,6 +183,14 @@ impl Store for CountingStore {
     ) -> Result<lanes_coordinator::store::Deleted, StoreError> {
         self.inner.delete(campaign).await
     }
+    async fn requeue_excluded(
+        &self,
+        campaign: &CampaignId,
+        req: lanes_coordinator::store::RequeueRequest,
+        now_ms: i64,
+    ) -> Result<lanes_coordinator::store::Requeued, StoreError> {
+        self.inner.requeue_excluded(campaign, req, now_ms).await
+    }
     async fn spec(&self, campaign: &CampaignId) -> Result<CampaignSpec, StoreError> {
         self.inner.spec(campaign).await
     }

@@ -112,7 +112,7 @@ pub fn check(l: &Ledger<'_>) -> Vec<String> {
         }
         let attempts: BTreeSet<u32> = rows
             .iter()
-            .filter(|r| r.status != Status::NotStarted)
+            .filter(|r| !matches!(r.status, Status::NotStarted | Status::Requeued))
             .map(|r| r.attempt)
             .collect();
         if let Some(&max) = attempts.last()
@@ -136,8 +136,11 @@ pub fn check(l: &Ledger<'_>) -> Vec<String> {
     }
     if l.ended {
         for t in &now.trials {
+            // An operator's requeue reopens a trial: only rows after the last one end it.
             let ended = by_trial.get(t).is_some_and(|rows| {
                 rows.iter()
+                    .rev()
+                    .take_while(|r| r.status != Status::Requeued)
                     .any(|r| r.is_final || r.status == Status::NotStarted)
             });
             if !ended {

@@ -73,6 +73,23 @@ pub(crate) enum ClientCmd {
         #[arg(long)]
         partial: bool,
     },
+    /// An operator retry pass: requeue the excluded trials (or those whose exclusion reason
+    /// matches --reason) with fresh retry budgets. Recorded in the ledger with the note; the
+    /// report shows those trials apart, per arm.
+    Retry {
+        id: String,
+        #[command(flatten)]
+        target: Target,
+        /// Requeue excluded trials (required: counted and pending trials are never touched).
+        #[arg(long, required = true)]
+        excluded: bool,
+        /// Only trials whose exclusion reason matches this glob, e.g. 'infra_failure:*'.
+        #[arg(long, value_name = "PATTERN")]
+        reason: Option<String>,
+        /// Why: recorded in the ledger and the amendment.
+        #[arg(long, value_name = "TEXT")]
+        note: String,
+    },
     /// Write a campaign's spec, amendments, tasks and whole ledger to one file (JSONL;
     /// gzip-compressed when FILE ends in .gz) that `lanes report --from FILE` reads.
     Archive {
@@ -139,6 +156,7 @@ impl ClientCmd {
             | ClientCmd::Results { target, .. }
             | ClientCmd::Report { target, .. }
             | ClientCmd::Archive { target, .. }
+            | ClientCmd::Retry { target, .. }
             | ClientCmd::Delete { target, .. }
             | ClientCmd::Workers { target, .. } => target,
         }
@@ -311,6 +329,38 @@ pub(crate) fn run(cmd: ClientCmd) -> anyhow::Result<Code> {
                             }
                         },
                     }
+                }
+                ClientCmd::Retry {
+                    id,
+                    excluded,
+                    reason,
+                    note,
+                    ..
+                } => {
+                    let r = c
+                        .retry(pb::RetryRequest {
+                            id: id.clone(),
+                            excluded,
+                            reason: reason.unwrap_or_default(),
+                            note,
+                        })
+                        .await?
+                        .into_inner();
+                    if r.requeued == 0 {
+                        println!("{id}: no excluded trial matches; nothing requeued");
+                    } else {
+                        let mut arms: Vec<String> =
+                            r.by_arm.iter().map(|(a, n)| format!("{a} {n}")).collect();
+                        arms.sort();
+                        println!(
+                            "{id}: retry pass {} requeued {} trials ({}); campaign {}",
+                            r.pass,
+                            r.requeued,
+                            arms.join(", "),
+                            crate::client::state_name(r.state)
+                        );
+                    }
+                    Ok(Code::Ok)
                 }
                 ClientCmd::Delete { id, yes, .. } => {
                     if !yes {

@@ -190,3 +190,103 @@ fn a_running_campaign_is_not_deleted() {
         .unwrap());
     assert_eq!(said.trim(), "busy: deleted (8 trials, 0 rows)");
 }
+
+#[test]
+fn an_operator_retry_pass_is_in_the_ledger_and_the_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // Boots fail often and no infra retry is allowed: some trials end excluded.
+    let mut text = String::from(
+        "id = \"flaky\"\nphase1_runs = 1\nschedule_seed = 5\npairing = \"none\"\n\
+         [[arms]]\nid = \"a\"\n[[arms]]\nid = \"b\"\n\
+         [driver]\nsim = { faults = { boot_failed = 0.4 } }\n\
+         [retry]\ninfra_retries = 0\ninfra_backoff_s = 0\n[tasks]\nitems = [\n",
+    );
+    for i in 0..15 {
+        text.push_str(&format!("  {{ id = \"T{i:02}\" }},\n"));
+    }
+    text.push_str("]\n");
+    let file = d.join("flaky.toml");
+    std::fs::write(&file, text).unwrap();
+    let run = || lanes_in(d).arg("run").arg(&file).output().unwrap();
+    run();
+    let status = |id: &str| -> serde_json::Value {
+        serde_json::from_str(&ok(lanes_in(d)
+            .args(["status", id, "--json"])
+            .output()
+            .unwrap()))
+        .unwrap()
+    };
+    let excluded = status("flaky")["trials_excluded"].as_u64().unwrap();
+    assert!(excluded > 0, "no trial was excluded");
+
+    let nothing = ok(lanes_in(d)
+        .args([
+            "retry",
+            "flaky",
+            "--excluded",
+            "--reason",
+            "infra_failure:guest_*",
+        ])
+        .args(["--note", "wrong kind"])
+        .output()
+        .unwrap());
+    assert!(nothing.contains("nothing requeued"), "{nothing}");
+    let said = ok(lanes_in(d)
+        .args([
+            "retry",
+            "flaky",
+            "--excluded",
+            "--reason",
+            "infra_failure:boot_*",
+        ])
+        .args(["--note", "boot image fixed"])
+        .output()
+        .unwrap());
+    assert!(
+        said.contains(&format!("retry pass 1 requeued {excluded} trials"))
+            && said.contains("campaign running"),
+        "{said}"
+    );
+    let requeued: Vec<serde_json::Value> = rows(d, "flaky")
+        .into_iter()
+        .filter(|r| r["status"] == "requeued")
+        .collect();
+    assert_eq!(requeued.len() as u64, excluded);
+    for r in &requeued {
+        assert_eq!(r["retry_pass"], 1);
+        assert_eq!(r["requeue"]["note"], "boot image fixed");
+        assert_eq!(
+            r["requeue"]["selection"],
+            "excluded, reason infra_failure:boot_*"
+        );
+    }
+
+    // Running the file again resumes the campaign and runs the requeued trials.
+    run();
+    assert_eq!(status("flaky")["state"], "done");
+    let report = ok(lanes_in(d).args(["report", "flaky"]).output().unwrap());
+    assert!(
+        report.contains("OPERATOR RETRIES")
+            && report.contains("pass 1 at ")
+            && report.contains(&format!("{excluded} trials requeued (excluded, reason infra_failure:boot_*): boot image fixed")),
+        "{report}"
+    );
+    let json: serde_json::Value = serde_json::from_str(&ok(lanes_in(d)
+        .args(["report", "flaky", "--format", "json"])
+        .output()
+        .unwrap()))
+    .unwrap();
+    let per_arm: u64 = json["operator_retries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["requeued"].as_u64().unwrap())
+        .sum();
+    assert_eq!(per_arm, excluded);
+    let missing = lanes_in(d)
+        .args(["retry", "flaky", "--note", "x"])
+        .output()
+        .unwrap();
+    assert_eq!(missing.status.code(), Some(2), "--excluded is required");
+}

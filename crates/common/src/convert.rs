@@ -64,7 +64,8 @@ macro_rules! enum_map {
 enum_map!(Status, pb::Status, "status",
     Completed <=> Completed, Timeout <=> Timeout, MaxTurns <=> MaxTurns,
     AgentError <=> AgentError, Violation <=> Violation, InfraError <=> InfraError,
-    Blocked <=> Blocked, Cancelled <=> Cancelled, NotStarted <=> NotStarted);
+    Blocked <=> Blocked, Cancelled <=> Cancelled, NotStarted <=> NotStarted,
+    Requeued <=> Requeued);
 
 enum_map!(FailureKind, pb::FailureKind, "failure_kind",
     RateLimit <=> RateLimit, Overloaded <=> Overloaded, Auth <=> Auth,
@@ -463,7 +464,7 @@ impl TryFrom<pb::Outcome> for Outcome {
         outcome.validate().map_err(|e| {
             // Name the field the rule is about, so the answer points at what to fix.
             let field = match &e {
-                OutcomeError::StoreOnlyStatus => "outcome.status".to_owned(),
+                OutcomeError::StoreOnlyStatus(_) => "outcome.status".to_owned(),
                 OutcomeError::Score { .. } => "outcome.score".to_owned(),
                 OutcomeError::Kind { .. } => "outcome.failure_kind".to_owned(),
                 OutcomeError::Number { field, .. } => format!("outcome.{field}"),

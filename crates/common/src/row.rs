@@ -76,6 +76,9 @@ string_enum!(
         Cancelled = "cancelled",
         /// A phase-2 trial refused by the phase-2 rule. Written by the store only.
         NotStarted = "not_started",
+        /// Not an attempt: an operator requeued this excluded trial (`lanes retry`). Written by
+        /// the store only; the trial is pending again, with a fresh retry budget.
+        Requeued = "requeued",
     }
 );
 
@@ -443,8 +446,8 @@ pub struct Outcome {
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum OutcomeError {
     /// Only the store writes `not_started`.
-    #[error("a lane cannot report status not_started")]
-    StoreOnlyStatus,
+    #[error("a lane cannot report status {0}: only the store writes it")]
+    StoreOnlyStatus(Status),
     /// A scored status needs a score, and an unscored one must not carry one.
     #[error("status {status} {}", if *.has_score { "must not carry a score" } else { "needs a score" })]
     Score { status: Status, has_score: bool },
@@ -497,8 +500,8 @@ impl Outcome {
     /// coordinator's `limits::check_outcome`.
     pub fn validate(mut self) -> Result<Self, OutcomeError> {
         let status = self.status;
-        if status == Status::NotStarted {
-            return Err(OutcomeError::StoreOnlyStatus);
+        if matches!(status, Status::NotStarted | Status::Requeued) {
+            return Err(OutcomeError::StoreOnlyStatus(status));
         }
         if status.is_scored() != self.score.is_some() {
             return Err(OutcomeError::Score {
@@ -598,6 +601,13 @@ pub struct Row {
     /// campaign. Written only when true.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub smoke: bool,
+    /// The operator retry pass (`lanes retry`, from 1) that requeued this trial: on its
+    /// `requeued` row and every row after it. Written only when set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_pass: Option<u32>,
+    /// On a `requeued` row: what the operator asked, and why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requeue: Option<RequeueNote>,
     // Result.
     pub score: Option<f64>,
     pub passed: Option<bool>,
@@ -622,6 +632,17 @@ pub struct Row {
     pub written_utc: String,
 }
 
+/// What an operator retry pass recorded, on each trial's `requeued` row.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequeueNote {
+    /// The pass, from 1.
+    pub pass: u32,
+    /// Which trials it took, in words: `excluded` or `excluded, reason infra_failure:*`.
+    pub selection: String,
+    /// The operator's note.
+    pub note: String,
+}
+
 /// The decision fields the store fills in when it writes a row.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct StoreFields {
@@ -634,6 +655,7 @@ pub struct StoreFields {
     pub late: bool,
     pub paired: bool,
     pub smoke: bool,
+    pub retry_pass: Option<u32>,
     pub written_utc: String,
 }
 
@@ -723,6 +745,8 @@ impl Row {
             late: store.late,
             paired: store.paired,
             smoke: store.smoke,
+            retry_pass: store.retry_pass,
+            requeue: None,
             score: None,
             passed: None,
             checks: Vec::new(),

@@ -181,7 +181,12 @@ fn unscored_outcomes_round_trip() {
 #[test]
 fn every_status_and_kind_round_trips() {
     for &status in Status::ALL {
-        if status == Status::NotStarted {
+        if matches!(status, Status::NotStarted | Status::Requeued) {
+            // The store's own: a lane's outcome with them is refused.
+            let o = Outcome::new(token(1), "l", "h", status);
+            let e = wire_err(to_wire(&o));
+            assert_eq!(e.field, "outcome.status", "{status}");
+            assert!(e.reason.contains(status.as_str()), "{e}");
             continue;
         }
         let mut o = Outcome::new(token(1), "l", "h", status);
@@ -335,6 +340,7 @@ fn store_fields(seq: u64) -> StoreFields {
         late: true,
         paired: true,
         smoke: true,
+        retry_pass: Some(2),
         written_utc: "2026-12-02T10:00:48.123Z".into(),
     }
 }

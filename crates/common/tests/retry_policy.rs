@@ -106,6 +106,7 @@ impl Ledger {
                 late: false,
                 paired: false,
                 smoke: false,
+                retry_pass: None,
                 written_utc: "2027-01-15T08:00:00Z".into(),
             },
         );

@@ -132,6 +132,7 @@ pub enum StoreOp {
     LeaseKey,
     Ping,
     Delete,
+    Requeue,
 }
 
 impl StoreOp {
@@ -154,6 +155,7 @@ impl StoreOp {
             Self::LeaseKey => "lease_key",
             Self::Ping => "ping",
             Self::Delete => "delete",
+            Self::Requeue => "requeue",
         }
     }
 }

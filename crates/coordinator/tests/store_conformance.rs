@@ -1444,6 +1444,156 @@ async fn delete_frees_a_campaign_that_runs_nothing(h: &mut Harness) {
     assert!(tokens.iter().all(|t| t.attempt == 1), "{tokens:?}");
 }
 
+/// An operator retry pass requeues excluded trials (those whose reason matches, when given)
+/// with a fresh budget: each gets a `requeued` row with the pass and the note, its later rows
+/// carry the pass, a done campaign runs again, and the pass is an amendment. Nothing matching
+/// records nothing; a stopped campaign is refused; `not_started` is never requeued.
+async fn an_operator_retry_pass_requeues_excluded_trials(h: &mut Harness) {
+    use lanes_coordinator::store::RequeueRequest;
+    let c = cid("retried");
+    h.submit(campaign(
+        "retried",
+        &[("a", "pa"), ("b", "pb")],
+        2,
+        "pairing = \"none\"",
+        "[retry]\ninfra_retries = 0\ninfra_backoff_s = 0\n",
+    ))
+    .await;
+    // Four trials: one boot failure, one evaluator error (both excluded at once), two passes.
+    let kinds = [
+        Some(FailureKind::BootFailed),
+        Some(FailureKind::EvaluatorError),
+        None,
+        None,
+    ];
+    for kind in kinds {
+        let t = h.claim_tokens(&c, "l", "h").await.remove(0);
+        let outcome = match kind {
+            Some(k) => infra(&t, "l", "h", k),
+            None => scored(&t, "l", "h", Status::Completed, 1.0),
+        };
+        h.store.complete(&c, outcome, h.now()).await.unwrap();
+    }
+    let st = h.store.status(&c, h.now()).await.unwrap();
+    assert_eq!((st.state, st.trials_excluded), (CampaignState::Done, 2));
+
+    let req = |reason: Option<&str>, note: &str| RequeueRequest {
+        reason: reason.map(str::to_owned),
+        note: note.to_owned(),
+    };
+    let none = h
+        .store
+        .requeue_excluded(&c, req(Some("infra_failure:guest_*"), "nothing"), h.now())
+        .await
+        .unwrap();
+    assert_eq!((none.pass, none.trials), (0, 0));
+    assert!(
+        h.store
+            .status(&c, h.now())
+            .await
+            .unwrap()
+            .amendments
+            .is_empty()
+    );
+
+    let first = h
+        .store
+        .requeue_excluded(
+            &c,
+            req(Some("infra_failure:boot_*"), "image fixed"),
+            h.now(),
+        )
+        .await
+        .unwrap();
+    assert_eq!((first.pass, first.trials), (1, 1));
+    assert_eq!(first.state, CampaignState::Running);
+    let st = h.store.status(&c, h.now()).await.unwrap();
+    assert_eq!((st.trials_final, st.trials_excluded), (3, 1));
+    let amended = st.amendments.last().unwrap().requeue.clone().unwrap();
+    assert_eq!(
+        (amended.pass, amended.trials, amended.note.as_str()),
+        (1, 1, "image fixed")
+    );
+    assert_eq!(amended.selection, "excluded, reason infra_failure:boot_*");
+    let rows = h.rows(&c).await;
+    let last = rows.last().unwrap();
+    assert_eq!(last.status, Status::Requeued);
+    assert!(!last.is_final && !last.counted && last.retry_pass == Some(1));
+    assert_eq!(last.requeue.as_ref().unwrap().note, "image fixed");
+    let requeued_trial = last.trial_id.clone();
+
+    // The requeued trial is claimable again, with a fresh budget: it fails once more and is
+    // excluded again (budget 0), then a second pass retries both excluded trials.
+    let t = h.claim_tokens(&c, "l", "h").await.remove(0);
+    assert_eq!((t.trial_id.clone(), t.attempt), (requeued_trial.clone(), 2));
+    h.store
+        .complete(&c, infra(&t, "l", "h", FailureKind::BootFailed), h.now())
+        .await
+        .unwrap();
+    let rows = h.rows(&c).await;
+    let failed = rows.last().unwrap();
+    assert!(failed.is_final && failed.excluded && failed.retry_pass == Some(1));
+    assert_eq!(
+        h.store.status(&c, h.now()).await.unwrap().state,
+        CampaignState::Done
+    );
+
+    let second = h
+        .store
+        .requeue_excluded(&c, req(None, "all of them"), h.now())
+        .await
+        .unwrap();
+    assert_eq!((second.pass, second.trials), (2, 2));
+    for _ in 0..2 {
+        let t = h.claim_tokens(&c, "l", "h").await.remove(0);
+        h.store
+            .complete(&c, scored(&t, "l", "h", Status::Completed, 1.0), h.now())
+            .await
+            .unwrap();
+    }
+    let st = h.store.status(&c, h.now()).await.unwrap();
+    assert_eq!(
+        (
+            st.state,
+            st.trials_counted,
+            st.trials_excluded,
+            st.trials_final
+        ),
+        (CampaignState::Done, 4, 0, 4)
+    );
+    assert_eq!(st.amendments.len(), 2);
+    let rows = h.rows(&c).await;
+    let counted_late: Vec<_> = rows
+        .iter()
+        .filter(|r| r.counted && r.retry_pass == Some(2))
+        .collect();
+    assert_eq!(counted_late.len(), 2);
+
+    // The report: every trial counted, and the requeued ones disclosed apart.
+    let recorded = h.store.campaign(&c).await.unwrap();
+    let report = lanes_common::report::build(&recorded, &rows);
+    assert_eq!(report.completeness.total.counted, 4);
+    assert_eq!(report.retry_passes.len(), 2);
+    let requeued: u64 = report.operator_retries.iter().map(|r| r.requeued).sum();
+    assert_eq!(requeued, 2);
+    assert!(report.to_text().contains("OPERATOR RETRIES"));
+
+    h.store.stop(&c, StopMode::Drain, h.now()).await.unwrap();
+    let stopped = cid("stopped-one");
+    h.submit(campaign("stopped-one", &[("a", "pa")], 1, "", ""))
+        .await;
+    h.store
+        .stop(&stopped, StopMode::Drain, h.now())
+        .await
+        .unwrap();
+    assert!(matches!(
+        h.store
+            .requeue_excluded(&stopped, req(None, "no"), h.now())
+            .await,
+        Err(StoreError::Active(..))
+    ));
+}
+
 per_backend!(embedded => Harness::embedded();
     a_claim_refuses_a_driver_the_worker_does_not_run,
     schedule_order_and_whole_groups,
@@ -1478,6 +1628,7 @@ per_backend!(embedded => Harness::embedded();
     late_score_after_an_undelivered_reap_counts_once,
     embedded_file_reopened_keeps_everything,
     delete_frees_a_campaign_that_runs_nothing,
+    an_operator_retry_pass_requeues_excluded_trials,
 );
 
 per_backend!(redis => Harness::redis().await;
@@ -1516,6 +1667,7 @@ per_backend!(redis => Harness::redis().await;
     redis_kill9_mid_complete_errors_and_the_retry_lands_once,
     redis_without_fsync_always_is_refused_unless_allowed,
     delete_frees_a_campaign_that_runs_nothing,
+    an_operator_retry_pass_requeues_excluded_trials,
 );
 
 /// Embedded only: the file, reopened, keeps rows, leases, scores and counters.

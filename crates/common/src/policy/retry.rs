@@ -91,6 +91,15 @@ impl TrialHistory {
 
     /// Folds in one row; `first_of_token` says whether it is its token's first row.
     pub fn add_row(&mut self, row: &Row, first_of_token: bool) {
+        if row.status == Status::Requeued {
+            // An operator requeued the excluded trial: it is pending again, with every retry
+            // budget fresh.
+            *self = TrialHistory {
+                winner: self.winner,
+                ..TrialHistory::default()
+            };
+            return;
+        }
         if row.counted {
             self.winner = Some(row.attempt);
         }

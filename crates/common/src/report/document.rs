@@ -66,6 +66,9 @@ impl Report {
         if sections == Sections::Full {
             doc.sections.push(self.per_arm());
             doc.sections.push(self.paired());
+            if !self.operator_retries.is_empty() {
+                doc.sections.push(self.operator_retries());
+            }
         }
         doc
     }
@@ -79,9 +82,10 @@ impl Report {
         };
         let by_status: Vec<String> = Status::ALL
             .iter()
-            .map(|s| {
+            .filter_map(|s| {
                 let n = self.rows_by_status.get(s.as_str()).copied().unwrap_or(0);
-                format!("{s} {n}")
+                // Requeues are the operator's, not outcomes: named only when there are any.
+                (*s != Status::Requeued || n > 0).then(|| format!("{s} {n}"))
             })
             .collect();
         let mut facts = Vec::new();
@@ -344,6 +348,60 @@ impl Report {
                         .to_owned(),
                 ),
             ],
+        }
+    }
+}
+
+impl Report {
+    /// The trials an operator requeued, per arm, beside the arm's other trials.
+    fn operator_retries(&self) -> Section {
+        let mut blocks: Vec<Block> = self
+            .retry_passes
+            .iter()
+            .map(|p| {
+                Block::Line(format!(
+                    "pass {} at {}: {} trials requeued ({}): {}",
+                    p.pass, p.at_utc, p.trials, p.selection, p.note
+                ))
+            })
+            .collect();
+        blocks.push(Block::Table(Table {
+            title: None,
+            headers: strings(&[
+                "arm",
+                "requeued",
+                "counted",
+                "passed",
+                "pass_rate",
+                "not_requeued_rate",
+                "excluded_again",
+                "pending",
+            ]),
+            rows: self
+                .operator_retries
+                .iter()
+                .map(|r| {
+                    vec![
+                        r.arm.clone(),
+                        r.requeued.to_string(),
+                        r.counted.to_string(),
+                        r.passed.to_string(),
+                        fmt_rate(r.pass_rate_requeued),
+                        fmt_rate(r.pass_rate_not_requeued),
+                        r.excluded.to_string(),
+                        r.pending.to_string(),
+                    ]
+                })
+                .collect(),
+        }));
+        blocks.push(Block::Note(
+            "requeued trials are counted in the rates above; pass_rate is theirs alone, \
+             not_requeued_rate the arm's other counted trials': a gap is the retry bias"
+                .to_owned(),
+        ));
+        Section {
+            title: "OPERATOR RETRIES (excluded trials requeued with lanes retry)".to_owned(),
+            blocks,
         }
     }
 }

@@ -25,6 +25,9 @@
 //!   **not_started**, anything else **excluded** (with that row's `excluded_reason`);
 //! - otherwise it is **pending**: never attempted (no rows) or in retry (rows, none final).
 //!
+//! A `requeued` row (an operator's retry pass over excluded trials) reopens its trial: the
+//! exclusion before it no longer decides. The trials it reopened are also shown apart, per arm.
+//!
 //! A counted row passes when `passed == Some(true)`; when `passed` is `None`, when its score is
 //! at least 1.0.
 //!
@@ -91,6 +94,36 @@ impl Report {
     }
 }
 
+/// One operator retry pass, as its `requeued` rows record it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RetryPass {
+    pub pass: u32,
+    /// When the first of its rows was written, RFC 3339.
+    pub at_utc: String,
+    pub selection: String,
+    pub note: String,
+    /// Trials it requeued.
+    pub trials: u64,
+}
+
+/// One arm's requeued trials (see [`Report::operator_retries`]).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RetryStats {
+    pub arm: String,
+    /// Trials of the arm an operator requeued, in any pass.
+    pub requeued: u64,
+    /// Of those, counted now, and passed.
+    pub counted: u64,
+    pub passed: u64,
+    /// Excluded again, or not final yet.
+    pub excluded: u64,
+    pub pending: u64,
+    /// `passed / counted` over the requeued trials.
+    pub pass_rate_requeued: Option<f64>,
+    /// The pass rate over the arm's counted trials that were never requeued.
+    pub pass_rate_not_requeued: Option<f64>,
+}
+
 /// The schema tag of the report's JSON.
 pub const REPORT_SCHEMA: &str = "lanes-report/1";
 /// The method of [`PairedComparison::pass_rate_diff_ci95`].
@@ -131,6 +164,13 @@ pub struct Report {
     /// The spend against `budget_cap_usd`, when the campaign has a cap.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<BudgetLine>,
+    /// The operator retry passes (`lanes retry`) the ledger records, in pass order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub retry_passes: Vec<RetryPass>,
+    /// Per arm, what became of the trials an operator requeued, beside the arm's other
+    /// trials: the retry bias of the requeue, disclosed apart. Empty without retry passes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub operator_retries: Vec<RetryStats>,
     /// Set for a smoke run: the campaign it was derived from. Its numbers check a setup;
     /// they are not the pre-registered campaign's results.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -327,11 +367,19 @@ struct TrialFold {
     /// Attempt numbers seen so far: only the first row of each token counts as a retry.
     attempts_seen: Vec<u32>,
     infra_retries: u64,
+    /// An operator requeued the trial (`lanes retry`) after it was excluded.
+    requeued: bool,
 }
 
 impl TrialFold {
     fn add(&mut self, row: &Row, warnings: &mut Vec<String>) {
         self.rows += 1;
+        if row.status == Status::Requeued {
+            // The exclusion before it no longer decides: the trial is pending again.
+            self.requeued = true;
+            self.last_final = None;
+            return;
+        }
         self.cost_all += row.cost_usd.unwrap_or(0.0);
         if !self.attempts_seen.contains(&row.attempt) {
             self.attempts_seen.push(row.attempt);
@@ -448,6 +496,10 @@ struct ArmAcc {
     infra_retries: u64,
     /// (task_pos, run_index) of each counted trial → passed. The run identifies the seed.
     runs: HashMap<(u32, u32), bool>,
+    retried: RetryStats,
+    /// Counted and passed among the trials never requeued.
+    others_counted: u64,
+    others_passed: u64,
 }
 
 /// Builds the report of `campaign` from its ledger `rows` (in any order; `seq` orders them).
@@ -467,6 +519,7 @@ pub fn build(campaign: &Campaign, rows: &[Row]) -> Report {
 /// It keeps a few fields per trial and per arm, never the rows.
 #[derive(Debug, Default)]
 pub struct ReportBuilder {
+    retry_passes: Vec<RetryPass>,
     spec_hashes: Vec<String>,
     seen_hashes: HashSet<String>,
     rows_total: u64,
@@ -496,6 +549,18 @@ impl ReportBuilder {
         if !row.spec_hash.is_empty() && !self.seen_hashes.contains(&row.spec_hash) {
             self.seen_hashes.insert(row.spec_hash.clone());
             self.spec_hashes.push(row.spec_hash.clone());
+        }
+        if let Some(note) = &row.requeue {
+            match self.retry_passes.iter_mut().find(|p| p.pass == note.pass) {
+                Some(p) => p.trials += 1,
+                None => self.retry_passes.push(RetryPass {
+                    pass: note.pass,
+                    at_utc: row.written_utc.clone(),
+                    selection: note.selection.clone(),
+                    note: note.note.clone(),
+                    trials: 1,
+                }),
+            }
         }
         let warnings = &mut self.warnings;
         match self.trials.get_mut(&row.trial_id) {
@@ -544,6 +609,25 @@ impl ReportBuilder {
             let state = fold.state();
             total.add(&state);
             acc.states.add(&state);
+            let passed = match &state {
+                TrialState::Counted { row, .. } => Some(row.passed),
+                _ => None,
+            };
+            if fold.requeued {
+                let r = &mut acc.retried;
+                r.requeued += 1;
+                match (&state, passed) {
+                    (_, Some(p)) => {
+                        r.counted += 1;
+                        r.passed += u64::from(p);
+                    }
+                    (TrialState::Excluded(_), _) => r.excluded += 1,
+                    _ => r.pending += 1,
+                }
+            } else if let Some(p) = passed {
+                acc.others_counted += 1;
+                acc.others_passed += u64::from(p);
+            }
             acc.cost_all += fold.cost_all;
             acc.infra_retries += fold.infra_retries;
 
@@ -602,10 +686,28 @@ impl ReportBuilder {
             }
         }
 
+        let operator_retries = if accs.iter().any(|a| a.retried.requeued > 0) {
+            campaign
+                .spec
+                .arms
+                .iter()
+                .zip(&accs)
+                .map(|(arm, acc)| RetryStats {
+                    arm: arm.id.to_string(),
+                    pass_rate_requeued: ratio(acc.retried.passed, acc.retried.counted),
+                    pass_rate_not_requeued: ratio(acc.others_passed, acc.others_counted),
+                    ..acc.retried.clone()
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
         Report {
             schema: REPORT_SCHEMA.to_owned(),
             campaign: campaign.spec.id.to_string(),
             smoke_of: campaign.spec.smoke.clone(),
+            retry_passes: self.retry_passes,
+            operator_retries,
             spec_hashes: self.spec_hashes,
             rows_total: self.rows_total,
             duplicates: self.duplicates,

@@ -17,10 +17,15 @@ use lanes_common::submit::SubmitAssembly;
 use super::Shared;
 use super::limits::StreamSlot;
 use crate::grpc_status::{bad_field, from_convert, from_store, from_submit};
-use crate::store::SubmitKind;
+use crate::store::{RequeueRequest, SubmitKind};
 use crate::wire;
 
 type Boxed<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
+
+/// The longest note a retry pass records.
+const MAX_NOTE_BYTES: usize = 1024;
+/// The longest reason glob of a retry pass.
+const MAX_REASON_GLOB_BYTES: usize = 256;
 
 /// Rows and events read per store call while streaming.
 const BATCH: usize = 512;
@@ -252,6 +257,62 @@ impl CampaignService for CampaignSvc {
             c
         });
         Ok(Response::new(Box::pin(stream)))
+    }
+
+    async fn retry(
+        &self,
+        request: Request<pb::RetryRequest>,
+    ) -> Result<Response<pb::RetryResponse>, Status> {
+        let req = request.into_inner();
+        let id = campaign_id("id", &req.id)?;
+        if !req.excluded {
+            return Err(bad_field(
+                "excluded",
+                "a retry pass requeues excluded trials: set excluded",
+            ));
+        }
+        let note = req.note.trim();
+        if note.is_empty() {
+            return Err(bad_field(
+                "note",
+                "say why: the note is recorded in the ledger",
+            ));
+        }
+        if note.len() > MAX_NOTE_BYTES {
+            return Err(bad_field(
+                "note",
+                format!("{} bytes, over the limit of {MAX_NOTE_BYTES}", note.len()),
+            ));
+        }
+        if req.reason.len() > MAX_REASON_GLOB_BYTES {
+            return Err(bad_field(
+                "reason",
+                format!(
+                    "{} bytes, over the limit of {MAX_REASON_GLOB_BYTES}",
+                    req.reason.len()
+                ),
+            ));
+        }
+        let s = &self.shared;
+        let done = s
+            .store
+            .requeue_excluded(
+                &id,
+                RequeueRequest {
+                    reason: (!req.reason.is_empty()).then_some(req.reason),
+                    note: note.to_owned(),
+                },
+                s.now(),
+            )
+            .await
+            .map_err(from_store)?;
+        tracing::info!(campaign = %id, pass = done.pass, requeued = done.trials, "retry pass");
+        Ok(Response::new(pb::RetryResponse {
+            pass: done.pass,
+            requeued: done.trials,
+            by_arm: done.by_arm.into_iter().collect(),
+            state: pb::CampaignState::from(done.state) as i32,
+        }))
     }
 
     async fn delete(

@@ -173,6 +173,37 @@ pub struct Amendment {
     pub spec_hash: String,
     pub added_tasks: u64,
     pub added_trials: u64,
+    /// Set for an operator retry pass (`lanes retry`) rather than a growing schedule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requeue: Option<RequeueAmendment>,
+}
+
+/// What an operator retry pass requeued, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequeueAmendment {
+    /// The pass, from 1.
+    pub pass: u32,
+    /// Which trials, in words (`excluded`, `excluded, reason infra_failure:*`).
+    pub selection: String,
+    pub note: String,
+    pub trials: u64,
+}
+
+/// An operator retry pass to run: the excluded trials (those whose exclusion reason matches
+/// `reason`, a glob, when set) go back to their queues.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequeueRequest {
+    pub reason: Option<String>,
+    pub note: String,
+}
+
+/// What a retry pass did. `pass` is 0 when nothing matched (and nothing was recorded).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Requeued {
+    pub pass: u32,
+    pub trials: u64,
+    pub by_arm: BTreeMap<String, u64>,
+    pub state: CampaignState,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -183,6 +183,19 @@ impl Store for MeteredStore {
             .await
     }
 
+    async fn requeue_excluded(
+        &self,
+        campaign: &CampaignId,
+        req: RequeueRequest,
+        now_ms: EpochMs,
+    ) -> Result<Requeued, StoreError> {
+        self.timed(
+            StoreOp::Requeue,
+            self.inner.requeue_excluded(campaign, req, now_ms),
+        )
+        .await
+    }
+
     async fn spec(&self, campaign: &CampaignId) -> Result<CampaignSpec, StoreError> {
         self.timed(StoreOp::Spec, self.inner.spec(campaign)).await
     }

@@ -120,6 +120,15 @@ pub trait Store: Send + Sync + 'static {
     /// [`StoreError::Active`] otherwise.
     async fn delete(&self, campaign: &CampaignId) -> Result<Deleted, StoreError>;
 
+    /// An operator retry pass: requeues the excluded trials `req` selects (see
+    /// [`RequeueRequest`]), records it as an amendment, and reopens a done campaign.
+    async fn requeue_excluded(
+        &self,
+        campaign: &CampaignId,
+        req: RequeueRequest,
+        now_ms: EpochMs,
+    ) -> Result<Requeued, StoreError>;
+
     /// The campaign's current spec (without its tasks).
     async fn spec(&self, campaign: &CampaignId) -> Result<CampaignSpec, StoreError>;
 

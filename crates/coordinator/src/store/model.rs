@@ -223,6 +223,9 @@ pub(crate) struct TrialState {
     /// A retry waiting in the delayed set or a single-trial ready queue.
     pub queued: Option<Queued>,
     pub rows: u32,
+    /// The operator retry pass that requeued it, if any: its later rows say so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_pass: Option<u32>,
 }
 
 /// A trial's lease, held by one token.

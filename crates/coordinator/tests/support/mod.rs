@@ -352,6 +352,14 @@ impl Store for Alternating {
     ) -> Result<lanes_coordinator::store::Deleted, StoreError> {
         self.pick().delete(c).await
     }
+    async fn requeue_excluded(
+        &self,
+        c: &CampaignId,
+        req: lanes_coordinator::store::RequeueRequest,
+        now_ms: i64,
+    ) -> Result<lanes_coordinator::store::Requeued, StoreError> {
+        self.pick().requeue_excluded(c, req, now_ms).await
+    }
     async fn spec(&self, c: &CampaignId) -> Result<lanes_common::spec::CampaignSpec, StoreError> {
         self.pick().spec(c).await
     }

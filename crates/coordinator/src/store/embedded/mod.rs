@@ -212,6 +212,20 @@ fn ready<F: std::future::Future>(f: F) -> F::Output {
 
 #[async_trait]
 impl Store for EmbeddedStore {
+    async fn requeue_excluded(
+        &self,
+        campaign: &CampaignId,
+        req: RequeueRequest,
+        now_ms: EpochMs,
+    ) -> Result<Requeued, StoreError> {
+        let c = campaign.clone();
+        // Solo: a pass may requeue many trials, written straight into its own transaction.
+        self.write_as(campaign, Mode::Solo, move |tx| {
+            ready(engine::requeue(tx, &c, &req, now_ms))
+        })
+        .await
+    }
+
     async fn delete(&self, campaign: &CampaignId) -> Result<Deleted, StoreError> {
         let c = campaign.clone();
         // Solo: the delete writes straight into a transaction of its own.

@@ -7,6 +7,7 @@ mod delete;
 mod lease;
 mod phase2;
 mod record;
+mod requeue;
 mod status;
 mod submit;
 
@@ -14,6 +15,7 @@ pub(crate) use claim::claim;
 pub(crate) use delete::deletable;
 pub(crate) use lease::{forfeit, reap, renew};
 pub(crate) use record::{complete, release};
+pub(crate) use requeue::requeue;
 pub(crate) use status::{campaign, spec, status, stop};
 pub(crate) use submit::submit;
 

@@ -220,6 +220,7 @@ pub(super) async fn record(
         late,
         paired: paired && !late,
         smoke: meta.spec.smoke.is_some(),
+        retry_pass: ts.retry_pass,
         written_utc: format_rfc3339(now),
         ..StoreFields::default()
     };

@@ -161,6 +161,7 @@ pub(crate) async fn submit(tx: &mut impl Tx, campaign: &Campaign, now: EpochMs) 
             spec_hash: hash.clone(),
             added_tasks: plan.added_tasks as u64,
             added_trials: plan.added_trials,
+            requeue: None,
         });
         meta.spec_hash = hash.clone();
         SubmitKind::Amended

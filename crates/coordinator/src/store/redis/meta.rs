@@ -330,6 +330,7 @@ items = [{ id = "t" }]
                 spec_hash: "g".into(),
                 added_tasks: 2,
                 added_trials: 3,
+                requeue: None,
             }],
             n_tasks: 4,
             trials_total: 5,

@@ -731,6 +731,18 @@ impl Store for RedisStore {
         self.delete_campaign(campaign).await
     }
 
+    async fn requeue_excluded(
+        &self,
+        campaign: &CampaignId,
+        req: RequeueRequest,
+        now_ms: EpochMs,
+    ) -> Result<Requeued, StoreError> {
+        op!(self, campaign.as_str(), |tx| engine::requeue(
+            &mut tx, campaign, &req, now_ms
+        )
+        .await)
+    }
+
     async fn list(&self) -> Result<Vec<CampaignId>, StoreError> {
         let mut conn = self.conn.clone();
         let mut ids: Vec<String> = redis::cmd("SMEMBERS")
