@@ -58,14 +58,7 @@ pub(crate) async fn write(
     let tmp = partial_path(to);
     let file =
         std::fs::File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
-    let mut out: Box<dyn Write> = if gzipped(to) {
-        Box::new(flate2::write::GzEncoder::new(
-            BufWriter::new(file),
-            flate2::Compression::default(),
-        ))
-    } else {
-        Box::new(BufWriter::new(file))
-    };
+    let mut out = Sink::new(file, gzipped(to));
     let result = async {
         let mut line = |l: &Line| writeln!(out, "{}", archive::to_line(l));
         line(&Line::Header(Box::new(Header {
@@ -106,9 +99,16 @@ pub(crate) async fn write(
     }
     .await;
     let finished = result.and_then(|counts| {
-        out.flush()?;
-        drop(out);
+        // Every byte on disk, then read back whole, before the archive takes its name: the
+        // next step may well be `lanes delete`.
+        out.finish()?;
+        read(&tmp).context("the archive just written does not read back")?;
         std::fs::rename(&tmp, to).with_context(|| format!("cannot write {}", to.display()))?;
+        if let Some(dir) = to.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::File::open(dir)
+                .and_then(|d| d.sync_all())
+                .with_context(|| format!("cannot sync {}", dir.display()))?;
+        }
         Ok(counts)
     });
     match finished {
@@ -116,6 +116,53 @@ pub(crate) async fn write(
         Err(e) => {
             let _ = std::fs::remove_file(&tmp);
             Err(e)
+        }
+    }
+}
+
+/// Where the lines go: the file, through gzip or not. [`Sink::finish`] reports every error
+/// that dropping would swallow (the gzip trailer, the last buffer, the fsync).
+enum Sink {
+    Plain(BufWriter<std::fs::File>),
+    Gzip(flate2::write::GzEncoder<BufWriter<std::fs::File>>),
+}
+
+impl Sink {
+    fn new(file: std::fs::File, gzip: bool) -> Self {
+        let buffered = BufWriter::new(file);
+        if gzip {
+            Sink::Gzip(flate2::write::GzEncoder::new(
+                buffered,
+                flate2::Compression::default(),
+            ))
+        } else {
+            Sink::Plain(buffered)
+        }
+    }
+
+    fn finish(self) -> anyhow::Result<()> {
+        let buffered = match self {
+            Sink::Plain(b) => b,
+            Sink::Gzip(g) => g.finish()?,
+        };
+        let file = buffered.into_inner().map_err(|e| e.into_error())?;
+        file.sync_all()?;
+        Ok(())
+    }
+}
+
+impl Write for Sink {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Sink::Plain(w) => w.write(buf),
+            Sink::Gzip(w) => w.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Sink::Plain(w) => w.flush(),
+            Sink::Gzip(w) => w.flush(),
         }
     }
 }

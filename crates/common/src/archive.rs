@@ -68,6 +68,10 @@ pub enum ArchiveError {
     Format(String),
     #[error("the archived tasks do not validate: {0}")]
     Tasks(String),
+    #[error("the archived spec does not validate: {0}")]
+    Spec(String),
+    #[error("row {index}: {reason}")]
+    Row { index: usize, reason: String },
 }
 
 /// The line of `line` as JSON text.
@@ -119,7 +123,27 @@ pub fn read<'a>(lines: impl IntoIterator<Item = &'a str>) -> Result<Archive, Arc
             return Err(ArchiveError::Count { what, said, found });
         }
     }
+    header
+        .spec
+        .validate()
+        .map_err(|e| ArchiveError::Spec(e.to_string()))?;
     validate_tasks(&tasks).map_err(|e| ArchiveError::Tasks(e.to_string()))?;
+    // The ledger whole and of this campaign: seq 0, 1, 2, … with no gap or repeat.
+    for (i, r) in rows.iter().enumerate() {
+        let reason = if r.campaign != header.spec.id {
+            Some(format!(
+                "of campaign {}, not {}",
+                r.campaign, header.spec.id
+            ))
+        } else if r.seq != i as u64 {
+            Some(format!("has seq {}, expected {i}", r.seq))
+        } else {
+            None
+        };
+        if let Some(reason) = reason {
+            return Err(ArchiveError::Row { index: i, reason });
+        }
+    }
     Ok(Archive {
         campaign: Campaign {
             spec: header.spec.clone(),
@@ -200,6 +224,54 @@ mod tests {
             read_lines(&garbage).unwrap_err(),
             ArchiveError::BadLine { line: 2, .. }
         ));
+        // Rows must be this campaign's, seq 0, 1, … with no gap.
+        let c = crate::spec::load_str(
+            "id = \"a\"\nphase1_runs = 1\nschedule_seed = 1\n[[arms]]\nid = \"x\"\n\
+             [tasks]\nitems = [{ id = \"t1\" }, { id = \"t2\" }]\n[driver]\nsim = {}\n",
+            Path::new("a.toml"),
+            Path::new("."),
+        )
+        .unwrap();
+        let trial = crate::schedule::trials(&c).next().unwrap();
+        let row = |seq: u64, campaign: &str| {
+            let id = crate::ids::CampaignId::new(campaign).unwrap();
+            let store = crate::row::StoreFields {
+                seq,
+                ..Default::default()
+            };
+            let r = Row::bare(&id, &trial, 1, crate::row::Status::Completed, None, store);
+            to_line(&Line::Row(Box::new(r)))
+        };
+        for (rows, index) in [(vec![row(1, "a")], 0), (vec![row(0, "a"), row(0, "a")], 1)] {
+            let mut l = lines(
+                2,
+                End {
+                    tasks: 2,
+                    rows: rows.len() as u64,
+                },
+            );
+            let end = l.pop().unwrap();
+            l.extend(rows);
+            l.push(end);
+            assert!(
+                matches!(read_lines(&l).unwrap_err(), ArchiveError::Row { index: i, .. } if i == index),
+                "{index}"
+            );
+        }
+        let mut l = lines(2, End { tasks: 2, rows: 1 });
+        let end = l.pop().unwrap();
+        l.push(row(0, "b"));
+        l.push(end);
+        assert!(matches!(
+            read_lines(&l).unwrap_err(),
+            ArchiveError::Row { index: 0, .. }
+        ));
+        let mut l = lines(2, End { tasks: 2, rows: 1 });
+        let end = l.pop().unwrap();
+        l.push(row(0, "a"));
+        l.push(end);
+        assert_eq!(read_lines(&l).unwrap().rows.len(), 1);
+
         let other = whole[0].replace(ARCHIVE_FORMAT, "lanes-archive/9");
         let mut foreign = whole.clone();
         foreign[0] = other;

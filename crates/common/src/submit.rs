@@ -12,8 +12,11 @@ use crate::proto as pb;
 use crate::spec::{Campaign, CampaignSpec, SpecErrorKind, Task, json_schema, shape_violations};
 use crate::spec::{MAX_TASKS, load_sent_str, validate_tasks};
 
-/// At most this many violations are kept; the rest are counted.
+/// At most this many violations are kept, in at most this many bytes of text; the rest are
+/// counted. They travel twice in the status's trailers (the message and the details), and
+/// gRPC clients refuse trailers much over 8 KiB.
 const MAX_VIOLATIONS: usize = 50;
+const MAX_VIOLATION_BYTES: usize = 2048;
 
 /// The spec's schema, built once: the shape check reads it on every `spec_json` submit.
 static SCHEMA: LazyLock<serde_json::Value> = LazyLock::new(json_schema);
@@ -60,19 +63,32 @@ impl fmt::Display for SubmitInvalid {
 #[derive(Default)]
 struct Violations {
     list: Vec<Violation>,
+    bytes: usize,
     more: usize,
 }
 
 impl Violations {
     fn push(&mut self, field: impl Into<String>, description: impl Into<String>) {
-        if self.list.len() == MAX_VIOLATIONS {
+        let (field, description) = (field.into(), description.into());
+        let bytes = field.len() + description.len();
+        // The first always fits (cut if need be), so a refusal never comes without a reason.
+        if !self.list.is_empty()
+            && (self.list.len() == MAX_VIOLATIONS || self.bytes + bytes > MAX_VIOLATION_BYTES)
+        {
             self.more += 1;
             return;
         }
-        self.list.push(Violation {
-            field: field.into(),
-            description: description.into(),
-        });
+        self.bytes += bytes;
+        let mut description = description;
+        if description.len() > MAX_VIOLATION_BYTES {
+            let mut cut = MAX_VIOLATION_BYTES;
+            while !description.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            description.truncate(cut);
+            description.push('…');
+        }
+        self.list.push(Violation { field, description });
     }
 
     fn is_empty(&self) -> bool {
@@ -193,10 +209,40 @@ fn from_json(json: &str, v: &mut Violations) -> Option<Parsed> {
         }
     };
     if let Err(e) = spec.validate() {
-        v.push(field(&e.field), e.kind.to_string());
+        v.push(field(&json_field(&e.field)), e.kind.to_string());
         return None;
     }
     Some((spec, None))
+}
+
+/// A campaign rule names its field as the campaign file does; `spec_json` keeps some of them
+/// elsewhere: the operational options under `ops`, the driver's kind under `driver.kind`,
+/// the identity pins at the top level.
+fn json_field(file_field: &str) -> String {
+    const OPS: [&str; 7] = [
+        "lease_ttl_s",
+        "publish_grace_s",
+        "cutoff_utc",
+        "budget_cap_usd",
+        "quota_wait",
+        "quota_stop",
+        "rate_limit_pause",
+    ];
+    let head = file_field.split(['.', '[']).next().unwrap_or_default();
+    if OPS.contains(&head) {
+        return format!("ops.{file_field}");
+    }
+    for (file, json) in [
+        ("driver.sim", "driver.kind.sim"),
+        ("driver.command", "driver.kind.command"),
+        ("driver.name", "driver.kind.named"),
+        ("driver.expect", "expect"),
+    ] {
+        if let Some(rest) = file_field.strip_prefix(file) {
+            return format!("{json}{rest}");
+        }
+    }
+    file_field.to_owned()
 }
 
 /// `campaign_toml`: the campaign-file loader, with its line numbers.

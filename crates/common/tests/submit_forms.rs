@@ -141,6 +141,37 @@ fn every_missing_and_unknown_key_and_bad_task_is_listed_at_once() {
 }
 
 #[test]
+fn many_violations_stay_small_enough_for_grpc_trailers() {
+    let mut spec: serde_json::Value = serde_json::from_str(MINIMAL_JSON).unwrap();
+    for i in 0..200 {
+        spec[format!("an_unknown_key_with_a_rather_long_name_{i:03}")] = 1.into();
+    }
+    let e = refused(request(Spec::SpecJson(spec.to_string()), tasks()));
+    let text: usize = e
+        .violations
+        .iter()
+        .map(|v| v.field.len() + v.description.len())
+        .sum();
+    assert!(text <= 2048, "{text} bytes");
+    assert!(e.violations.len() > 5 && e.more > 0, "{e}");
+    assert_eq!(e.violations.len() + e.more, 200);
+    assert!(e.to_string().ends_with(&format!("and {} more", e.more)));
+}
+
+#[test]
+fn a_rule_names_the_field_where_spec_json_keeps_it() {
+    let json = MINIMAL_JSON.replace(
+        r#""schedule_seed": 7,"#,
+        r#""schedule_seed": 7, "ops": {"lease_ttl_s": 1},"#,
+    );
+    let e = refused(request(Spec::SpecJson(json), tasks()));
+    assert_eq!(fields(&e), ["spec_json.ops.lease_ttl_s"]);
+    let json = MINIMAL_JSON.replace(r#"{"sim": {}}"#, r#"{"sim": {"boot_s": -1}}"#);
+    let e = refused(request(Spec::SpecJson(json), tasks()));
+    assert_eq!(fields(&e), ["spec_json.driver.kind.sim"]);
+}
+
+#[test]
 fn a_type_error_or_a_broken_rule_names_the_field() {
     let json = MINIMAL_JSON.replace(r#""phase1_runs": 1"#, r#""phase1_runs": "one""#);
     let e = refused(request(Spec::SpecJson(json), tasks()));

@@ -57,13 +57,32 @@ fn spec_json(r: &mut pb::SubmitRequest) -> &mut String {
     }
 }
 
-/// The field a submit names for a field of the campaign file.
+/// The field a submit names for a field of the campaign file: where `spec_json` keeps it.
 fn wire_field(file_field: &str) -> String {
-    match file_field.strip_prefix("tasks.items") {
-        Some(rest) => format!("tasks{}", rest.replace(".payload", ".payload_json")),
-        None if file_field == "tasks" => "tasks".to_owned(),
-        None => format!("spec_json.{file_field}"),
+    if let Some(rest) = file_field.strip_prefix("tasks.items") {
+        return format!("tasks{}", rest.replace(".payload", ".payload_json"));
     }
+    if file_field == "tasks" {
+        return "tasks".to_owned();
+    }
+    let operational = [
+        "lease_ttl_s",
+        "publish_grace_s",
+        "cutoff_utc",
+        "budget_cap_usd",
+        "quota_wait",
+        "quota_stop",
+        "rate_limit_pause",
+    ];
+    if operational.iter().any(|k| file_field.starts_with(k)) {
+        return format!("spec_json.ops.{file_field}");
+    }
+    let moved = file_field
+        .replacen("driver.sim", "driver.kind.sim", 1)
+        .replacen("driver.command", "driver.kind.command", 1)
+        .replacen("driver.name", "driver.kind.named", 1)
+        .replacen("driver.expect", "expect", 1);
+    format!("spec_json.{moved}")
 }
 
 /// Breaks the rule in what a client submits.

@@ -1573,6 +1573,8 @@ async fn an_operator_retry_pass_requeues_excluded_trials(h: &mut Harness) {
     let recorded = h.store.campaign(&c).await.unwrap();
     let report = lanes_common::report::build(&recorded, &rows);
     assert_eq!(report.completeness.total.counted, 4);
+    // Scores after a requeue are the retry's, not late scores after an exclusion.
+    assert_eq!(report.completeness.total.counted_after_exclusion, 0);
     assert_eq!(report.retry_passes.len(), 2);
     let requeued: u64 = report.operator_retries.iter().map(|r| r.requeued).sum();
     assert_eq!(requeued, 2);

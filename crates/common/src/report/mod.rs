@@ -378,6 +378,8 @@ impl TrialFold {
             // The exclusion before it no longer decides: the trial is pending again.
             self.requeued = true;
             self.last_final = None;
+            // A score after it is the retry's, not a late score after an exclusion.
+            self.excluded_seen = false;
             return;
         }
         self.cost_all += row.cost_usd.unwrap_or(0.0);

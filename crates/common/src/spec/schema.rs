@@ -105,10 +105,12 @@ fn walk(
     }
 }
 
+/// The known keys, at most a dozen of them: the list travels in every violation.
 fn known(props: &Map<String, Value>) -> String {
-    props
-        .keys()
-        .map(String::as_str)
-        .collect::<Vec<_>>()
-        .join(", ")
+    const SHOWN: usize = 12;
+    let mut names: Vec<&str> = props.keys().map(String::as_str).take(SHOWN).collect();
+    if props.len() > SHOWN {
+        names.push("…");
+    }
+    names.join(", ")
 }

@@ -22,6 +22,9 @@ use crate::wire;
 
 type Boxed<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 
+/// How long a submit stream may wait for its next chunk.
+const STREAM_IDLE: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// The longest note a retry pass records.
 const MAX_NOTE_BYTES: usize = 1024;
 /// The longest reason glob of a retry pass.
@@ -84,8 +87,20 @@ impl CampaignService for CampaignSvc {
         let _running = self.shared.limits.submit_permit()?;
         let mut chunks = request.into_inner();
         let mut assembly = SubmitAssembly::new(self.shared.limits.max_client_message_bytes());
-        while let Some(chunk) = chunks.message().await? {
-            assembly.push(chunk).map_err(from_submit)?;
+        // A stream holds one of the few submit permits: one that goes quiet gives it back.
+        loop {
+            let next = tokio::time::timeout(STREAM_IDLE, chunks.message())
+                .await
+                .map_err(|_| {
+                    Status::deadline_exceeded(format!(
+                        "no chunk for {}s: the submit stream was dropped, nothing stored",
+                        STREAM_IDLE.as_secs()
+                    ))
+                })??;
+            match next {
+                Some(chunk) => assembly.push(chunk).map_err(from_submit)?,
+                None => break,
+            }
         }
         let campaign = assembly.finish().map_err(from_submit)?;
         self.store_campaign(campaign).await.map(Response::new)

@@ -69,7 +69,9 @@ pub(crate) async fn requeue(
         let Some(trial) = resolve(tx, &meta, &id).await? else {
             continue;
         };
-        // No longer final: the counters, and its block, take it back.
+        // No longer final: the counters and its block's count take it back. A block that was
+        // complete stays complete: its wall time is already in the phase-2 estimate, and
+        // completing it twice would count it twice.
         meta.finals = meta.finals.saturating_sub(1);
         if trial.phase == 1 {
             meta.phase1_finals = meta.phase1_finals.saturating_sub(1);
@@ -77,10 +79,6 @@ pub(crate) async fn requeue(
         meta.excluded = meta.excluded.saturating_sub(1);
         let mut block = tx.block(&trial.block).await?;
         block.finals = block.finals.saturating_sub(1);
-        if block.complete {
-            block.complete = false;
-            meta.blocks_complete = meta.blocks_complete.saturating_sub(1);
-        }
         tx.put_block(&trial.block, &block).await?;
 
         let mut row = Row::bare(

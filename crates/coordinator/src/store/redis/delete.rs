@@ -1,6 +1,9 @@
-//! Deleting a campaign from Redis: under its lock, check that it runs nothing, list its keys
-//! (one hash tag, so one `SCAN` pattern), then remove them all in one script that first
-//! checks the version is still the one read. Last, its id leaves the set of campaigns.
+//! Deleting a campaign from Redis: under its lock, check that it runs nothing, name its keys
+//! (the fixed ones, one per ready queue it ever had, two per arm), then remove them all in one
+//! script that first checks the version is still the one read. No `SCAN`: on a large shared
+//! Redis it would walk every key while the lock runs out. (A large submit's staging keys,
+//! left only by a crash mid-submit, expire by themselves.) Last, its id leaves the set of
+//! campaigns, unless a submit has already reused it.
 
 use lanes_common::ids::CampaignId;
 
@@ -9,6 +12,7 @@ use super::stats::Conn;
 use super::{RedisStore, redis_err};
 use crate::store::api::{Deleted, StoreError};
 use crate::store::engine;
+use crate::store::model::{Queue, UnknownQueue};
 use crate::store::tx::R;
 
 /// Attempts before giving up when the version keeps moving under the delete.
@@ -28,6 +32,20 @@ impl RedisStore {
                         .query_async(&mut conn)
                         .await
                         .map_err(redis_err)?;
+                    // A submit of the same id between the script and the SREM: keep it listed.
+                    let back: bool = redis::cmd("EXISTS")
+                        .arg(keys.meta())
+                        .query_async(&mut conn)
+                        .await
+                        .map_err(redis_err)?;
+                    if back {
+                        let _: i64 = redis::cmd("SADD")
+                            .arg(CAMPAIGNS)
+                            .arg(campaign.as_str())
+                            .query_async(&mut conn)
+                            .await
+                            .map_err(redis_err)?;
+                    }
                     return Ok(deleted);
                 }
                 Ok(None) => super::unlock(&mut conn, &keys, &token).await,
@@ -59,26 +77,39 @@ async fn delete_locked(
         .await?
         .ok_or_else(|| StoreError::UnknownCampaign(campaign.clone()))?;
     let deleted = engine::deletable(&meta, campaign)?;
-    let mut found = Vec::new();
-    let mut cursor = 0u64;
-    loop {
-        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(format!("{}*", keys.prefix()))
-            .arg("COUNT")
-            .arg(1000)
-            .query_async(conn)
-            .await
-            .map_err(redis_err)?;
-        found.extend(batch);
-        if next == 0 {
-            break;
-        }
-        cursor = next;
+    let queues: Vec<String> = redis::cmd("SMEMBERS")
+        .arg(keys.queues())
+        .query_async(conn)
+        .await
+        .map_err(redis_err)?;
+    let mut found = vec![
+        keys.meta(),
+        keys.spec(),
+        keys.seen(),
+        keys.block_walls(),
+        keys.tasks(),
+        keys.task_pos(),
+        keys.trials(),
+        keys.leases(),
+        keys.deadlines(),
+        keys.queues(),
+        keys.delayed(),
+        keys.tokens(),
+        keys.scored(),
+        keys.results(),
+        keys.events(),
+        keys.blocks(),
+    ];
+    for arm in &meta.spec.arms {
+        found.push(keys.arm_costs(&arm.id));
+        found.push(keys.arm_walls(&arm.id));
     }
-    found.sort();
-    found.dedup();
+    for name in &queues {
+        let queue: Queue = name
+            .parse()
+            .map_err(|e: UnknownQueue| StoreError::Corrupt(e.to_string()))?;
+        found.push(keys.ready(&queue));
+    }
     let (version_key, lock_key) = (keys.version(), keys.lock());
     let script = redis::Script::new(include_str!("delete.lua"));
     let mut call = script.prepare_invoke();

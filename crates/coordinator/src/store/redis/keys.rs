@@ -43,11 +43,6 @@ impl Keys {
         }
     }
 
-    /// What every key of the campaign starts with (no glob character: ids are `[a-z0-9-]`).
-    pub(crate) fn prefix(&self) -> &str {
-        &self.prefix
-    }
-
     fn key(&self, name: &str) -> String {
         format!("{}{name}", self.prefix)
     }
