@@ -160,14 +160,19 @@ mod tests {
 
     use super::*;
 
-    fn lines(tasks: usize, end: End) -> Vec<String> {
-        let c = crate::spec::load_str(
+    /// Campaign `a`: one arm, two tasks.
+    fn campaign() -> Campaign {
+        crate::spec::load_str(
             "id = \"a\"\nphase1_runs = 1\nschedule_seed = 1\n[[arms]]\nid = \"x\"\n\
              [tasks]\nitems = [{ id = \"t1\" }, { id = \"t2\" }]\n[driver]\nsim = {}\n",
             Path::new("a.toml"),
             Path::new("."),
         )
-        .unwrap();
+        .unwrap()
+    }
+
+    fn lines(tasks: usize, end: End) -> Vec<String> {
+        let c = campaign();
         let mut out = vec![to_line(&Line::Header(Box::new(Header {
             format: ARCHIVE_FORMAT.into(),
             archived_utc: "2026-12-04T00:00:00Z".into(),
@@ -225,13 +230,7 @@ mod tests {
             ArchiveError::BadLine { line: 2, .. }
         ));
         // Rows must be this campaign's, seq 0, 1, … with no gap.
-        let c = crate::spec::load_str(
-            "id = \"a\"\nphase1_runs = 1\nschedule_seed = 1\n[[arms]]\nid = \"x\"\n\
-             [tasks]\nitems = [{ id = \"t1\" }, { id = \"t2\" }]\n[driver]\nsim = {}\n",
-            Path::new("a.toml"),
-            Path::new("."),
-        )
-        .unwrap();
+        let c = campaign();
         let trial = crate::schedule::trials(&c).next().unwrap();
         let row = |seq: u64, campaign: &str| {
             let id = crate::ids::CampaignId::new(campaign).unwrap();

@@ -219,17 +219,13 @@ fn from_json(json: &str, v: &mut Violations) -> Option<Parsed> {
 /// elsewhere: the operational options under `ops`, the driver's kind under `driver.kind`,
 /// the identity pins at the top level.
 fn json_field(file_field: &str) -> String {
-    const OPS: [&str; 7] = [
-        "lease_ttl_s",
-        "publish_grace_s",
-        "cutoff_utc",
-        "budget_cap_usd",
-        "quota_wait",
-        "quota_stop",
-        "rate_limit_pause",
-    ];
     let head = file_field.split(['.', '[']).next().unwrap_or_default();
-    if OPS.contains(&head) {
+    // The operational keys are the properties of `ops` in the schema.
+    let operational = SCHEMA
+        .pointer("/$defs/Operational/properties")
+        .and_then(serde_json::Value::as_object)
+        .is_some_and(|props| props.contains_key(head));
+    if operational {
         return format!("ops.{file_field}");
     }
     for (file, json) in [
