@@ -102,6 +102,21 @@ impl Store for CountingStore {
     async fn ping(&self) -> Result<(), StoreError> {
         self.inner.ping().await
     }
+    async fn put_login_code(
+        &self,
+        digest: [u8; 32],
+        grant: lanes_coordinator::store::LoginGrant,
+        now_ms: lanes_common::utc::EpochMs,
+    ) -> Result<(), StoreError> {
+        self.inner.put_login_code(digest, grant, now_ms).await
+    }
+    async fn take_login_code(
+        &self,
+        digest: [u8; 32],
+        now_ms: lanes_common::utc::EpochMs,
+    ) -> Result<Option<lanes_coordinator::store::LoginGrant>, StoreError> {
+        self.inner.take_login_code(digest, now_ms).await
+    }
     async fn lease_key(
         &self,
         fresh: lanes_common::lease::LeaseKey,

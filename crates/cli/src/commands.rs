@@ -112,6 +112,14 @@ pub(crate) enum ClientCmd {
         #[arg(long)]
         yes: bool,
     },
+    /// A one-time link into the web dashboard: good once, for a few minutes, it logs a
+    /// browser in without putting a token in a URL.
+    UiLink {
+        /// Open on this campaign's page [default: the campaign list].
+        campaign: Option<String>,
+        #[command(flatten)]
+        target: Target,
+    },
     /// The workers connected to this coordinator replica, and their health.
     Workers {
         #[command(flatten)]
@@ -158,6 +166,7 @@ impl ClientCmd {
             | ClientCmd::Archive { target, .. }
             | ClientCmd::Retry { target, .. }
             | ClientCmd::Delete { target, .. }
+            | ClientCmd::UiLink { target, .. }
             | ClientCmd::Workers { target, .. } => target,
         }
     }
@@ -288,6 +297,15 @@ pub(crate) fn run(cmd: ClientCmd) -> anyhow::Result<Code> {
                 }
                 ClientCmd::Results { id, format, follow, .. } => {
                     print_rows(c, &id, matches!(format, ResultsFormat::Csv), follow).await?;
+                    Ok(Code::Ok)
+                }
+                ClientCmd::UiLink { campaign, .. } => {
+                    let r = c
+                        .login_link(pb::LoginLinkRequest { campaign: campaign.unwrap_or_default() })
+                        .await?
+                        .into_inner();
+                    println!("{}", r.url);
+                    eprintln!("good once, until {}", r.expires_utc);
                     Ok(Code::Ok)
                 }
                 ClientCmd::Workers { json, .. } => {

@@ -102,6 +102,23 @@ pub(crate) struct Args {
     /// serves [default: off; health is always on the API port too].
     #[arg(long, env = "LANES_HEALTH_LISTEN")]
     health_listen: Option<SocketAddr>,
+    /// Serve the web dashboard on this address, over TLS when the API is. It needs the
+    /// client token (a login form sets a session cookie; `lanes ui-link` prints a one-time
+    /// link) [default: off].
+    #[arg(long, env = "LANES_UI_LISTEN")]
+    ui_listen: Option<SocketAddr>,
+    /// The dashboard's URL as browsers reach it (behind an ingress or proxy), for the links
+    /// `lanes ui-link` prints [default: the --ui-listen address].
+    #[arg(long, env = "LANES_UI_PUBLIC_URL", value_parser = crate::ui::public_url)]
+    ui_public_url: Option<String>,
+    /// The workers' artifacts directory (a shared volume), which the dashboard serves
+    /// read-only on trial pages [default: artifacts are listed, not served].
+    #[arg(long, env = "LANES_UI_ARTIFACTS")]
+    ui_artifacts: Option<PathBuf>,
+    /// A link to each attempt's trace: `{trace_id}` is replaced, e.g.
+    /// `http://jaeger:16686/trace/{trace_id}` [default: the trace id, unlinked].
+    #[arg(long, env = "LANES_UI_TRACE_URL", value_parser = crate::ui::trace_template)]
+    ui_trace_url: Option<String>,
     /// A TOML file with any of these settings (flags and env win).
     #[arg(long, env = "LANES_CONFIG")]
     config: Option<PathBuf>,
@@ -132,6 +149,10 @@ struct FileConfig {
     max_streams_per_token: Option<u32>,
     metrics_listen: Option<SocketAddr>,
     health_listen: Option<SocketAddr>,
+    ui_listen: Option<SocketAddr>,
+    ui_public_url: Option<String>,
+    ui_artifacts: Option<PathBuf>,
+    ui_trace_url: Option<String>,
 }
 
 /// Test-only: shifts this replica's clock by this many milliseconds, so the fault suite can
@@ -227,6 +248,29 @@ pub(crate) fn run(args: Args) -> anyhow::Result<Code> {
         .unwrap_or_else(|| "127.0.0.1:7700".parse().expect("valid default"));
     let metrics_listen = args.metrics_listen.or(file.metrics_listen);
     let health_listen = args.health_listen.or(file.health_listen);
+    let ui_listen = args.ui_listen.or(file.ui_listen);
+    // The file's values get the flags' checks.
+    let checked = |v: Option<String>, check: fn(&str) -> Result<String, String>| {
+        v.map(|v| check(&v)).transpose().map_err(anyhow::Error::msg)
+    };
+    let dashboard = match (
+        checked(
+            args.ui_public_url.or(file.ui_public_url),
+            crate::ui::public_url,
+        ),
+        checked(
+            args.ui_trace_url.or(file.ui_trace_url),
+            crate::ui::trace_template,
+        ),
+    ) {
+        (Ok(public), Ok(trace)) => {
+            crate::ui::config(public, args.ui_artifacts.or(file.ui_artifacts), trace)
+        }
+        (Err(e), _) | (_, Err(e)) => {
+            eprintln!("lanes: {e:#}");
+            return Ok(Code::BadInput);
+        }
+    };
     let redis = args.redis.or(file.redis);
     let backend = match redis {
         Some(_) => StoreBackend::Redis,
@@ -271,6 +315,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<Code> {
             .or(file.max_streams_per_token)
             .map_or(defaults.max_streams_per_token, |n| n.max(1) as usize),
         metrics: metrics_listen.map(|_| (Arc::new(CoordinatorMetrics::default()), backend)),
+        dashboard,
         ..defaults
     };
     let clock: Arc<dyn lanes_coordinator::store::Clock> = match std::env::var(CLOCK_OFFSET_ENV) {
@@ -333,6 +378,16 @@ pub(crate) fn run(args: Args) -> anyhow::Result<Code> {
             }
             None => None,
         };
+        let ui_listener = match ui_listen {
+            Some(addr) => {
+                let l = tokio::net::TcpListener::bind(addr)
+                    .await
+                    .with_context(|| format!("cannot listen on {addr} (--ui-listen)"))?;
+                tracing::info!(addr = %l.local_addr()?, "dashboard listening");
+                Some(l)
+            }
+            None => None,
+        };
         let shutdown = async {
             // SIGTERM (Kubernetes, systemd) and Ctrl-C both drain: GoAway, then stop.
             use tokio::signal::unix::{SignalKind, signal};
@@ -348,15 +403,12 @@ pub(crate) fn run(args: Args) -> anyhow::Result<Code> {
                 }
             }
         };
-        lanes_coordinator::run_with_health(
-            config,
-            store,
-            clock,
-            listener,
-            health_listener,
-            shutdown,
-        )
-        .await?;
+        let listeners = lanes_coordinator::Listeners {
+            api: listener,
+            health: health_listener,
+            ui: ui_listener,
+        };
+        lanes_coordinator::serve(config, store, clock, listeners, shutdown).await?;
         Ok::<_, anyhow::Error>(Code::Ok)
     });
     rt.block_on(telemetry.shutdown());

@@ -18,6 +18,7 @@ mod store;
 mod telemetry;
 mod tls_args;
 mod tokens;
+mod ui;
 mod worker;
 
 use std::path::PathBuf;

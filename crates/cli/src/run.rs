@@ -55,6 +55,17 @@ pub(crate) struct Args {
     /// /metrics`, unauthenticated: keep it on a private address) [default: off].
     #[arg(long, value_name = "ADDR")]
     metrics_listen: Option<std::net::SocketAddr>,
+    /// Serve the web dashboard on this address [default: a free port on 127.0.0.1]. Its URL
+    /// and a one-time login link are printed first.
+    #[arg(long, value_name = "ADDR", conflicts_with = "no_ui")]
+    ui_listen: Option<std::net::SocketAddr>,
+    /// Serve no dashboard.
+    #[arg(long)]
+    no_ui: bool,
+    /// A link to each attempt's trace on the dashboard: `{trace_id}` is replaced, e.g.
+    /// `http://localhost:16686/trace/{trace_id}`.
+    #[arg(long, value_name = "TEMPLATE", value_parser = crate::ui::trace_template)]
+    ui_trace_url: Option<String>,
     #[command(flatten)]
     smoke: crate::smoke::SmokeArgs,
     #[command(flatten)]
@@ -95,6 +106,19 @@ pub(crate) fn run(args: Args) -> anyhow::Result<Code> {
     let result = rt.block_on(run_async(args, campaign, drivers));
     rt.block_on(telemetry.shutdown());
     result
+}
+
+/// A one-time dashboard login link for `id`, asked of this run's own API.
+async fn login_link(api: &LocalApi, id: &lanes_common::ids::CampaignId) -> anyhow::Result<String> {
+    let tls = lanes_common::tls::ClientTls::default();
+    let mut client = crate::client::connect(&api.url, Some(api.client_token.clone()), &tls).await?;
+    let link = client
+        .login_link(lanes_common::proto::LoginLinkRequest {
+            campaign: id.to_string(),
+        })
+        .await?
+        .into_inner();
+    Ok(link.url)
 }
 
 /// What the local lanes run: the campaign file's own command and the env names it uses (its
@@ -206,7 +230,24 @@ async fn run_async(args: Args, campaign: spec::Campaign, drivers: Drivers) -> an
         }
         None => None,
     };
+    let artifacts = args
+        .artifacts
+        .clone()
+        .unwrap_or_else(|| args.data_dir.join("artifacts"));
+    let ui_listener =
+        if args.no_ui {
+            None
+        } else {
+            let addr = args
+                .ui_listen
+                .unwrap_or_else(|| "127.0.0.1:0".parse().expect("valid address"));
+            Some(tokio::net::TcpListener::bind(addr).await.with_context(|| {
+                format!("cannot listen on {addr} for the dashboard (--ui-listen)")
+            })?)
+        };
+    let ui_addr = ui_listener.as_ref().map(|l| l.local_addr()).transpose()?;
     let config = CoordinatorConfig {
+        dashboard: crate::ui::config(None, Some(artifacts.clone()), args.ui_trace_url.clone()),
         auth: AuthConfig::tokens(&api.client_token, &api.lane_token)?,
         reaper_start_delay: ttl,
         metrics: metrics
@@ -214,20 +255,33 @@ async fn run_async(args: Args, campaign: spec::Campaign, drivers: Drivers) -> an
             .map(|(c, _)| (c.clone(), StoreBackend::Embedded)),
         ..CoordinatorConfig::default()
     };
-    let coordinator = tokio::spawn(lanes_coordinator::run(
+    let listeners = lanes_coordinator::Listeners {
+        api: listener,
+        health: None,
+        ui: ui_listener,
+    };
+    let coordinator = tokio::spawn(lanes_coordinator::serve(
         config,
         store.clone(),
         clock.clone(),
-        listener,
+        listeners,
         async {
             let _ = coord_stopped.await;
         },
     ));
+    if let Some(addr) = ui_addr {
+        out!("dashboard on http://{addr}/campaigns/{id}");
+        // A link that logs the browser in once: the token itself never goes in a URL.
+        match login_link(&api, &id).await {
+            Ok(link) => out!("log in (one-time link, 5 minutes): {link}"),
+            Err(e) => out!(
+                "no login link ({e:#}); log in with the client token in {}",
+                addr_file(&args.data_dir).display()
+            ),
+        }
+    }
 
     let exe = std::env::current_exe().context("cannot find the lanes binary for the sim driver")?;
-    let artifacts = args
-        .artifacts
-        .unwrap_or_else(|| args.data_dir.join("artifacts"));
     let host = std::fs::read_to_string("/etc/hostname")
         .map(|s| s.trim().to_owned())
         .unwrap_or_else(|_| "localhost".into());

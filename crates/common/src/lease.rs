@@ -159,6 +159,42 @@ impl LeaseKey {
     }
 }
 
+/// A key for another purpose (the dashboard's sessions), derived from the store-wide key so
+/// every replica holds the same one without storing it, and kept apart from lease secrets by
+/// its label.
+#[derive(Clone)]
+pub struct DerivedKey([u8; KEY_BYTES]);
+
+impl fmt::Debug for DerivedKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("DerivedKey(***)")
+    }
+}
+
+impl LeaseKey {
+    /// The key for `label`; another label gives an unrelated key.
+    pub fn derive(&self, label: &str) -> DerivedKey {
+        DerivedKey(hmac_sha256(
+            &self.0,
+            format!("lanes-derive-v1:{label}").as_bytes(),
+        ))
+    }
+}
+
+impl DerivedKey {
+    /// The HMAC-SHA256 of `message`, as 64 hex digits.
+    pub fn mac(&self, message: &[u8]) -> String {
+        hex(&hmac_sha256(&self.0, message))
+    }
+
+    /// Whether `given` is the MAC of `message`, in constant time.
+    pub fn verify(&self, message: &[u8], given: &str) -> bool {
+        let a: [u8; 32] = Sha256::digest(self.mac(message).as_bytes()).into();
+        let b: [u8; 32] = Sha256::digest(given.as_bytes()).into();
+        a.ct_eq(&b).into()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -198,6 +234,18 @@ mod tests {
         assert!(!other.verify(&c, &token(1), "w1", &s));
         assert_eq!(format!("{s:?}"), "LeaseSecret(***)");
         assert_eq!(format!("{key:?}"), "LeaseKey(***)");
+    }
+
+    #[test]
+    fn derived_keys_are_apart_by_label_and_verify_their_macs() {
+        let key = LeaseKey::from_bytes([7; KEY_BYTES]);
+        let (a, b) = (key.derive("a"), key.derive("b"));
+        let mac = a.mac(b"hello");
+        assert_eq!(mac.len(), 64);
+        assert!(a.verify(b"hello", &mac));
+        assert!(!a.verify(b"hello!", &mac));
+        assert!(!b.verify(b"hello", &mac));
+        assert_eq!(format!("{a:?}"), "DerivedKey(***)");
     }
 
     #[test]

@@ -94,6 +94,12 @@ impl std::fmt::Display for Role {
     }
 }
 
+/// Whether any of `expected` matches `given`; every one is compared, so the time taken does
+/// not tell which (or whether one) matched.
+pub(crate) fn accepts(expected: &[Secret], given: &str) -> bool {
+    expected.iter().fold(false, |ok, s| s.matches(given) | ok)
+}
+
 /// The tokens each role accepts. Empty sets are refused unless `insecure_no_auth` is set.
 #[derive(Debug, Clone, Default)]
 pub struct AuthConfig {
@@ -166,9 +172,7 @@ impl BearerAuth {
     /// Whether any accepted token matches; every one is compared, so the time taken does
     /// not tell which (or whether one) matched.
     fn accepts(&self, given: &str) -> bool {
-        self.expected
-            .iter()
-            .fold(false, |ok, s| s.matches(given) | ok)
+        accepts(&self.expected, given)
     }
 }
 

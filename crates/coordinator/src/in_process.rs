@@ -41,6 +41,7 @@ impl InProcessCoordinator {
                 leases: crate::service::leases::Leases::new(),
                 limits: Arc::new(crate::service::limits::Limits::of(&Default::default())),
                 metrics: None,
+                links: None,
             },
             shutdown,
             store_up: Mutex::new(Some(store_up)),

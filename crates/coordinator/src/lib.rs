@@ -6,12 +6,15 @@
 //!   has one, or the most telling reason why none has;
 //! - [`run`]: the gRPC server (CampaignService, LaneService, health) with the reaper and the
 //!   store watch that sends lane sessions away while the store is unreachable;
+//! - the web dashboard (`--ui-listen`, [`DashboardConfig`]): pages, SVG charts and live
+//!   updates over SSE, read through the same CampaignService calls;
 //! - [`metrics`]: the Prometheus metrics a replica counts (the caller serves them);
 //! - [`tls`]: the server's TLS, and mutual TLS binding a worker id to its certificate;
 //! - [`InProcessCoordinator`]: one replica's lane sessions served over channels, for tests that
 //!   run a worker in the same process.
 
 pub mod auth;
+mod dashboard;
 mod grpc_status;
 pub mod health;
 mod in_process;
@@ -26,6 +29,7 @@ mod store_health;
 pub mod tls;
 mod wire;
 
+pub use dashboard::DashboardConfig;
 pub use in_process::InProcessCoordinator;
-pub use server::{CoordinatorConfig, ServeError, run, run_with_health};
+pub use server::{CoordinatorConfig, Listeners, ServeError, run, run_with_health, serve};
 pub use store_health::StoreWatch;

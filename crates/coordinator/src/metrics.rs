@@ -133,6 +133,7 @@ pub enum StoreOp {
     Ping,
     Delete,
     Requeue,
+    LoginCode,
 }
 
 impl StoreOp {
@@ -156,6 +157,7 @@ impl StoreOp {
             Self::Ping => "ping",
             Self::Delete => "delete",
             Self::Requeue => "requeue",
+            Self::LoginCode => "login_code",
         }
     }
 }

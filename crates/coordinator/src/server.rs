@@ -54,6 +54,8 @@ pub struct CoordinatorConfig {
     /// Count into these metrics, for a store of this backend (the caller serves them); off
     /// when `None`.
     pub metrics: Option<(Arc<CoordinatorMetrics>, StoreBackend)>,
+    /// How the web dashboard is served, when [`Listeners::ui`] is given.
+    pub dashboard: crate::dashboard::DashboardConfig,
 }
 
 impl Default for CoordinatorConfig {
@@ -74,6 +76,7 @@ impl Default for CoordinatorConfig {
             store_watch: Default::default(),
             tls: None,
             metrics: None,
+            dashboard: Default::default(),
         }
     }
 }
@@ -87,6 +90,17 @@ pub enum ServeError {
     Auth(#[from] TokenError),
     #[error("the reflection service cannot be built: {0}")]
     Reflection(#[from] tonic_reflection::server::Error),
+    #[error("the dashboard cannot be served: {0}")]
+    Dashboard(#[from] std::io::Error),
+}
+
+/// Where the coordinator listens: the API, and optionally the gRPC health service alone
+/// (`--health-listen`) and the web dashboard (`--ui-listen`).
+#[derive(Debug)]
+pub struct Listeners {
+    pub api: TcpListener,
+    pub health: Option<TcpListener>,
+    pub ui: Option<TcpListener>,
 }
 
 /// The connections `listener` accepts, with Nagle's algorithm off. A lane session's answers
@@ -119,6 +133,27 @@ pub async fn run_with_health(
     health_listener: Option<TcpListener>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
+    let listeners = Listeners {
+        api: listener,
+        health: health_listener,
+        ui: None,
+    };
+    serve(config, store, clock, listeners, shutdown).await
+}
+
+/// Serves every listener of `listeners` until `shutdown` resolves (see [`run`]).
+pub async fn serve(
+    config: CoordinatorConfig,
+    store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
+    listeners: Listeners,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
+    let Listeners {
+        api: listener,
+        health: health_listener,
+        ui: ui_listener,
+    } = listeners;
     config.auth.check()?;
     for (role, tokens) in [
         (Role::Client, &config.auth.client),
@@ -158,6 +193,14 @@ pub async fn run_with_health(
         leases: crate::service::leases::Leases::new(),
         limits: Arc::new(crate::service::limits::Limits::of(&config)),
         metrics: metrics.clone(),
+        links: match &ui_listener {
+            Some(l) => Some(Arc::new(crate::dashboard::Links::new(
+                &config.dashboard,
+                l.local_addr()?,
+                config.tls.is_some(),
+            ))),
+            None => None,
+        },
     };
     let warm = shared.clone();
     tokio::spawn(async move { warm.leases.warm(warm.store.as_ref()).await });
@@ -186,6 +229,33 @@ pub async fn run_with_health(
             },
         ))
     });
+
+    // The dashboard stops with the API server: it ends when `served_rx` fires too.
+    let (ui_stop_tx, ui_stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let ui = match ui_listener {
+        Some(listener) => {
+            let (shared, tokens, dashboard, tls) = (
+                shared.clone(),
+                config.auth.client.clone(),
+                config.dashboard.clone(),
+                config.tls.clone(),
+            );
+            Some(tokio::spawn(async move {
+                crate::dashboard::serve(
+                    shared,
+                    tokens,
+                    dashboard,
+                    listener,
+                    tls.as_ref(),
+                    async move {
+                        let _ = ui_stop_rx.await;
+                    },
+                )
+                .await
+            }))
+        }
+        None => None,
+    };
 
     let campaigns = CampaignServiceServer::new(CampaignSvc {
         shared: shared.clone(),
@@ -250,6 +320,12 @@ pub async fn run_with_health(
     watcher.abort();
     health_follower.abort();
     let _ = served_tx.send(());
+    let _ = ui_stop_tx.send(());
+    if let Some(ui) = ui
+        && let Ok(Err(e)) = ui.await
+    {
+        tracing::warn!(error = %e, "the dashboard failed");
+    }
     if let Some(alone) = health_alone
         && let Ok(Err(e)) = alone.await
     {

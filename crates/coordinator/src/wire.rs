@@ -18,6 +18,7 @@ fn token(t: &Token) -> Option<pb::Token> {
 pub(crate) fn status(s: CampaignStatus, now_ms: i64) -> pb::CampaignStatus {
     pb::CampaignStatus {
         id: s.id.to_string(),
+        created_utc: lanes_common::utc::format_rfc3339(s.created_ms),
         state: pb::CampaignState::from(s.state) as i32,
         stop_reason: s.stop_reason.map_or(0, |r| pb::StopReason::from(r) as i32),
         stop_mode: s.stop_mode.map_or(0, |m| pb::StopMode::from(m) as i32),

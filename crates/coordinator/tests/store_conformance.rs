@@ -1596,6 +1596,55 @@ async fn an_operator_retry_pass_requeues_excluded_trials(h: &mut Harness) {
     ));
 }
 
+/// Dashboard login codes: taken once, whichever caller asks first, and never after they
+/// expire; unknown codes are nothing; a new code sweeps expired ones (embedded).
+async fn a_login_code_is_good_once_until_it_expires(h: &mut Harness) {
+    use lanes_coordinator::store::LoginGrant;
+    let digest = |n: u8| [n; 32];
+    let grant = |campaign: Option<&str>, expires_ms| LoginGrant {
+        campaign: campaign.map(cid),
+        expires_ms,
+    };
+    let now = h.now();
+    h.store
+        .put_login_code(digest(1), grant(Some("c1"), now + 60_000), now)
+        .await
+        .unwrap();
+    h.store
+        .put_login_code(digest(2), grant(None, now + 1_000), now)
+        .await
+        .unwrap();
+    assert_eq!(h.store.take_login_code(digest(9), now).await.unwrap(), None);
+    // Sixteen takers at once: exactly one gets the grant.
+    let takers = (0..16).map(|_| {
+        let store = h.store.clone();
+        tokio::spawn(async move { store.take_login_code(digest(1), now + 10).await.unwrap() })
+    });
+    let mut granted = Vec::new();
+    for t in takers {
+        granted.extend(t.await.unwrap());
+    }
+    assert_eq!(granted, vec![grant(Some("c1"), now + 60_000)]);
+    // Expired by our clock: refused, and gone.
+    assert_eq!(
+        h.store
+            .take_login_code(digest(2), now + 1_000)
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(h.store.take_login_code(digest(2), now).await.unwrap(), None);
+    // A code that has already expired is not kept at all.
+    h.store
+        .put_login_code(digest(3), grant(None, now - 1), now)
+        .await
+        .unwrap();
+    assert_eq!(
+        h.store.take_login_code(digest(3), now - 10).await.unwrap(),
+        None
+    );
+}
+
 per_backend!(embedded => Harness::embedded();
     a_claim_refuses_a_driver_the_worker_does_not_run,
     schedule_order_and_whole_groups,
@@ -1631,6 +1680,7 @@ per_backend!(embedded => Harness::embedded();
     embedded_file_reopened_keeps_everything,
     delete_frees_a_campaign_that_runs_nothing,
     an_operator_retry_pass_requeues_excluded_trials,
+    a_login_code_is_good_once_until_it_expires,
 );
 
 per_backend!(redis => Harness::redis().await;
@@ -1670,6 +1720,7 @@ per_backend!(redis => Harness::redis().await;
     redis_without_fsync_always_is_refused_unless_allowed,
     delete_frees_a_campaign_that_runs_nothing,
     an_operator_retry_pass_requeues_excluded_trials,
+    a_login_code_is_good_once_until_it_expires,
 );
 
 /// Embedded only: the file, reopened, keeps rows, leases, scores and counters.

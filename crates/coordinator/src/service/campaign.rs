@@ -1,4 +1,5 @@
-//! CampaignService: submit, get, list, watch, stop, rows, report, workers.
+//! CampaignService: submit, get, list, watch, stop, rows, report, workers, export, delete,
+//! retry, and one-time dashboard login links.
 
 use std::pin::Pin;
 
@@ -340,6 +341,49 @@ impl CampaignService for CampaignSvc {
         Ok(Response::new(pb::DeleteResponse {
             rows: deleted.rows,
             trials: deleted.trials,
+        }))
+    }
+
+    async fn login_link(
+        &self,
+        request: Request<pb::LoginLinkRequest>,
+    ) -> Result<Response<pb::LoginLinkResponse>, Status> {
+        let s = &self.shared;
+        let Some(links) = &s.links else {
+            return Err(Status::failed_precondition(
+                "this coordinator serves no dashboard (start it with --ui-listen ADDR)",
+            ));
+        };
+        let req = request.into_inner();
+        let campaign = if req.campaign.is_empty() {
+            None
+        } else {
+            let id = campaign_id("campaign", &req.campaign)?;
+            // An unknown campaign is refused now, not when the link is opened.
+            s.store.status(&id, s.now()).await.map_err(from_store)?;
+            Some(id)
+        };
+        let code = crate::dashboard::new_code().map_err(|e| Status::internal(e.to_string()))?;
+        let now = s.now();
+        let expires_ms = now + links.code_ttl.as_millis() as i64;
+        s.store
+            .put_login_code(
+                crate::dashboard::code_digest(&code),
+                crate::store::LoginGrant {
+                    campaign: campaign.clone(),
+                    expires_ms,
+                },
+                now,
+            )
+            .await
+            .map_err(from_store)?;
+        let next = match &campaign {
+            Some(id) => format!("/campaigns/{id}"),
+            None => "/".to_owned(),
+        };
+        Ok(Response::new(pb::LoginLinkResponse {
+            url: format!("{}/login?code={code}&next={next}", links.base_url),
+            expires_utc: lanes_common::utc::format_rfc3339(expires_ms),
         }))
     }
 

@@ -42,7 +42,7 @@ impl Leases {
         Arc::new(Self::default())
     }
 
-    async fn key(&self, store: &dyn Store) -> Result<&LeaseKey, StoreError> {
+    pub(crate) async fn key(&self, store: &dyn Store) -> Result<&LeaseKey, StoreError> {
         self.key
             .get_or_try_init(|| async { store.lease_key(fresh_key()?).await })
             .await

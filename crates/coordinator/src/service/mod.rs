@@ -38,6 +38,8 @@ pub(crate) struct Shared {
     pub(crate) limits: Arc<limits::Limits>,
     /// Claim latency goes here when metrics are on.
     pub(crate) metrics: Option<Arc<crate::metrics::CoordinatorMetrics>>,
+    /// Where this replica's dashboard is, for login links; `None` when it serves none.
+    pub(crate) links: Option<Arc<crate::dashboard::Links>>,
 }
 
 impl Shared {

@@ -132,6 +132,15 @@ pub struct Release {
     pub detail: Option<String>,
 }
 
+/// What a one-time dashboard login code grants: a session, then the page it opens on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LoginGrant {
+    /// The campaign whose page the link opens; `None` opens the campaign list.
+    pub campaign: Option<CampaignId>,
+    /// When the code stops working.
+    pub expires_ms: EpochMs,
+}
+
 /// What a delete removed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Deleted {
@@ -213,6 +222,8 @@ pub struct CampaignStatus {
     pub stop_reason: Option<StopReason>,
     pub stop_mode: Option<StopMode>,
     pub spec_hash: String,
+    /// When the campaign was first submitted.
+    pub created_ms: EpochMs,
     pub amendments: Vec<Amendment>,
     pub trials_total: u64,
     /// Final trials, `not_started` included.

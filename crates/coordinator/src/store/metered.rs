@@ -210,6 +210,31 @@ impl Store for MeteredStore {
             .await
     }
 
+    async fn put_login_code(
+        &self,
+        digest: [u8; 32],
+        grant: LoginGrant,
+        now_ms: EpochMs,
+    ) -> Result<(), StoreError> {
+        self.timed(
+            StoreOp::LoginCode,
+            self.inner.put_login_code(digest, grant, now_ms),
+        )
+        .await
+    }
+
+    async fn take_login_code(
+        &self,
+        digest: [u8; 32],
+        now_ms: EpochMs,
+    ) -> Result<Option<LoginGrant>, StoreError> {
+        self.timed(
+            StoreOp::LoginCode,
+            self.inner.take_login_code(digest, now_ms),
+        )
+        .await
+    }
+
     async fn ping(&self) -> Result<(), StoreError> {
         self.timed(StoreOp::Ping, self.inner.ping()).await
     }

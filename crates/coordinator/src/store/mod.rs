@@ -139,6 +139,23 @@ pub trait Store: Send + Sync + 'static {
     /// already there, and the stored key is answered, so every replica uses the same one.
     async fn lease_key(&self, fresh: LeaseKey) -> Result<LeaseKey, StoreError>;
 
+    /// Keeps a one-time dashboard login code, by its SHA-256 digest (the code itself is never
+    /// stored), until `grant.expires_ms`. Codes that expired by `now_ms` may be swept.
+    async fn put_login_code(
+        &self,
+        digest: [u8; 32],
+        grant: LoginGrant,
+        now_ms: EpochMs,
+    ) -> Result<(), StoreError>;
+
+    /// Takes a login code: its grant if it is there and has not expired at `now_ms`. A code
+    /// is taken at most once, whichever replica asks.
+    async fn take_login_code(
+        &self,
+        digest: [u8; 32],
+        now_ms: EpochMs,
+    ) -> Result<Option<LoginGrant>, StoreError>;
+
     /// Whether the store answers at all (the replica's health watch).
     async fn ping(&self) -> Result<(), StoreError> {
         Ok(())

@@ -52,11 +52,21 @@ const BLOCKS: Table = TableDefinition::new("blocks");
 /// Store-wide values that belong to no campaign (the lease key).
 const SECRETS: Table = TableDefinition::new("secrets");
 const LEASE_KEY: &[u8] = b"lease_key";
+/// Dashboard login codes in [`SECRETS`]: this prefix, then the code's digest in hex.
+const LOGIN_CODE: &[u8] = b"login_code:";
+/// Expired login codes removed per code kept (each put sweeps a few).
+const LOGIN_SWEEP: usize = 64;
 /// Every table, created when the store opens and held open by each write batch.
 const ALL: [Table; 13] = [
     META, TASKS, TASK_POS, TRIALS, LEASES, DEADLINES, READY, DELAYED, TOKENS, ROWS, EVENTS, BLOCKS,
     SECRETS,
 ];
+
+/// The key of a login code in [`SECRETS`].
+fn login_key(digest: &[u8; 32]) -> Vec<u8> {
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    [LOGIN_CODE, hex.as_bytes()].concat()
+}
 
 /// The file inside a data directory.
 pub const FILE_NAME: &str = "lanes.redb";
@@ -389,6 +399,51 @@ impl Store for EmbeddedStore {
                         Ok(fresh)
                     }
                 }
+            })
+            .await
+    }
+
+    async fn put_login_code(
+        &self,
+        digest: [u8; 32],
+        grant: LoginGrant,
+        now_ms: EpochMs,
+    ) -> Result<(), StoreError> {
+        if grant.expires_ms <= now_ms {
+            return Ok(());
+        }
+        let value = serde_json::to_vec(&grant).map_err(backend)?;
+        self.shared
+            .writer
+            .run(String::new(), Mode::Batched, move |tx| {
+                // Codes nobody used are swept here, a few per new one, so they never pile up.
+                for (k, v) in tx.scan_prefix(SECRETS, LOGIN_CODE, LOGIN_SWEEP)? {
+                    let expired = serde_json::from_slice::<LoginGrant>(&v)
+                        .map_or(true, |g| g.expires_ms <= now_ms);
+                    if expired {
+                        tx.del(SECRETS, &[LOGIN_CODE, &k].concat())?;
+                    }
+                }
+                tx.put_raw(SECRETS, &login_key(&digest), &value)
+            })
+            .await
+    }
+
+    async fn take_login_code(
+        &self,
+        digest: [u8; 32],
+        now_ms: EpochMs,
+    ) -> Result<Option<LoginGrant>, StoreError> {
+        self.shared
+            .writer
+            .run(String::new(), Mode::Batched, move |tx| {
+                let k = login_key(&digest);
+                let Some(bytes) = tx.get_raw(SECRETS, &k)? else {
+                    return Ok(None);
+                };
+                tx.del(SECRETS, &k)?;
+                let grant: LoginGrant = serde_json::from_slice(&bytes).map_err(corrupt)?;
+                Ok((grant.expires_ms > now_ms).then_some(grant))
             })
             .await
     }

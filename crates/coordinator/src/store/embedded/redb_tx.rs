@@ -133,7 +133,7 @@ impl<'a, 't> RedbTx<'a, 't> {
     }
 
     /// Whether the key was there.
-    fn del(&mut self, table: Table, k: &[u8]) -> R<bool> {
+    pub(super) fn del(&mut self, table: Table, k: &[u8]) -> R<bool> {
         let existed = self.get_raw(table, k)?.is_some();
         if existed {
             if self.direct {
@@ -199,7 +199,12 @@ impl<'a, 't> RedbTx<'a, 't> {
         Ok(out)
     }
 
-    fn scan_prefix(&self, table: Table, p: &[u8], limit: usize) -> R<Vec<(Vec<u8>, Vec<u8>)>> {
+    pub(super) fn scan_prefix(
+        &self,
+        table: Table,
+        p: &[u8],
+        limit: usize,
+    ) -> R<Vec<(Vec<u8>, Vec<u8>)>> {
         self.scan(table, p.len(), p, &prefix_end(p), limit)
     }
 

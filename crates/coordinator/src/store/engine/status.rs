@@ -82,6 +82,7 @@ pub(crate) async fn status(tx: &mut impl Tx, c: &CampaignId, now: EpochMs) -> R<
         stop_reason: meta.stop_reason,
         stop_mode: meta.stop_mode,
         spec_hash: meta.spec_hash.clone(),
+        created_ms: meta.created_ms,
         amendments: meta.amendments.clone(),
         trials_total: meta.trials_total,
         trials_final: meta.finals,

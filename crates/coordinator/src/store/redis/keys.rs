@@ -124,6 +124,13 @@ pub(crate) const CAMPAIGNS: &str = "lanes:campaigns";
 /// The store-wide key lease secrets are derived with (hex), set once with `SET NX`.
 pub(crate) const LEASE_KEY: &str = "lanes:lease_key";
 
+/// A dashboard login code: this prefix, then the code's SHA-256 in hex. It expires by itself
+/// (PX), and GETDEL takes it once.
+pub(crate) fn login_code(digest: &[u8; 32]) -> String {
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    format!("lanes:login_code:{hex}")
+}
+
 /// A stream id for a sequence number: `0-<seq + 1>` (stream ids must be above `0-0`).
 pub(crate) fn stream_id(seq: u64) -> String {
     format!("0-{}", seq + 1)

@@ -89,7 +89,7 @@ use lanes_common::utc::EpochMs;
 use self::batch::{Answer, Op, Rounds};
 use self::cache::Cache;
 use self::commit::{Committed, nonce};
-use self::keys::{CAMPAIGNS, Keys, LEASE_KEY, stream_id};
+use self::keys::{CAMPAIGNS, Keys, LEASE_KEY, login_code, stream_id};
 pub use self::stats::RedisStats;
 use self::stats::{Conn, Counters};
 use self::tx::RedisTx;
@@ -725,6 +725,47 @@ impl Store for RedisStore {
             .as_deref()
             .and_then(LeaseKey::from_hex)
             .ok_or_else(|| StoreError::Corrupt(format!("{LEASE_KEY} is not 32 bytes of hex")))
+    }
+
+    async fn put_login_code(
+        &self,
+        digest: [u8; 32],
+        grant: LoginGrant,
+        now_ms: EpochMs,
+    ) -> Result<(), StoreError> {
+        let ttl = grant.expires_ms - now_ms;
+        if ttl <= 0 {
+            return Ok(());
+        }
+        let value =
+            serde_json::to_string(&grant).map_err(|e| StoreError::Backend(e.to_string()))?;
+        let mut conn = self.conn.clone();
+        redis::cmd("SET")
+            .arg(login_code(&digest))
+            .arg(value)
+            .arg("PX")
+            .arg(ttl)
+            .query_async::<()>(&mut conn)
+            .await
+            .map_err(redis_err)
+    }
+
+    async fn take_login_code(
+        &self,
+        digest: [u8; 32],
+        now_ms: EpochMs,
+    ) -> Result<Option<LoginGrant>, StoreError> {
+        let mut conn = self.conn.clone();
+        let taken: Option<String> = redis::cmd("GETDEL")
+            .arg(login_code(&digest))
+            .query_async(&mut conn)
+            .await
+            .map_err(redis_err)?;
+        let Some(text) = taken else { return Ok(None) };
+        let grant: LoginGrant =
+            serde_json::from_str(&text).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        // PX expires it on Redis's clock; ours decides too, so both stores agree.
+        Ok((grant.expires_ms > now_ms).then_some(grant))
     }
 
     async fn delete(&self, campaign: &CampaignId) -> Result<Deleted, StoreError> {

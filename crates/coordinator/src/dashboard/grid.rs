@@ -1,0 +1,205 @@
+//! The schedule grid: every trial of the pre-registered schedule in order, task-major (one
+//! row per task), run groups across with the arms in spec order inside each, one grid per
+//! phase. A cell's fill says its outcome by colour and by pattern (see [`patterns`]), so it
+//! reads without colour too. Past [`MAX_CELLS`] trials the grid becomes one bar per block.
+
+use std::collections::{BTreeMap, HashSet};
+use std::fmt::Write as _;
+
+use super::api::Skeleton;
+use super::html::{esc, url_part};
+use super::ledger::{Cell, Ledger};
+
+/// Above this many trials a per-trial grid would outgrow a light page.
+pub(crate) const MAX_CELLS: u64 = 1000;
+const CELL: u32 = 12;
+const STEP: u32 = 14;
+const GROUP_GAP: u32 = 8;
+const LABEL: u32 = 130;
+
+/// The fills every grid and legend on a page refers to: one hidden SVG of patterns.
+pub(crate) fn patterns() -> &'static str {
+    "<svg class=\"defs\" aria-hidden=\"true\" width=\"0\" height=\"0\"><defs>\
+     <pattern id=\"p-failed\" width=\"4\" height=\"4\" patternUnits=\"userSpaceOnUse\" patternTransform=\"rotate(45)\">\
+     <rect width=\"4\" height=\"4\" fill=\"#c62828\"/><rect width=\"1.5\" height=\"4\" fill=\"#ffcdd2\"/></pattern>\
+     <pattern id=\"p-excluded\" width=\"4\" height=\"4\" patternUnits=\"userSpaceOnUse\">\
+     <rect width=\"4\" height=\"4\" fill=\"#6d6d6d\"/><circle cx=\"2\" cy=\"2\" r=\"0.9\" fill=\"#eee\"/></pattern>\
+     <pattern id=\"p-notstarted\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\">\
+     <rect width=\"6\" height=\"6\" fill=\"#e0e0e0\"/><path d=\"M0 0L6 6M6 0L0 6\" stroke=\"#757575\" stroke-width=\"1\"/></pattern>\
+     <pattern id=\"p-retrying\" width=\"4\" height=\"4\" patternUnits=\"userSpaceOnUse\">\
+     <rect width=\"4\" height=\"4\" fill=\"#f9a825\"/><rect width=\"4\" height=\"1.2\" fill=\"#fff8e1\"/></pattern>\
+     </defs></svg>"
+}
+
+/// The legend: each fill with its name and how many trials have it.
+fn legend(counts: &BTreeMap<Cell, u64>) -> String {
+    let mut out = String::from("<ul class=\"legend\" id=\"grid-legend\">");
+    for c in Cell::ALL {
+        let _ = write!(
+            out,
+            "<li><svg width=\"14\" height=\"14\" aria-hidden=\"true\"><rect class=\"{}\" x=\"1\" y=\"1\" \
+             width=\"{CELL}\" height=\"{CELL}\"/></svg> {} <b data-count=\"{}\">{}</b></li>",
+            c.class(),
+            c.label(),
+            c.class(),
+            counts.get(&c).copied().unwrap_or(0)
+        );
+    }
+    out.push_str("</ul>");
+    out
+}
+
+/// The grid (or the block bars) of a campaign, with its legend.
+pub(crate) fn render(
+    campaign: &str,
+    skeleton: &Skeleton,
+    ledger: &Ledger,
+    running: &HashSet<String>,
+) -> String {
+    let spec = &skeleton.spec;
+    let arms: Vec<&str> = spec.arms.iter().map(|a| a.id.as_str()).collect();
+    let total_runs = spec.total_runs();
+    let trials = skeleton.tasks.len() as u64 * u64::from(total_runs) * arms.len() as u64;
+    let cell_of = |task: &str, run: u32, arm: &str| {
+        let id = format!("{task}.r{run}.{arm}");
+        let c = ledger.cell(&id, running.contains(&id));
+        (id, c)
+    };
+    let mut counts: BTreeMap<Cell, u64> = BTreeMap::new();
+    let mut body = String::new();
+    let phases = [
+        (1u8, 0..spec.phase1_runs),
+        (2u8, spec.phase1_runs..total_runs),
+    ];
+    for (phase, runs) in phases {
+        if runs.is_empty() {
+            continue;
+        }
+        let n_runs = runs.len() as u32;
+        let _ = write!(
+            body,
+            "<h3>Phase {phase} <small>runs {}–{} · each group: {}</small></h3>",
+            runs.start,
+            runs.end - 1,
+            esc(&arms.join(", "))
+        );
+        if trials > MAX_CELLS {
+            body.push_str(&blocks(
+                phase,
+                skeleton,
+                runs.clone(),
+                &arms,
+                &cell_of,
+                &mut counts,
+            ));
+            continue;
+        }
+        let group_w = STEP * arms.len() as u32 + GROUP_GAP;
+        let width = LABEL + group_w * n_runs;
+        let height = 16 + STEP * skeleton.tasks.len() as u32;
+        let _ = write!(
+            body,
+            "<div class=\"scroll\"><svg class=\"grid-svg\" viewBox=\"0 0 {width} {height}\" width=\"{width}\" \
+             height=\"{height}\" role=\"img\" aria-label=\"Schedule grid, phase {phase}\">"
+        );
+        for (g, run) in runs.clone().enumerate() {
+            let _ = write!(
+                body,
+                "<text class=\"tick\" x=\"{}\" y=\"11\">r{run}</text>",
+                LABEL + group_w * g as u32
+            );
+        }
+        for (t, task) in skeleton.tasks.iter().enumerate() {
+            let y = 16 + STEP * t as u32;
+            let _ = write!(
+                body,
+                "<g transform=\"translate(0 {y})\"><text class=\"label\" x=\"{}\" y=\"10\" text-anchor=\"end\">{}</text>",
+                LABEL - 6,
+                esc(&short(task, 18))
+            );
+            for (g, run) in runs.clone().enumerate() {
+                for (a, arm) in arms.iter().enumerate() {
+                    let (id, c) = cell_of(task, run, arm);
+                    *counts.entry(c).or_default() += 1;
+                    let _ = write!(
+                        body,
+                        "<a href=\"/campaigns/{}/trials/{}\"><rect class=\"{}\" x=\"{}\" width=\"{CELL}\" \
+                         height=\"{CELL}\"><title>{}: {}</title></rect></a>",
+                        url_part(campaign),
+                        url_part(&id),
+                        c.class(),
+                        LABEL + group_w * g as u32 + STEP * a as u32,
+                        esc(&id),
+                        c.label()
+                    );
+                }
+            }
+            body.push_str("</g>");
+        }
+        body.push_str("</svg></div>");
+    }
+    format!("{}{body}", legend(&counts))
+}
+
+/// One stacked bar per block (task) of a phase: how many of its trials have each outcome.
+fn blocks(
+    phase: u8,
+    skeleton: &Skeleton,
+    runs: std::ops::Range<u32>,
+    arms: &[&str],
+    cell_of: &dyn Fn(&str, u32, &str) -> (String, Cell),
+    counts: &mut BTreeMap<Cell, u64>,
+) -> String {
+    let per_block = runs.len() as f64 * arms.len() as f64;
+    let width = 640u32;
+    let height = 4 + 10 * skeleton.tasks.len() as u32;
+    let mut out = format!(
+        "<div class=\"scroll tall\"><svg class=\"grid-svg\" viewBox=\"0 0 {width} {height}\" role=\"img\" \
+         aria-label=\"Blocks of phase {phase}\">"
+    );
+    for (t, task) in skeleton.tasks.iter().enumerate() {
+        let mut mine: BTreeMap<Cell, u64> = BTreeMap::new();
+        for run in runs.clone() {
+            for arm in arms {
+                *mine.entry(cell_of(task, run, arm).1).or_default() += 1;
+            }
+        }
+        let y = 2 + 10 * t as u32;
+        let mut x = LABEL as f64;
+        let _ = write!(
+            out,
+            "<text class=\"label small\" x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>",
+            LABEL - 6,
+            y + 8,
+            esc(&short(task, 18))
+        );
+        for c in Cell::ALL {
+            let n = mine.get(&c).copied().unwrap_or(0);
+            if n == 0 {
+                continue;
+            }
+            *counts.entry(c).or_default() += n;
+            let w = (f64::from(width - LABEL)) * n as f64 / per_block;
+            let _ = write!(
+                out,
+                "<rect class=\"{}\" x=\"{x:.1}\" y=\"{y}\" width=\"{w:.1}\" height=\"8\"><title>p{phase}-{}: {n} {}</title></rect>",
+                c.class(),
+                esc(task),
+                c.label()
+            );
+            x += w;
+        }
+    }
+    out.push_str("</svg></div>");
+    out
+}
+
+fn short(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        s.to_owned()
+    } else {
+        let mut t: String = s.chars().take(max - 1).collect();
+        t.push('…');
+        t
+    }
+}

@@ -1,0 +1,486 @@
+//! The web dashboard (`--ui-listen`): campaigns, a campaign's schedule filling in, the lanes
+//! at work and the per-arm results, live. Pages are rendered here, charts as inline SVG, so
+//! every page reads without JavaScript; a small script only applies the updates a
+//! Server-Sent Events stream (fed from Watch) sends. Everything is read through the same
+//! CampaignService calls gRPC clients make. Assets are compiled into the binary.
+//!
+//! - [`access`]: the client token, session cookies, CSRF tokens, login codes;
+//! - [`api`]: CampaignService called in process;
+//! - [`pages`]: the routes' HTML; [`charts`] and [`grid`]: the SVG;
+//! - [`live`]: the SSE stream; [`artifacts`]: attempt files, read-only.
+
+// A handler's early answer (a login redirect, a refusal) is a `Response`, returned as the
+// `Err` of the checks before it; boxing it would buy nothing on this path.
+#![allow(clippy::result_large_err)]
+
+mod access;
+mod api;
+mod artifacts;
+mod charts;
+mod grid;
+mod html;
+mod ledger;
+mod live;
+mod pages;
+mod tls;
+mod view;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{Form, Path, Query, State};
+use axum::http::header::{self, HeaderMap, HeaderValue};
+use axum::http::{StatusCode, Uri};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use serde::Deserialize;
+use tokio::net::TcpListener;
+use tokio::sync::OnceCell;
+
+use crate::auth::Secret;
+use crate::service::Shared;
+use crate::service::campaign::CampaignSvc;
+pub(crate) use access::code_digest;
+use access::{Access, Viewer, safe_next};
+use api::{Api, ApiError, Skeleton};
+
+pub(crate) use tls::TlsListener;
+
+/// How the dashboard is served.
+#[derive(Debug, Clone)]
+pub struct DashboardConfig {
+    /// Attempt artifacts to serve read-only (`<dir>/<campaign>/<trial>/a<n>/<file>`); `None`
+    /// lists what rows name without links.
+    pub artifacts: Option<PathBuf>,
+    /// A trace link per attempt: this template with `{trace_id}` replaced (for Jaeger,
+    /// `http://jaeger:16686/trace/{trace_id}`); `None` shows the trace id alone.
+    pub trace_url: Option<String>,
+    /// The dashboard's address as browsers reach it, for login links; `None` uses the
+    /// address it listens on.
+    pub public_url: Option<String>,
+    /// How long a login lasts.
+    pub session_ttl: Duration,
+    /// How long a one-time login code works.
+    pub code_ttl: Duration,
+}
+
+impl Default for DashboardConfig {
+    fn default() -> Self {
+        Self {
+            artifacts: None,
+            trace_url: None,
+            public_url: None,
+            session_ttl: Duration::from_secs(12 * 3600),
+            code_ttl: Duration::from_secs(5 * 60),
+        }
+    }
+}
+
+/// A fresh login code: 128 random bits, as hex.
+pub(crate) fn new_code() -> Result<String, getrandom::Error> {
+    access::random_hex()
+}
+
+/// What LoginLink needs of a dashboard: where it is and how long codes last.
+#[derive(Debug, Clone)]
+pub(crate) struct Links {
+    pub(crate) base_url: String,
+    pub(crate) code_ttl: Duration,
+}
+
+impl Links {
+    pub(crate) fn new(config: &DashboardConfig, bound: std::net::SocketAddr, tls: bool) -> Self {
+        let base_url = match &config.public_url {
+            Some(u) => u.trim_end_matches('/').to_owned(),
+            None => format!("{}://{bound}", if tls { "https" } else { "http" }),
+        };
+        Self {
+            base_url,
+            code_ttl: config.code_ttl,
+        }
+    }
+}
+
+/// The dashboard's state, shared by its handlers.
+pub(crate) struct Dashboard {
+    svc: CampaignSvc,
+    tokens: Vec<Secret>,
+    secure: bool,
+    config: DashboardConfig,
+    /// Made on first use: its key comes from the store, which may be down at start.
+    access: OnceCell<Access>,
+    /// Each campaign's spec and task ids, by (campaign, spec hash): they change only with an
+    /// amendment, which changes the hash.
+    skeletons: Mutex<HashMap<(String, String), Arc<Skeleton>>>,
+}
+
+/// Skeletons kept at most (a few campaigns' task ids).
+const SKELETONS_KEPT: usize = 16;
+
+impl Dashboard {
+    fn shared(&self) -> &Shared {
+        &self.svc.shared
+    }
+
+    fn now(&self) -> i64 {
+        self.shared().now()
+    }
+
+    async fn access(&self) -> Result<&Access, ApiError> {
+        self.access
+            .get_or_try_init(|| async {
+                let key = self
+                    .shared()
+                    .leases
+                    .key(self.shared().store.as_ref())
+                    .await
+                    .map_err(|e| ApiError {
+                        code: tonic::Code::Unavailable,
+                        message: format!("the store is unreachable: {e}"),
+                    })?;
+                Ok(Access::new(
+                    self.tokens.clone(),
+                    key.derive("dashboard-session"),
+                    self.config.session_ttl,
+                    self.secure,
+                ))
+            })
+            .await
+    }
+
+    fn api<'a>(&'a self, viewer: &Viewer, headers: &HeaderMap) -> Api<'a> {
+        Api {
+            svc: &self.svc,
+            stream_key: viewer.stream_key(headers),
+        }
+    }
+
+    /// The viewer, or the answer for one who must log in: a page sends the browser to the
+    /// login form; anything else gets 401.
+    async fn viewer(&self, headers: &HeaderMap, uri: &Uri, page: bool) -> Result<Viewer, Response> {
+        let access = self.access().await.map_err(|e| error_page(&e))?;
+        match access.viewer(headers, self.now()) {
+            Some(v) => Ok(v),
+            None if page => Err(Redirect::to(&format!(
+                "/login?next={}",
+                html::url_part(uri.path_and_query().map_or("/", |p| p.as_str()))
+            ))
+            .into_response()),
+            None => Err((
+                StatusCode::UNAUTHORIZED,
+                [(header::WWW_AUTHENTICATE, "Bearer")],
+                "log in first: /login, or send the client token as Authorization: Bearer\n",
+            )
+                .into_response()),
+        }
+    }
+
+    /// The skeleton of a campaign at its current spec hash.
+    async fn skeleton(
+        &self,
+        api: &Api<'_>,
+        id: &str,
+        spec_hash: &str,
+    ) -> Result<Arc<Skeleton>, ApiError> {
+        let key = (id.to_owned(), spec_hash.to_owned());
+        if let Some(s) = self
+            .skeletons
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&key)
+        {
+            return Ok(s.clone());
+        }
+        let s = Arc::new(api.skeleton(id).await?);
+        let mut kept = self.skeletons.lock().unwrap_or_else(|p| p.into_inner());
+        if kept.len() >= SKELETONS_KEPT {
+            kept.clear();
+        }
+        kept.insert(key, s.clone());
+        Ok(s)
+    }
+}
+
+/// Serves the dashboard on `listener` (TLS when `tls` is given) until `shutdown` resolves.
+pub(crate) async fn serve(
+    shared: Shared,
+    tokens: Vec<Secret>,
+    config: DashboardConfig,
+    listener: TcpListener,
+    tls: Option<&crate::tls::ServerTls>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let dashboard = Arc::new(Dashboard {
+        svc: CampaignSvc { shared },
+        tokens,
+        secure: tls.is_some(),
+        config,
+        access: OnceCell::new(),
+        skeletons: Mutex::default(),
+    });
+    let app = router(dashboard);
+    match tls {
+        Some(tls) => {
+            let listener = TlsListener::new(listener, tls)?;
+            axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown)
+                .await
+        }
+        None => {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown)
+                .await
+        }
+    }
+}
+
+fn router(d: Arc<Dashboard>) -> Router {
+    Router::new()
+        .route("/", get(pages::campaigns::page))
+        .route("/login", get(login_page).post(login_form))
+        .route("/logout", post(logout))
+        .route("/assets/{file}", get(asset))
+        .route("/campaigns/{id}", get(pages::campaign::page))
+        .route("/campaigns/{id}/live", get(live::stream))
+        .route("/campaigns/{id}/rows", get(pages::rows::page))
+        .route(
+            "/campaigns/{id}/stop",
+            get(pages::stop::confirm).post(pages::stop::submit),
+        )
+        .route("/campaigns/{id}/trials/{trial}", get(pages::trial::page))
+        .route(
+            "/campaigns/{id}/trials/{trial}/artifacts/{attempt}/{file}",
+            get(artifacts::serve),
+        )
+        .fallback(not_found)
+        .layer(axum::middleware::map_response(security_headers))
+        .with_state(d)
+}
+
+/// Headers on every answer: no framing, no sniffing, no referrer, no inline script, and no
+/// caching of pages that carry campaign data.
+async fn security_headers(mut r: Response) -> Response {
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self' data:; \
+             connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+        ),
+    );
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    h.entry(header::CACHE_CONTROL)
+        .or_insert(HeaderValue::from_static("no-store"));
+    r
+}
+
+async fn not_found() -> Response {
+    (StatusCode::NOT_FOUND, "no such page\n").into_response()
+}
+
+/// An error as a page: the status the gRPC code maps to, and its message.
+fn error_page(e: &ApiError) -> Response {
+    use tonic::Code;
+    let status = match e.code {
+        Code::NotFound => StatusCode::NOT_FOUND,
+        Code::InvalidArgument => StatusCode::BAD_REQUEST,
+        Code::FailedPrecondition => StatusCode::CONFLICT,
+        Code::ResourceExhausted => StatusCode::TOO_MANY_REQUESTS,
+        Code::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        Code::Unauthenticated => StatusCode::UNAUTHORIZED,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    let body = html::page(
+        &html::Frame {
+            title: "Error",
+            crumbs: &[],
+            live: false,
+            csrf: None,
+        },
+        &format!(
+            "<h1>{}</h1><p class=\"error\">{}</p>",
+            status.as_u16(),
+            html::esc(&e.message)
+        ),
+    );
+    (status, axum::response::Html(body)).into_response()
+}
+
+fn bad_request(message: &str) -> Response {
+    error_page(&ApiError {
+        code: tonic::Code::InvalidArgument,
+        message: message.to_owned(),
+    })
+}
+
+async fn asset(Path(file): Path<String>) -> Response {
+    let (body, kind): (&'static str, &str) = match file.as_str() {
+        "dashboard.css" => (
+            include_str!("assets/dashboard.css"),
+            "text/css; charset=utf-8",
+        ),
+        "live.js" => (
+            include_str!("assets/live.js"),
+            "text/javascript; charset=utf-8",
+        ),
+        _ => return not_found().await,
+    };
+    (
+        [
+            (header::CONTENT_TYPE, kind),
+            (header::CACHE_CONTROL, "public, max-age=300"),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+#[derive(Deserialize)]
+struct LoginQuery {
+    code: Option<String>,
+    next: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct LoginForm {
+    token: String,
+    next: Option<String>,
+}
+
+fn login_form_page(next: &str, problem: Option<&str>) -> String {
+    html::page(
+        &html::Frame {
+            title: "Log in",
+            crumbs: &[],
+            live: false,
+            csrf: None,
+        },
+        &format!(
+            "<h1>Log in</h1>{}<form method=\"post\" action=\"/login\" class=\"login\">\
+             <label for=\"token\">Client token</label>\
+             <input id=\"token\" name=\"token\" type=\"password\" autocomplete=\"current-password\" required>\
+             <input type=\"hidden\" name=\"next\" value=\"{}\"><button>Log in</button></form>\
+             <p class=\"hint\">Or open a one-time link from <code>lanes ui-link</code>.</p>",
+            problem.map_or(String::new(), |p| format!(
+                "<p class=\"error\" role=\"alert\">{}</p>",
+                html::esc(p)
+            )),
+            html::esc(next)
+        ),
+    )
+}
+
+/// The login form, or with `?code=` a one-time code traded for a session.
+async fn login_page(State(d): State<Arc<Dashboard>>, Query(q): Query<LoginQuery>) -> Response {
+    let Some(code) = q.code else {
+        return axum::response::Html(login_form_page(&safe_next(q.next.as_deref()), None))
+            .into_response();
+    };
+    let access = match d.access().await {
+        Ok(a) => a,
+        Err(e) => return error_page(&e),
+    };
+    let now = d.now();
+    let grant = match d
+        .shared()
+        .store
+        .take_login_code(code_digest(&code), now)
+        .await
+    {
+        Ok(g) => g,
+        Err(e) => return error_page(&ApiError::from(crate::grpc_status::from_store(e))),
+    };
+    let Some(grant) = grant else {
+        return (
+            StatusCode::UNAUTHORIZED,
+            axum::response::Html(login_form_page(
+                &safe_next(q.next.as_deref()),
+                Some("That login link was used already or has expired. Ask for a new one (lanes ui-link), or log in with the client token."),
+            )),
+        )
+            .into_response();
+    };
+    let next = match (q.next.as_deref(), &grant.campaign) {
+        (Some(n), _) => safe_next(Some(n)),
+        (None, Some(c)) => format!("/campaigns/{c}"),
+        (None, None) => "/".into(),
+    };
+    signed_in(access, now, &next)
+}
+
+fn signed_in(access: &Access, now: i64, next: &str) -> Response {
+    match access.new_session(now) {
+        Ok(cookie) => (
+            StatusCode::SEE_OTHER,
+            [
+                (header::SET_COOKIE, cookie),
+                (header::LOCATION, next.to_owned()),
+            ],
+        )
+            .into_response(),
+        Err(e) => error_page(&ApiError {
+            code: tonic::Code::Internal,
+            message: format!("no randomness for a session: {e}"),
+        }),
+    }
+}
+
+async fn login_form(State(d): State<Arc<Dashboard>>, Form(f): Form<LoginForm>) -> Response {
+    let access = match d.access().await {
+        Ok(a) => a,
+        Err(e) => return error_page(&e),
+    };
+    let next = safe_next(f.next.as_deref());
+    if !access.token_ok(f.token.trim()) {
+        return (
+            StatusCode::UNAUTHORIZED,
+            axum::response::Html(login_form_page(
+                &next,
+                Some("That is not a client token of this coordinator."),
+            )),
+        )
+            .into_response();
+    }
+    signed_in(access, d.now(), &next)
+}
+
+#[derive(Deserialize)]
+struct CsrfForm {
+    #[serde(default)]
+    csrf: String,
+}
+
+async fn logout(
+    State(d): State<Arc<Dashboard>>,
+    headers: HeaderMap,
+    Form(f): Form<CsrfForm>,
+) -> Response {
+    let access = match d.access().await {
+        Ok(a) => a,
+        Err(e) => return error_page(&e),
+    };
+    if let Some(v) = access.viewer(&headers, d.now())
+        && !access.csrf_ok(&v, &f.csrf, &headers)
+    {
+        return bad_request("the form is stale; reload the page and try again");
+    }
+    (
+        StatusCode::SEE_OTHER,
+        [
+            (header::SET_COOKIE, access.end_session()),
+            (header::LOCATION, "/login".to_owned()),
+        ],
+    )
+        .into_response()
+}

@@ -1,0 +1,83 @@
+//! `/campaigns/<id>`: the schedule filling in, the lanes at work, the gates, throughput, and
+//! the per-arm results with their uncertainty; the live parts update over SSE.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, Uri};
+use axum::response::Response;
+
+use super::super::html::{esc, url_part};
+use super::super::view::{CampaignView, LIVE_PARTS};
+use super::super::{Dashboard, error_page, grid};
+use super::{campaign_id, respond};
+
+/// Each live part's heading.
+fn heading(part: &str) -> &'static str {
+    match part {
+        "summary" => "Progress",
+        "gates" => "Gates in force",
+        "lanes" => "Lanes in flight",
+        "grid" => "Schedule",
+        "throughput" => "Throughput",
+        _ => "Results",
+    }
+}
+
+pub(crate) async fn page(
+    State(d): State<Arc<Dashboard>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    uri: Uri,
+) -> Response {
+    let viewer = match d.viewer(&headers, &uri, true).await {
+        Ok(v) => v,
+        Err(r) => return r,
+    };
+    let id = match campaign_id(&id) {
+        Ok(id) => id,
+        Err(r) => return r,
+    };
+    let api = d.api(&viewer, &headers);
+    let view = match CampaignView::load(&d, &api, id.as_str()).await {
+        Ok(v) => v,
+        Err(e) => return error_page(&e),
+    };
+    let base = format!("/campaigns/{}", url_part(id.as_str()));
+    let mut body = format!(
+        "{}<div class=\"title\"><h1>{}</h1><p class=\"live-status\" id=\"live-status\" aria-live=\"polite\" \
+         data-live=\"{base}/live\">{}</p></div><nav class=\"actions\"><a href=\"{base}/rows\">Rows</a>",
+        grid::patterns(),
+        esc(id.as_str()),
+        if view.over() {
+            "final"
+        } else {
+            "live updates off"
+        },
+    );
+    if !view.over() {
+        let _ = write!(
+            body,
+            "<a class=\"button\" href=\"{base}/stop?mode=drain\">Stop (drain)</a>\
+             <a class=\"button danger\" href=\"{base}/stop?mode=cancel\">Cancel</a>"
+        );
+    }
+    body.push_str("</nav>");
+    let parts = view.parts();
+    debug_assert_eq!(parts.len(), LIVE_PARTS.len());
+    for (part, html) in parts {
+        let _ = write!(
+            body,
+            "<section aria-labelledby=\"h-{part}\"><h2 id=\"h-{part}\">{}</h2><div id=\"{part}\">{html}</div></section>",
+            heading(part)
+        );
+    }
+    respond(
+        id.as_str(),
+        &[(id.as_str(), None)],
+        !view.over(),
+        &viewer,
+        &body,
+    )
+}

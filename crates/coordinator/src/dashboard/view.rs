@@ -1,0 +1,408 @@
+//! A campaign as its page shows it: the status, the skeleton of its schedule, the ledger
+//! folded so far and the report. The page renders it once; the live stream keeps one per
+//! viewer and refreshes it on each Watch event, reading only the rows since the last time.
+
+use std::collections::HashSet;
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use lanes_common::proto as pb;
+use lanes_common::report::Report;
+use lanes_common::utc::{format_rfc3339, parse_rfc3339};
+
+use super::api::{Api, Result, Skeleton};
+use super::html::{duration_s, esc, opt_pct, table, url_part, usd};
+use super::ledger::Ledger;
+use super::{Dashboard, charts, grid};
+
+pub(crate) struct CampaignView {
+    pub(crate) id: String,
+    pub(crate) status: pb::CampaignStatus,
+    pub(crate) skeleton: Arc<Skeleton>,
+    pub(crate) ledger: Ledger,
+    pub(crate) report: Report,
+    /// Trials final when the report was last read.
+    report_at_final: u64,
+    pub(crate) now_ms: i64,
+}
+
+/// The parts of the page that change, by element id, in page order.
+pub(crate) const LIVE_PARTS: [&str; 6] =
+    ["summary", "gates", "lanes", "grid", "throughput", "results"];
+
+impl CampaignView {
+    pub(crate) async fn load(d: &Dashboard, api: &Api<'_>, id: &str) -> Result<Self> {
+        let status = api.get(id).await?;
+        let skeleton = d.skeleton(api, id, &status.spec_hash).await?;
+        let mut ledger = Ledger::default();
+        api.rows(id, 0, |r| {
+            ledger.absorb(&r);
+            true
+        })
+        .await?;
+        let report = api.report(id).await?;
+        Ok(Self {
+            id: id.to_owned(),
+            report_at_final: status.trials_final,
+            status,
+            skeleton,
+            ledger,
+            report,
+            now_ms: d.now(),
+        })
+    }
+
+    /// Reads what changed: the status, new rows, and the report when trials became final.
+    pub(crate) async fn refresh(&mut self, d: &Dashboard, api: &Api<'_>) -> Result<()> {
+        self.status = api.get(&self.id).await?;
+        self.skeleton = d.skeleton(api, &self.id, &self.status.spec_hash).await?;
+        let ledger = &mut self.ledger;
+        api.rows(&self.id, ledger.next_seq, |r| {
+            ledger.absorb(&r);
+            true
+        })
+        .await?;
+        if self.status.trials_final != self.report_at_final
+            || self.ledger.next_seq != self.report.rows_total
+        {
+            self.report = api.report(&self.id).await?;
+            self.report_at_final = self.status.trials_final;
+        }
+        self.now_ms = d.now();
+        Ok(())
+    }
+
+    pub(crate) fn state(&self) -> &'static str {
+        state_word(self.status.state)
+    }
+
+    fn running(&self) -> HashSet<String> {
+        self.status
+            .in_flight
+            .iter()
+            .filter_map(|f| f.token.as_ref().map(|t| t.trial_id.clone()))
+            .collect()
+    }
+
+    /// Each live part's HTML, by element id.
+    pub(crate) fn parts(&self) -> Vec<(&'static str, String)> {
+        LIVE_PARTS
+            .iter()
+            .map(|&p| {
+                let html = match p {
+                    "summary" => self.summary(),
+                    "gates" => self.gates(),
+                    "lanes" => self.lanes(),
+                    "grid" => grid::render(&self.id, &self.skeleton, &self.ledger, &self.running()),
+                    "throughput" => self.throughput(),
+                    _ => self.results(),
+                };
+                (p, html)
+            })
+            .collect()
+    }
+
+    fn summary(&self) -> String {
+        let s = &self.status;
+        let mut out = format!(
+            "<dl class=\"facts\"><div><dt>State</dt><dd><span class=\"state s-{st}\" data-state=\"{st}\">{st}</span>{}</dd></div>",
+            match stop_reason_word(s.stop_reason) {
+                Some(r) => format!(" <small>({} by {r})</small>", stop_mode_word(s.stop_mode)),
+                None => String::new(),
+            },
+            st = self.state(),
+        );
+        let _ = write!(
+            out,
+            "<div><dt>Trials final</dt><dd><b id=\"final-count\" data-final=\"{}\">{}</b> of {} {}</dd></div>\
+             <div><dt>Phase 1</dt><dd>{}</dd></div><div><dt>Blocks</dt><dd>{}</dd></div>\
+             <div><dt>Counted</dt><dd>{}</dd></div><div><dt>Excluded</dt><dd>{}</dd></div>\
+             <div><dt>Not started</dt><dd>{}</dd></div><div><dt>Rows</dt><dd>{}</dd></div>\
+             <div><dt>Spend</dt><dd>{}{}</dd></div>",
+            s.trials_final,
+            s.trials_final,
+            s.trials_total,
+            charts::progress(s.trials_final, s.trials_total, "final"),
+            charts::progress(s.phase1_final, s.phase1_total, "final"),
+            charts::progress(s.blocks_complete, s.blocks_total, "complete"),
+            s.trials_counted,
+            s.trials_excluded,
+            s.trials_not_started,
+            s.rows_total,
+            usd(s.spend_usd),
+            if s.reserved_usd > 0.0 {
+                format!(" <small>(+{} reserved)</small>", usd(s.reserved_usd))
+            } else {
+                String::new()
+            },
+        );
+        let _ = write!(
+            out,
+            "<div><dt>Started</dt><dd><time>{}</time></dd></div><div><dt>{}</dt><dd>{}</dd></div></dl>",
+            esc(&s.created_utc),
+            if self.over() { "Ended" } else { "Last row" },
+            self.ledger.last_row_ms.map_or_else(
+                || "—".to_owned(),
+                |ms| format!("<time>{}</time>", format_rfc3339(ms))
+            )
+        );
+        out
+    }
+
+    /// Stopped or done.
+    pub(crate) fn over(&self) -> bool {
+        matches!(
+            pb::CampaignState::try_from(self.status.state),
+            Ok(pb::CampaignState::Stopped | pb::CampaignState::Done)
+        )
+    }
+
+    fn gates(&self) -> String {
+        if self.status.gates.is_empty() {
+            return "<p class=\"quiet\">No claim gate is holding work back.</p>".into();
+        }
+        let rows: Vec<Vec<String>> = self
+            .status
+            .gates
+            .iter()
+            .map(|g| {
+                vec![
+                    format!("<b>{}</b>", esc(&g.gate)),
+                    esc(&g.detail),
+                    g.until_epoch_ms.map_or_else(
+                        || "—".into(),
+                        |ms| {
+                            format!(
+                                "<time>{}</time> (in {})",
+                                format_rfc3339(ms),
+                                duration_s((ms - self.now_ms) as f64 / 1000.0)
+                            )
+                        },
+                    ),
+                ]
+            })
+            .collect();
+        table("gates", &["Gate", "Why", "Lifts at"], &rows)
+    }
+
+    fn lanes(&self) -> String {
+        if self.status.in_flight.is_empty() {
+            return "<p class=\"quiet\">No lane is running a trial of this campaign.</p>".into();
+        }
+        let rows: Vec<Vec<String>> = self
+            .status
+            .in_flight
+            .iter()
+            .map(|f| {
+                let (trial, attempt) = f
+                    .token
+                    .as_ref()
+                    .map_or((String::new(), 0), |t| (t.trial_id.clone(), t.attempt));
+                let left = f.deadline_in_ms as f64 / 1000.0;
+                vec![
+                    esc(&f.lane),
+                    esc(&f.host),
+                    format!(
+                        "<a href=\"/campaigns/{}/trials/{}\">{}</a>",
+                        url_part(&self.id),
+                        url_part(&trial),
+                        esc(&trial)
+                    ),
+                    attempt.to_string(),
+                    phase_word(f.phase).to_owned(),
+                    if left < 0.0 {
+                        format!(
+                            "<span class=\"warn\">expired {} ago</span>",
+                            duration_s(-left)
+                        )
+                    } else {
+                        duration_s(left)
+                    },
+                ]
+            })
+            .collect();
+        table(
+            "lanes",
+            &["Lane", "Host", "Trial", "Attempt", "Phase", "Lease left"],
+            &rows,
+        )
+    }
+
+    fn throughput(&self) -> String {
+        let start = parse_rfc3339(&self.status.created_utc).unwrap_or(self.now_ms);
+        let end = if self.over() {
+            self.ledger.last_row_ms.unwrap_or(self.now_ms)
+        } else {
+            self.now_ms
+        };
+        charts::throughput(&self.ledger.finals_ms, start, end.max(start + 1000))
+    }
+
+    fn results(&self) -> String {
+        let r = &self.report;
+        let mut out = String::new();
+        if let Some(origin) = &r.smoke_of {
+            let _ = write!(
+                out,
+                "<p class=\"warn\">Smoke run derived from campaign {}: its numbers check a setup, not a result.</p>",
+                esc(origin.campaign.as_ref())
+            );
+        }
+        out.push_str(
+            "<h3>Pass rate per arm <small>counted trials, 95% Wilson interval</small></h3>",
+        );
+        out.push_str(&charts::arm_intervals(&r.arms));
+        if !r.paired.is_empty() {
+            out.push_str("<h3>Paired differences <small>a − b over trials both arms ran, 95% interval</small></h3>");
+            out.push_str(&charts::paired_differences(&r.paired));
+        }
+        out.push_str("<h3>Cost</h3>");
+        let cost: Vec<Vec<String>> = r
+            .arms
+            .iter()
+            .map(|a| {
+                vec![
+                    esc(&a.arm),
+                    usd(a.cost_usd_counted),
+                    usd(a.cost_usd_all_rows),
+                    a.cost_per_pass_usd.map_or_else(|| "—".into(), usd),
+                    a.mean_wall_s.map_or_else(|| "—".into(), duration_s),
+                    a.infra_retries.to_string(),
+                ]
+            })
+            .collect();
+        out.push_str(&table(
+            "cost",
+            &[
+                "Arm",
+                "Counted trials",
+                "All rows",
+                "Per pass",
+                "Mean wall",
+                "Infra retries",
+            ],
+            &cost,
+        ));
+        out.push_str("<h3>Completeness audit <small>the report's numbers</small></h3>");
+        let c = &r.completeness;
+        let audit_row = |name: &str, s: &lanes_common::report::StateCounts| {
+            vec![
+                name.to_owned(),
+                s.trials_total.to_string(),
+                s.not_started.to_string(),
+                s.denominator.to_string(),
+                s.counted.to_string(),
+                s.excluded.to_string(),
+                s.pending.to_string(),
+                s.counted_after_exclusion.to_string(),
+                reasons(&s.excluded_by_reason),
+            ]
+        };
+        let mut audit = vec![audit_row("<b>all</b>", &c.total)];
+        audit.extend(c.per_arm.iter().map(|a| audit_row(&esc(&a.arm), &a.counts)));
+        out.push_str(&table(
+            "audit",
+            &[
+                "Arm",
+                "Trials",
+                "Not started",
+                "Denominator",
+                "Counted",
+                "Excluded",
+                "Pending",
+                "Late counted",
+                "Excluded by reason",
+            ],
+            &audit,
+        ));
+        let rates: Vec<Vec<String>> = r
+            .arms
+            .iter()
+            .map(|a| {
+                vec![
+                    esc(&a.arm),
+                    format!("{} / {}", a.passed, a.counted),
+                    opt_pct(a.pass_rate_counted),
+                    format!(
+                        "{} – {}",
+                        opt_pct(a.pass_rate_itt_lower),
+                        opt_pct(a.pass_rate_itt_upper)
+                    ),
+                    a.mean_score
+                        .map_or_else(|| "—".into(), |s| format!("{s:.3}")),
+                ]
+            })
+            .collect();
+        out.push_str(&table(
+            "rates",
+            &[
+                "Arm",
+                "Passed / counted",
+                "Pass rate",
+                "Intention to treat (bounds)",
+                "Mean score",
+            ],
+            &rates,
+        ));
+        if !r.warnings.is_empty() {
+            out.push_str("<ul class=\"warnings\">");
+            for w in &r.warnings {
+                let _ = write!(out, "<li>{}</li>", esc(w));
+            }
+            out.push_str("</ul>");
+        }
+        out
+    }
+}
+
+fn reasons(m: &std::collections::BTreeMap<String, u64>) -> String {
+    if m.is_empty() {
+        return "—".into();
+    }
+    m.iter()
+        .map(|(k, v)| format!("{} {v}", esc(k)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+pub(crate) fn state_word(state: i32) -> &'static str {
+    match pb::CampaignState::try_from(state) {
+        Ok(pb::CampaignState::Running) => "running",
+        Ok(pb::CampaignState::Stopping) => "stopping",
+        Ok(pb::CampaignState::Stopped) => "stopped",
+        Ok(pb::CampaignState::Done) => "done",
+        _ => "unknown",
+    }
+}
+
+fn stop_reason_word(reason: i32) -> Option<&'static str> {
+    match pb::StopReason::try_from(reason) {
+        Ok(pb::StopReason::User) => Some("a user"),
+        Ok(pb::StopReason::Time) => Some("the cutoff time"),
+        Ok(pb::StopReason::Budget) => Some("the budget"),
+        Ok(pb::StopReason::Auth) => Some("authentication failures"),
+        Ok(pb::StopReason::Quota) => Some("a quota"),
+        _ => None,
+    }
+}
+
+fn stop_mode_word(mode: i32) -> &'static str {
+    match pb::StopMode::try_from(mode) {
+        Ok(pb::StopMode::Cancel) => "cancelled",
+        _ => "drained",
+    }
+}
+
+pub(crate) fn phase_word(phase: i32) -> &'static str {
+    match pb::Phase::try_from(phase) {
+        Ok(pb::Phase::Assigned) => "assigned",
+        Ok(pb::Phase::Admit) => "admit",
+        Ok(pb::Phase::Boot) => "boot",
+        Ok(pb::Phase::Reset) => "reset",
+        Ok(pb::Phase::Gate) => "gate",
+        Ok(pb::Phase::Agent) => "agent",
+        Ok(pb::Phase::Evaluate) => "evaluate",
+        Ok(pb::Phase::Publish) => "publish",
+        _ => "?",
+    }
+}
