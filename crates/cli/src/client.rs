@@ -197,6 +197,7 @@ pub(crate) fn status_json(s: &pb::CampaignStatus) -> serde_json::Value {
         "state": state_name(s.state),
         "stop_reason": stop_reason_name(s.stop_reason),
         "spec_hash": s.spec_hash,
+        "created_utc": s.created_utc,
         "trials_total": s.trials_total,
         "trials_final": s.trials_final,
         "trials_counted": s.trials_counted,

@@ -242,19 +242,23 @@ pub(crate) fn throughput(finals_ms: &[i64], start_ms: i64, end_ms: i64) -> Strin
     out
 }
 
-/// A progress bar with its numbers beside it.
+/// A progress bar, with `done/total label` beside it unless `label` is empty.
 pub(crate) fn progress(done: u64, total: u64, label: &str) -> String {
     let f = if total == 0 {
         0.0
     } else {
         done as f64 / total as f64
     };
+    let text = if label.is_empty() {
+        String::new()
+    } else {
+        format!(" <span>{done}/{total} {}</span>", esc(label))
+    };
     format!(
         "<span class=\"progress\"><svg viewBox=\"0 0 100 8\" class=\"bar-svg\" role=\"img\" \
-         aria-label=\"{label}: {done} of {total}\"><rect class=\"track\" width=\"100\" height=\"8\"/>\
-         <rect class=\"fill\" width=\"{:.2}\" height=\"8\"/></svg> <span>{done}/{total} {}</span></span>",
+         aria-label=\"{done} of {total}\"><rect class=\"track\" width=\"100\" height=\"8\"/>\
+         <rect class=\"fill\" width=\"{:.2}\" height=\"8\"/></svg>{text}</span>",
         f * 100.0,
-        esc(label)
     )
 }
 

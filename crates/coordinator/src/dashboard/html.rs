@@ -51,7 +51,7 @@ pub(crate) fn page(frame: &Frame<'_>, body: &str) -> String {
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
          <title>{} · Lanes</title><link rel=\"stylesheet\" href=\"/assets/dashboard.css\">\
-         <link rel=\"icon\" href=\"data:,\">{}</head><body><header><nav aria-label=\"breadcrumbs\">\
+         <link rel=\"icon\" href=\"/assets/icon.svg\">{}</head><body><header><nav aria-label=\"breadcrumbs\">\
          <a href=\"/\">Campaigns</a>",
         esc(frame.title),
         if frame.live {

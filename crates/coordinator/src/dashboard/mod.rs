@@ -243,6 +243,8 @@ fn router(d: Arc<Dashboard>) -> Router {
         .route("/login", get(login_page).post(login_form))
         .route("/logout", post(logout))
         .route("/assets/{file}", get(asset))
+        // Browsers ask for it on every page that names none (plain-text artifacts).
+        .route("/favicon.ico", get(|| asset(Path("icon.svg".to_owned()))))
         .route("/campaigns/{id}", get(pages::campaign::page))
         .route("/campaigns/{id}/live", get(live::stream))
         .route("/campaigns/{id}/rows", get(pages::rows::page))
@@ -334,6 +336,7 @@ async fn asset(Path(file): Path<String>) -> Response {
             include_str!("assets/live.js"),
             "text/javascript; charset=utf-8",
         ),
+        "icon.svg" => (include_str!("assets/icon.svg"), "image/svg+xml"),
         _ => return not_found().await,
     };
     (

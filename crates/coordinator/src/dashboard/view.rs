@@ -27,8 +27,15 @@ pub(crate) struct CampaignView {
 }
 
 /// The parts of the page that change, by element id, in page order.
-pub(crate) const LIVE_PARTS: [&str; 6] =
-    ["summary", "gates", "lanes", "grid", "throughput", "results"];
+pub(crate) const LIVE_PARTS: [&str; 7] = [
+    "summary",
+    "grid",
+    "throughput",
+    "results",
+    "lanes",
+    "gates",
+    "audit",
+];
 
 impl CampaignView {
     pub(crate) async fn load(d: &Dashboard, api: &Api<'_>, id: &str) -> Result<Self> {
@@ -95,7 +102,8 @@ impl CampaignView {
                     "lanes" => self.lanes(),
                     "grid" => grid::render(&self.id, &self.skeleton, &self.ledger, &self.running()),
                     "throughput" => self.throughput(),
-                    _ => self.results(),
+                    "results" => self.results(),
+                    _ => self.audit(),
                 };
                 (p, html)
             })
@@ -114,7 +122,7 @@ impl CampaignView {
         );
         let _ = write!(
             out,
-            "<div><dt>Trials final</dt><dd><b id=\"final-count\" data-final=\"{}\">{}</b> of {} {}</dd></div>\
+            "<div><dt>Trials final</dt><dd><b id=\"final-count\" data-final=\"{}\">{}</b> of {}<br>{}</dd></div>\
              <div><dt>Phase 1</dt><dd>{}</dd></div><div><dt>Blocks</dt><dd>{}</dd></div>\
              <div><dt>Counted</dt><dd>{}</dd></div><div><dt>Excluded</dt><dd>{}</dd></div>\
              <div><dt>Not started</dt><dd>{}</dd></div><div><dt>Rows</dt><dd>{}</dd></div>\
@@ -122,7 +130,7 @@ impl CampaignView {
             s.trials_final,
             s.trials_final,
             s.trials_total,
-            charts::progress(s.trials_final, s.trials_total, "final"),
+            charts::progress(s.trials_final, s.trials_total, ""),
             charts::progress(s.phase1_final, s.phase1_total, "final"),
             charts::progress(s.blocks_complete, s.blocks_total, "complete"),
             s.trials_counted,
@@ -256,6 +264,13 @@ impl CampaignView {
             out.push_str("<h3>Paired differences <small>a − b over trials both arms ran, 95% interval</small></h3>");
             out.push_str(&charts::paired_differences(&r.paired));
         }
+        out
+    }
+
+    /// Cost, the completeness audit and the rates, as tables of the report's numbers.
+    fn audit(&self) -> String {
+        let r = &self.report;
+        let mut out = String::new();
         out.push_str("<h3>Cost</h3>");
         let cost: Vec<Vec<String>> = r
             .arms

@@ -21,7 +21,8 @@ fn heading(part: &str) -> &'static str {
         "lanes" => "Lanes in flight",
         "grid" => "Schedule",
         "throughput" => "Throughput",
-        _ => "Results",
+        "results" => "Results",
+        _ => "Cost and completeness",
     }
 }
 
@@ -66,7 +67,15 @@ pub(crate) async fn page(
     body.push_str("</nav>");
     let parts = view.parts();
     debug_assert_eq!(parts.len(), LIVE_PARTS.len());
+    // The summary across the top; the schedule and throughput beside the results, the lanes
+    // and the gates (one column on a phone); the tables below.
     for (part, html) in parts {
+        match part {
+            "grid" => body.push_str("<div class=\"columns\"><div>"),
+            "results" => body.push_str("</div><div>"),
+            "audit" => body.push_str("</div></div>"),
+            _ => {}
+        }
         let _ = write!(
             body,
             "<section aria-labelledby=\"h-{part}\"><h2 id=\"h-{part}\">{}</h2><div id=\"{part}\">{html}</div></section>",
