@@ -16,11 +16,18 @@ pub(crate) fn trace_template(t: &str) -> Result<String, String> {
     Ok(t.to_owned())
 }
 
-/// A `--ui-public-url`: where browsers reach the dashboard, http(s), without a query.
+/// A `--ui-public-url`: where browsers reach the dashboard, `http(s)://HOST[:PORT]`. The
+/// dashboard's links are absolute paths, so it must be served at the root of its host.
 pub(crate) fn public_url(u: &str) -> Result<String, String> {
-    if !(u.starts_with("http://") || u.starts_with("https://")) || u.contains(['?', '#']) {
+    let rest = u
+        .strip_prefix("http://")
+        .or_else(|| u.strip_prefix("https://"))
+        .unwrap_or("");
+    let host = rest.trim_end_matches('/');
+    if host.is_empty() || host.contains(['/', '?', '#', '@', ' ']) {
         return Err(format!(
-            "{u:?} is not a dashboard URL: give http(s)://HOST[:PORT][/PATH] without a query"
+            "{u:?} is not a dashboard URL: give http(s)://HOST[:PORT] (the dashboard is served \
+             at the root of its host, not under a path)"
         ));
     }
     Ok(u.trim_end_matches('/').to_owned())
@@ -50,9 +57,10 @@ mod tests {
         assert!(trace_template("http://jaeger:16686/trace/").is_err());
         assert!(trace_template("javascript:alert({trace_id})").is_err());
         assert_eq!(
-            public_url("https://lanes.example/ui/").unwrap(),
-            "https://lanes.example/ui"
+            public_url("https://lanes.example:8443/").unwrap(),
+            "https://lanes.example:8443"
         );
+        assert!(public_url("https://lanes.example/ui").is_err());
         assert!(public_url("lanes.example").is_err());
         assert!(public_url("https://x/?a=1").is_err());
     }

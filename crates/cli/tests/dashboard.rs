@@ -32,7 +32,13 @@ fn fleet(dir: &Path) -> Fleet {
     let artifacts = dir.join("artifacts");
     let mut coordinator = lanes();
     coordinator
-        .args(["coordinator", "--listen", "127.0.0.1:0", "--ui-listen", "127.0.0.1:0"])
+        .args([
+            "coordinator",
+            "--listen",
+            "127.0.0.1:0",
+            "--ui-listen",
+            "127.0.0.1:0",
+        ])
         .arg("--data-dir")
         .arg(dir.join("data"))
         .arg("--ui-artifacts")
@@ -45,7 +51,15 @@ fn fleet(dir: &Path) -> Fleet {
     let ui = logged_addr(&rx, "dashboard listening");
     let mut worker = lanes();
     worker
-        .args(["worker", "--coordinator", &format!("http://{api}"), "--lanes", "2", "--host", "ui-host"])
+        .args([
+            "worker",
+            "--coordinator",
+            &format!("http://{api}"),
+            "--lanes",
+            "2",
+            "--host",
+            "ui-host",
+        ])
         .arg("--artifacts")
         .arg(&artifacts)
         .env("LANES_LANE_TOKEN", LANE_TOKEN);
@@ -96,10 +110,19 @@ impl Fleet {
 
     /// A session cookie (`name=value`) from the login form.
     fn session(&self) -> String {
-        let a = http(&self.ui, "POST", "/login", &[], &format!("token={CLIENT_TOKEN}&next=/"));
+        let a = http(
+            &self.ui,
+            "POST",
+            "/login",
+            &[],
+            &format!("token={CLIENT_TOKEN}&next=/"),
+        );
         assert_eq!(a.status, 303, "{}", a.text());
         let set = a.header("set-cookie").unwrap().to_owned();
-        assert!(set.contains("HttpOnly") && set.contains("SameSite=Strict"), "{set}");
+        assert!(
+            set.contains("HttpOnly") && set.contains("SameSite=Lax"),
+            "{set}"
+        );
         set.split(';').next().unwrap().to_owned()
     }
 
@@ -133,12 +156,19 @@ fn every_route_refuses_the_unauthenticated_and_artifacts_stay_inside() {
     ];
     let lane = format!("Bearer {LANE_TOKEN}");
     let forged = "lanes_session=v1.99999999999999.00.00";
-    for credentials in [vec![], vec![("Authorization", lane.as_str())], vec![("Cookie", forged)]] {
+    for credentials in [
+        vec![],
+        vec![("Authorization", lane.as_str())],
+        vec![("Cookie", forged)],
+    ] {
         // Pages send the browser to the login form, with the page to come back to.
         for p in &pages {
             let a = http(&f.ui, "GET", p, &credentials, "");
             assert_eq!(a.status, 303, "{p} {credentials:?}");
-            assert!(a.header("location").unwrap().starts_with("/login?next=%2F"), "{p}");
+            assert!(
+                a.header("location").unwrap().starts_with("/login?next=%2F"),
+                "{p}"
+            );
             assert!(!a.text().contains("quick"), "{p} leaked: {}", a.text());
         }
         // Everything else is refused outright.
@@ -146,7 +176,13 @@ fn every_route_refuses_the_unauthenticated_and_artifacts_stay_inside() {
             let a = http_head_only(&f.ui, "GET", p, &credentials);
             assert_eq!(a.status, 401, "{p} {credentials:?}");
         }
-        let a = http(&f.ui, "POST", "/campaigns/quick/stop", &credentials, "mode=cancel");
+        let a = http(
+            &f.ui,
+            "POST",
+            "/campaigns/quick/stop",
+            &credentials,
+            "mode=cancel",
+        );
         assert_eq!(a.status, 401, "stop {credentials:?}");
     }
     // The login page and the assets need nothing, and say nothing of campaigns.
@@ -158,10 +194,24 @@ fn every_route_refuses_the_unauthenticated_and_artifacts_stay_inside() {
     for p in &pages[..6] {
         let a = http(&f.ui, "GET", p, &[("Authorization", &bearer)], "");
         assert_eq!(a.status, 200, "{p}: {}", a.text());
-        assert!(a.header("content-security-policy").unwrap().contains("script-src 'self'"));
+        assert!(
+            a.header("content-security-policy")
+                .unwrap()
+                .contains("script-src 'self'")
+        );
         assert_eq!(a.header("x-frame-options"), Some("DENY"));
     }
-    assert_eq!(http(&f.ui, "GET", "/campaigns/nope", &[("Authorization", &bearer)], "").status, 404);
+    assert_eq!(
+        http(
+            &f.ui,
+            "GET",
+            "/campaigns/nope",
+            &[("Authorization", &bearer)],
+            ""
+        )
+        .status,
+        404
+    );
 
     // A wrong token at the form is refused; the right one gets a session cookie.
     let wrong = http(&f.ui, "POST", "/login", &[], &format!("token={LANE_TOKEN}"));
@@ -171,23 +221,57 @@ fn every_route_refuses_the_unauthenticated_and_artifacts_stay_inside() {
     let with_cookie = [("Cookie", cookie.as_str())];
 
     // A cookie alone cannot post a stop: the form's CSRF token is required.
-    let a = http(&f.ui, "POST", "/campaigns/quick/stop", &with_cookie, "mode=cancel");
+    let a = http(
+        &f.ui,
+        "POST",
+        "/campaigns/quick/stop",
+        &with_cookie,
+        "mode=cancel",
+    );
     assert_eq!(a.status, 403, "{}", a.text());
 
-    // A one-time link works once, then never again.
+    // A one-time link works once, then never again. Opening it shows a button that posts
+    // the code, so a link previewer that only fetches it uses nothing up.
     let link = f.ok(&["ui-link", "quick"]);
     let link = link.trim();
-    assert!(link.starts_with(&format!("http://{}/login?code=", f.ui)), "{link}");
+    assert!(
+        link.starts_with(&format!("http://{}/login?code=", f.ui)),
+        "{link}"
+    );
     assert!(!link.contains(CLIENT_TOKEN));
     let path = &link[link.find("/login").unwrap()..];
-    let first = http(&f.ui, "GET", path, &[], "");
-    assert_eq!(first.status, 303);
+    let code = path
+        .split("code=")
+        .nth(1)
+        .unwrap()
+        .split('&')
+        .next()
+        .unwrap();
+    for _ in 0..2 {
+        let opened = http(&f.ui, "GET", path, &[], "");
+        assert_eq!(opened.status, 200);
+        assert!(opened.text().contains("id=\"use-code\""));
+    }
+    let form = format!("code={code}&next=/campaigns/quick");
+    let first = http(&f.ui, "POST", "/login", &[], &form);
+    assert_eq!(first.status, 303, "{}", first.text());
     assert_eq!(first.header("location"), Some("/campaigns/quick"));
-    let fresh = first.header("set-cookie").unwrap().split(';').next().unwrap().to_owned();
-    assert_eq!(http(&f.ui, "GET", "/campaigns/quick", &[("Cookie", &fresh)], "").status, 200);
-    let again = http(&f.ui, "GET", path, &[], "");
+    let fresh = first
+        .header("set-cookie")
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        http(&f.ui, "GET", "/campaigns/quick", &[("Cookie", &fresh)], "").status,
+        200
+    );
+    let again = http(&f.ui, "POST", "/login", &[], &form);
     assert_eq!(again.status, 401);
     assert!(again.header("set-cookie").is_none());
+    let garbage = http(&f.ui, "GET", "/login?code=../../etc", &[], "");
+    assert_eq!(garbage.status, 400);
     let unknown = f.cli(&["ui-link", "nope"]);
     assert!(!unknown.status.success());
     assert!(String::from_utf8_lossy(&unknown.stderr).contains("nope"));
@@ -198,16 +282,42 @@ fn every_route_refuses_the_unauthenticated_and_artifacts_stay_inside() {
     assert_eq!(a.header("content-type"), Some("text/plain; charset=utf-8"));
     assert!(a.text().contains(trial));
     std::fs::write(dir.path().join("outside.txt"), "SECRET-CONTENT-4711").unwrap();
-    let attempt_dir = dir.path().join(format!("artifacts/quick/{trial}/a{attempt}"));
-    std::os::unix::fs::symlink(dir.path().join("outside.txt"), attempt_dir.join("leak.txt")).unwrap();
+    let attempt_dir = dir
+        .path()
+        .join(format!("artifacts/quick/{trial}/a{attempt}"));
+    std::os::unix::fs::symlink(dir.path().join("outside.txt"), attempt_dir.join("leak.txt"))
+        .unwrap();
     for (p, status) in [
-        (format!("/campaigns/quick/trials/{trial}/artifacts/a{attempt}/..%2F..%2F..%2F..%2Foutside.txt"), 400),
-        (format!("/campaigns/quick/trials/{trial}/artifacts/a{attempt}/%2e%2e"), 400),
-        (format!("/campaigns/quick/trials/..%2F..%2F..%2Foutside.txt/artifacts/a{attempt}/x"), 400),
-        (format!("/campaigns/%2e%2e/trials/{trial}/artifacts/a{attempt}/attempt.json"), 400),
-        (format!("/campaigns/quick/trials/{trial}/artifacts/..%2F..%2F/outside.txt"), 400),
-        (format!("/campaigns/quick/trials/{trial}/artifacts/a{attempt}/leak.txt"), 404),
-        (format!("/campaigns/quick/trials/{trial}/artifacts/a{attempt}/missing.json"), 404),
+        (
+            format!(
+                "/campaigns/quick/trials/{trial}/artifacts/a{attempt}/..%2F..%2F..%2F..%2Foutside.txt"
+            ),
+            400,
+        ),
+        (
+            format!("/campaigns/quick/trials/{trial}/artifacts/a{attempt}/%2e%2e"),
+            400,
+        ),
+        (
+            format!("/campaigns/quick/trials/..%2F..%2F..%2Foutside.txt/artifacts/a{attempt}/x"),
+            400,
+        ),
+        (
+            format!("/campaigns/%2e%2e/trials/{trial}/artifacts/a{attempt}/attempt.json"),
+            400,
+        ),
+        (
+            format!("/campaigns/quick/trials/{trial}/artifacts/..%2F..%2F/outside.txt"),
+            400,
+        ),
+        (
+            format!("/campaigns/quick/trials/{trial}/artifacts/a{attempt}/leak.txt"),
+            404,
+        ),
+        (
+            format!("/campaigns/quick/trials/{trial}/artifacts/a{attempt}/missing.json"),
+            404,
+        ),
     ] {
         let a = http(&f.ui, "GET", &p, &with_cookie, "");
         assert_eq!(a.status, status, "{p}: {}", a.text());
@@ -215,10 +325,14 @@ fn every_route_refuses_the_unauthenticated_and_artifacts_stay_inside() {
     }
 
     // A light page: the campaign page with its stylesheet and script under 200 KB.
-    let weight: usize = ["/campaigns/quick", "/assets/dashboard.css", "/assets/live.js"]
-        .iter()
-        .map(|p| http(&f.ui, "GET", p, &with_cookie, "").body.len())
-        .sum();
+    let weight: usize = [
+        "/campaigns/quick",
+        "/assets/dashboard.css",
+        "/assets/live.js",
+    ]
+    .iter()
+    .map(|p| http(&f.ui, "GET", p, &with_cookie, "").body.len())
+    .sum();
     assert!(weight < 200_000, "{weight} bytes");
 }
 
@@ -260,14 +374,21 @@ fn a_browser_watches_a_campaign_live_reads_its_results_and_stops_it() {
         "document.getElementById('live-status').textContent.startsWith('live')",
         Duration::from_secs(30),
     );
-    let first = b.eval("Number(document.getElementById('final-count').dataset.final)").as_u64().unwrap();
+    let first = b
+        .eval("Number(document.getElementById('final-count').dataset.final)")
+        .as_u64()
+        .unwrap();
     let risen = format!(
         "window.__sameDocument === true && Number(document.getElementById('final-count').dataset.final) > {}",
         first.max(30) + 10
     );
     b.wait_for(&risen, Duration::from_secs(60));
-    let filled = b.eval("document.querySelectorAll('#grid a rect.c-passed, #grid a rect.c-failed').length");
-    assert!(filled.as_u64().unwrap() > first, "the grid filled in too: {filled}");
+    let filled =
+        b.eval("document.querySelectorAll('#grid a rect.c-passed, #grid a rect.c-failed').length");
+    assert!(
+        filled.as_u64().unwrap() > first,
+        "the grid filled in too: {filled}"
+    );
     let shot = b.screenshot();
     assert!(shot.starts_with(b"\x89PNG\r\n\x1a\n"));
     std::fs::write(dir.path().join("campaign.png"), &shot).unwrap();
@@ -279,7 +400,10 @@ fn a_browser_watches_a_campaign_live_reads_its_results_and_stops_it() {
     // At a phone's width nothing spills out sideways.
     b.viewport(390, 844, true);
     let spill = b.eval("document.documentElement.scrollWidth - window.innerWidth");
-    assert!(spill.as_i64().unwrap() <= 0, "the page is {spill}px wider than a phone");
+    assert!(
+        spill.as_i64().unwrap() <= 0,
+        "the page is {spill}px wider than a phone"
+    );
     b.viewport(1280, 800, false);
 
     // A final trial's page, then its attempt record through the artifact link.
@@ -289,7 +413,13 @@ fn a_browser_watches_a_campaign_live_reads_its_results_and_stops_it() {
     let trial_href = trial_href.as_str().unwrap().to_owned();
     b.open(&format!("{ui}{trial_href}"), &trial_href);
     let trace = b.eval("document.querySelector('a.trace').getAttribute('href')");
-    assert!(trace.as_str().unwrap().starts_with("http://traces.invalid/trace/"), "{trace}");
+    assert!(
+        trace
+            .as_str()
+            .unwrap()
+            .starts_with("http://traces.invalid/trace/"),
+        "{trace}"
+    );
     let artifact = b.eval(
         "[...document.querySelectorAll('a.artifact')].find(a => a.textContent === 'attempt.json').getAttribute('href')",
     );
@@ -343,5 +473,8 @@ fn a_browser_watches_a_campaign_live_reads_its_results_and_stops_it() {
     }
 
     let problems = b.problems();
-    assert!(problems.is_empty(), "the pages logged errors: {problems:#?}");
+    assert!(
+        problems.is_empty(),
+        "the pages logged errors: {problems:#?}"
+    );
 }

@@ -58,6 +58,11 @@ impl Secret {
         Ok(tokens)
     }
 
+    /// The token's SHA-256: what a dashboard session is bound to (never the token).
+    pub(crate) fn digest(&self) -> &[u8; 32] {
+        &self.digest
+    }
+
     fn matches(&self, given: &str) -> bool {
         let d: [u8; 32] = Sha256::digest(given.as_bytes()).into();
         d.ct_eq(&*self.digest).into()

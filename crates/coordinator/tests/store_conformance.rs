@@ -1604,6 +1604,7 @@ async fn a_login_code_is_good_once_until_it_expires(h: &mut Harness) {
     let grant = |campaign: Option<&str>, expires_ms| LoginGrant {
         campaign: campaign.map(cid),
         expires_ms,
+        token_mark: "mark".into(),
     };
     let now = h.now();
     h.store

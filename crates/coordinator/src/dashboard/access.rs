@@ -1,38 +1,44 @@
 //! Who may see the dashboard: the client token, given once at `/login` (or as `Authorization:
 //! Bearer` on each request), then a session cookie. Sessions and CSRF tokens are MACs under a
 //! key derived from the store-wide key, so any replica checks a session another one issued,
-//! and no session is stored. One-time login codes live in the store, by digest only.
+//! and no session is stored. A session is bound to the token it was made with (by a MAC of
+//! the token's digest), so removing a token from the coordinator ends its sessions too.
+//! One-time login codes live in the store, by digest only.
 
-use std::time::Duration;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use axum::http::HeaderMap;
 use axum::http::header::{AUTHORIZATION, COOKIE};
 use lanes_common::lease::DerivedKey;
 use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
 
 use crate::auth::Secret;
 
 /// The session cookie's name.
 pub(crate) const COOKIE_NAME: &str = "lanes_session";
+/// The label the session key is derived under.
+pub(crate) const KEY_LABEL: &str = "dashboard-session";
 
 /// Who is asking, once let in.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Viewer {
     /// A browser with a session cookie; its CSRF token goes in every form it posts.
-    Session { nonce: String, csrf: String },
-    /// A request with the client token in `Authorization: Bearer`.
-    Bearer,
+    Session { mark: String, csrf: String },
+    /// A request with a client token in `Authorization: Bearer`.
+    Bearer { mark: String },
     /// The client role is open (`--insecure-no-auth`).
     Open,
 }
 
 impl Viewer {
-    /// The key this viewer's streams are counted under (per session, or per token).
-    pub(crate) fn stream_key(&self, headers: &HeaderMap) -> String {
+    /// The key this viewer's Watch and Rows streams are counted under: its token's, so a
+    /// token's browser sessions share the token's `--max-streams-per-token`.
+    pub(crate) fn stream_key(&self) -> String {
         match self {
-            Viewer::Session { nonce, .. } => format!("dashboard-session:{nonce}"),
-            Viewer::Bearer => bearer(headers).unwrap_or_default().to_owned(),
-            Viewer::Open => "dashboard-open".into(),
+            Viewer::Session { mark, .. } | Viewer::Bearer { mark } => format!("dashboard:{mark}"),
+            Viewer::Open => "dashboard:open".into(),
         }
     }
 
@@ -45,14 +51,27 @@ impl Viewer {
     }
 }
 
+/// The mark of a token: a MAC of its digest, which names it without revealing it.
+pub(crate) fn token_mark(key: &DerivedKey, digest: &[u8; 32]) -> String {
+    let mut m = b"token:".to_vec();
+    m.extend_from_slice(digest);
+    key.mac(&m)[..32].to_owned()
+}
+
 /// The dashboard's gatekeeper.
 pub(crate) struct Access {
     tokens: Vec<Secret>,
     key: DerivedKey,
     session_ttl: Duration,
-    /// Mark cookies `Secure` (the dashboard is served over TLS).
+    /// Mark cookies `Secure` (browsers reach the dashboard over https).
     secure: bool,
+    /// Login attempts (forms and codes) in the current window, replica-wide.
+    attempts: Mutex<(Instant, u32)>,
 }
+
+/// Login attempts allowed per [`ATTEMPT_WINDOW`]: plenty for people, nothing for a guesser.
+const ATTEMPTS: u32 = 30;
+const ATTEMPT_WINDOW: Duration = Duration::from_secs(10);
 
 fn bearer(headers: &HeaderMap) -> Option<&str> {
     headers
@@ -80,6 +99,15 @@ pub(crate) fn random_hex() -> Result<String, getrandom::Error> {
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
+/// Whether `code` looks like a login code (32 lowercase hex digits); anything else is
+/// refused before the store is asked.
+pub(crate) fn code_shape_ok(code: &str) -> bool {
+    code.len() == 32
+        && code
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
 /// What the store keeps of a login code.
 pub(crate) fn code_digest(code: &str) -> [u8; 32] {
     Sha256::digest(code.as_bytes()).into()
@@ -97,50 +125,80 @@ impl Access {
             key,
             session_ttl,
             secure,
+            attempts: Mutex::new((Instant::now(), 0)),
         }
     }
 
-    /// Whether `given` is a client token; every token is compared, in constant time.
-    pub(crate) fn token_ok(&self, given: &str) -> bool {
-        crate::auth::accepts(&self.tokens, given)
+    /// The mark of the accepted token `given`; `None` when it is not a client token. Every
+    /// token is compared, in constant time.
+    pub(crate) fn mark_of(&self, given: &str) -> Option<String> {
+        if !crate::auth::accepts(&self.tokens, given) {
+            return None;
+        }
+        let digest: [u8; 32] = Sha256::digest(given.as_bytes()).into();
+        Some(token_mark(&self.key, &digest))
     }
 
-    fn open(&self) -> bool {
+    /// Whether `mark` is the mark of a token this coordinator still accepts.
+    fn mark_accepted(&self, mark: &str) -> bool {
+        self.tokens.iter().fold(false, |ok, s| {
+            let m = token_mark(&self.key, s.digest());
+            ok | bool::from(m.as_bytes().ct_eq(mark.as_bytes()))
+        })
+    }
+
+    /// Counts a login attempt; `false` once this window has had too many.
+    pub(crate) fn attempt(&self) -> bool {
+        let mut a = self.attempts.lock().unwrap_or_else(|p| p.into_inner());
+        if a.0.elapsed() >= ATTEMPT_WINDOW {
+            *a = (Instant::now(), 0);
+        }
+        a.1 += 1;
+        a.1 <= ATTEMPTS
+    }
+
+    pub(crate) fn open(&self) -> bool {
         self.tokens.is_empty()
     }
 
     /// The viewer of a request, or `None` when it must log in first.
     pub(crate) fn viewer(&self, headers: &HeaderMap, now_ms: i64) -> Option<Viewer> {
+        if self.open() {
+            return Some(Viewer::Open);
+        }
         if let Some(token) = bearer(headers) {
-            return (self.open() || self.token_ok(token)).then_some(Viewer::Bearer);
+            return self.mark_of(token).map(|mark| Viewer::Bearer { mark });
         }
-        if let Some(nonce) = cookie(headers, COOKIE_NAME).and_then(|v| self.session(v, now_ms)) {
-            let csrf = self.key.mac(format!("csrf:{nonce}").as_bytes());
-            return Some(Viewer::Session { nonce, csrf });
-        }
-        self.open().then_some(Viewer::Open)
+        let (nonce, mark) = self.session(cookie(headers, COOKIE_NAME)?, now_ms)?;
+        let csrf = self.key.mac(format!("csrf:{nonce}").as_bytes());
+        Some(Viewer::Session { mark, csrf })
     }
 
     /// Whether a form posted by `viewer` carries its CSRF token. A bearer request needs none
     /// (a browser never adds that header by itself); an open dashboard checks the origin.
     pub(crate) fn csrf_ok(&self, viewer: &Viewer, given: &str, headers: &HeaderMap) -> bool {
         match viewer {
-            Viewer::Session { nonce, .. } => {
-                self.key.verify(format!("csrf:{nonce}").as_bytes(), given)
+            Viewer::Session { csrf, .. } => {
+                let a: [u8; 32] = Sha256::digest(csrf.as_bytes()).into();
+                let b: [u8; 32] = Sha256::digest(given.as_bytes()).into();
+                a.ct_eq(&b).into()
             }
-            Viewer::Bearer => true,
+            Viewer::Bearer { .. } => true,
             Viewer::Open => same_origin(headers),
         }
     }
 
-    /// A new session's cookie: `v1.<expires_ms>.<nonce>.<mac>`.
-    pub(crate) fn new_session(&self, now_ms: i64) -> Result<String, getrandom::Error> {
+    /// A new session's `Set-Cookie`, bound to the token `mark` names:
+    /// `v2.<expires_ms>.<nonce>.<mark>.<mac>`.
+    pub(crate) fn new_session(&self, mark: &str, now_ms: i64) -> Result<String, getrandom::Error> {
         let expires = now_ms + self.session_ttl.as_millis() as i64;
         let nonce = random_hex()?;
-        let mac = self.key.mac(session_message(expires, &nonce).as_bytes());
-        let value = format!("v1.{expires}.{nonce}.{mac}");
+        let mac = self
+            .key
+            .mac(session_message(expires, &nonce, mark).as_bytes());
+        let value = format!("v2.{expires}.{nonce}.{mark}.{mac}");
         Ok(format!(
-            "{COOKIE_NAME}={value}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}{}",
+            "{COOKIE_NAME}={value}; Path=/; HttpOnly; SameSite=Lax; Max-Age={}{}",
             self.session_ttl.as_secs(),
             if self.secure { "; Secure" } else { "" }
         ))
@@ -149,15 +207,16 @@ impl Access {
     /// The cookie that ends a session.
     pub(crate) fn end_session(&self) -> String {
         format!(
-            "{COOKIE_NAME}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0{}",
+            "{COOKIE_NAME}=; Path=/; HttpOnly; SameSite=Lax; Max-Age=0{}",
             if self.secure { "; Secure" } else { "" }
         )
     }
 
-    /// The nonce of a valid, unexpired session cookie.
-    fn session(&self, value: &str, now_ms: i64) -> Option<String> {
+    /// The nonce and token mark of a valid, unexpired session of a token still accepted.
+    fn session(&self, value: &str, now_ms: i64) -> Option<(String, String)> {
         let mut parts = value.split('.');
-        let (Some("v1"), Some(expires), Some(nonce), Some(mac), None) = (
+        let (Some("v2"), Some(expires), Some(nonce), Some(mark), Some(mac), None) = (
+            parts.next(),
             parts.next(),
             parts.next(),
             parts.next(),
@@ -169,18 +228,19 @@ impl Access {
         let expires: i64 = expires.parse().ok()?;
         let ok = self
             .key
-            .verify(session_message(expires, nonce).as_bytes(), mac);
-        (ok && expires > now_ms).then(|| nonce.to_owned())
+            .verify(session_message(expires, nonce, mark).as_bytes(), mac);
+        (ok && expires > now_ms && self.mark_accepted(mark))
+            .then(|| (nonce.to_owned(), mark.to_owned()))
     }
 }
 
-fn session_message(expires: i64, nonce: &str) -> String {
-    format!("session:v1:{expires}:{nonce}")
+fn session_message(expires: i64, nonce: &str, mark: &str) -> String {
+    format!("session:v2:{expires}:{nonce}:{mark}")
 }
 
 /// The request came from a page of this origin (`Origin` matches `Host`), or says nothing of
 /// where it came from and is not a cross-site fetch.
-fn same_origin(headers: &HeaderMap) -> bool {
+pub(crate) fn same_origin(headers: &HeaderMap) -> bool {
     let host = headers.get("host").and_then(|v| v.to_str().ok());
     match (headers.get("origin").and_then(|v| v.to_str().ok()), host) {
         (Some(origin), Some(host)) => {
@@ -220,13 +280,17 @@ mod tests {
     use axum::http::HeaderValue;
     use lanes_common::lease::LeaseKey;
 
-    fn access(tokens: &[&str]) -> Access {
+    fn access_with(tokens: &[&str], key: u8) -> Access {
         Access::new(
             tokens.iter().map(|t| Secret::new(t).unwrap()).collect(),
-            LeaseKey::from_bytes([3; 32]).derive("dashboard-session"),
+            LeaseKey::from_bytes([key; 32]).derive(KEY_LABEL),
             Duration::from_secs(3600),
             false,
         )
+    }
+
+    fn access(tokens: &[&str]) -> Access {
+        access_with(tokens, 3)
     }
 
     fn with(name: &str, value: &str) -> HeaderMap {
@@ -238,12 +302,17 @@ mod tests {
         h
     }
 
+    fn login(a: &Access, token: &str, now: i64) -> String {
+        let mark = a.mark_of(token).unwrap();
+        let set = a.new_session(&mark, now).unwrap();
+        assert!(set.contains("HttpOnly") && set.contains("SameSite=Lax"));
+        set.split(';').next().unwrap().to_owned()
+    }
+
     #[test]
     fn a_session_is_good_until_it_expires_and_only_with_its_mac() {
         let a = access(&["client-token-for-tests"]);
-        let set = a.new_session(1_000).unwrap();
-        let value = set.split(';').next().unwrap().to_owned();
-        assert!(set.contains("HttpOnly") && set.contains("SameSite=Strict"));
+        let value = login(&a, "client-token-for-tests", 1_000);
         let viewer = a.viewer(&with("cookie", &value), 2_000).unwrap();
         let Viewer::Session { ref csrf, .. } = viewer else {
             panic!("{viewer:?}")
@@ -258,13 +327,24 @@ mod tests {
         parts[1] = &later;
         assert_eq!(a.viewer(&with("cookie", &parts.join(".")), 2_000), None);
         // Another store's key does not accept it.
-        let other = Access::new(
-            vec![Secret::new("client-token-for-tests").unwrap()],
-            LeaseKey::from_bytes([4; 32]).derive("dashboard-session"),
-            Duration::from_secs(3600),
-            false,
-        );
+        let other = access_with(&["client-token-for-tests"], 4);
         assert_eq!(other.viewer(&with("cookie", &value), 2_000), None);
+    }
+
+    #[test]
+    fn removing_a_token_ends_its_sessions_and_only_its_own() {
+        let both = access(&["client-token-for-tests", "second-client-token"]);
+        let first = login(&both, "client-token-for-tests", 0);
+        let second = login(&both, "second-client-token", 0);
+        // The coordinator restarts with the first token removed.
+        let rotated = access(&["second-client-token"]);
+        assert_eq!(rotated.viewer(&with("cookie", &first), 1), None);
+        assert!(rotated.viewer(&with("cookie", &second), 1).is_some());
+        // A session's mark cannot be swapped for another token's.
+        let theirs: Vec<&str> = second.split('.').collect();
+        let mut forged: Vec<&str> = first.split('.').collect();
+        forged[3] = theirs[3];
+        assert_eq!(rotated.viewer(&with("cookie", &forged.join(".")), 1), None);
     }
 
     #[test]
@@ -272,7 +352,7 @@ mod tests {
         let a = access(&["client-token-for-tests"]);
         assert_eq!(a.viewer(&HeaderMap::new(), 0), None);
         let ok = with("authorization", "Bearer client-token-for-tests");
-        assert_eq!(a.viewer(&ok, 0), Some(Viewer::Bearer));
+        assert!(matches!(a.viewer(&ok, 0), Some(Viewer::Bearer { .. })));
         let wrong = with("authorization", "Bearer lane-token-for-tests");
         assert_eq!(a.viewer(&wrong, 0), None);
         let open = access(&[]);
@@ -283,6 +363,22 @@ mod tests {
         let mut same = with("origin", "http://127.0.0.1:9");
         same.insert("host", HeaderValue::from_static("127.0.0.1:9"));
         assert!(open.csrf_ok(&Viewer::Open, "", &same));
+    }
+
+    #[test]
+    fn login_attempts_are_limited_and_codes_checked_for_shape() {
+        let a = access(&["client-token-for-tests"]);
+        assert!((0..ATTEMPTS).all(|_| a.attempt()));
+        assert!(!a.attempt());
+        assert!(code_shape_ok("0123456789abcdef0123456789abcdef"));
+        for bad in [
+            "",
+            "0123456789ABCDEF0123456789abcdef",
+            "0123",
+            "../../etc/passwd",
+        ] {
+            assert!(!code_shape_ok(bad), "{bad}");
+        }
     }
 
     #[test]

@@ -45,6 +45,19 @@ pub(crate) type Result<T> = std::result::Result<T, ApiError>;
 pub(crate) struct Skeleton {
     pub(crate) spec: CampaignSpec,
     pub(crate) tasks: Vec<String>,
+    /// Each task's position in `tasks`.
+    pub(crate) task_pos: std::collections::HashMap<String, usize>,
+}
+
+impl Skeleton {
+    /// The task and run of a trial id (`<task>.r<run>.<arm>`), for an arm of this spec.
+    pub(crate) fn split<'a>(&self, trial: &'a str) -> Option<(&'a str, u32)> {
+        self.spec.arms.iter().find_map(|a| {
+            let rest = trial.strip_suffix(a.id.as_str())?.strip_suffix('.')?;
+            let (task, run) = rest.rsplit_once(".r")?;
+            Some((task, run.parse().ok()?))
+        })
+    }
 }
 
 /// CampaignService, called in process for one viewer.
@@ -127,7 +140,16 @@ impl Api<'_> {
             }
         }
         let spec = spec.ok_or_else(|| internal("the export had no header"))?;
-        Ok(Skeleton { spec, tasks })
+        let task_pos = tasks
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.clone(), i))
+            .collect();
+        Ok(Skeleton {
+            spec,
+            tasks,
+            task_pos,
+        })
     }
 
     /// The campaign's Watch stream: its snapshot, then each event as it happens.

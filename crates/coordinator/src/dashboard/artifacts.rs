@@ -96,7 +96,15 @@ pub(crate) fn read(
         .map_err(|_| Refusal::BadPath("the attempt is a<number>".into()))?;
     let path = attempt_dir(root, &campaign, &trial, n).join(file);
     let root = root.canonicalize().map_err(|_| Refusal::NotFound)?;
-    let mut f = std::fs::File::open(&path).map_err(|_| Refusal::NotFound)?;
+    // No symlink as the file itself, and no waiting on a FIFO a driver left there.
+    let mut f = {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(&path)
+            .map_err(|_| Refusal::NotFound)?
+    };
     // What was opened, wherever the path led: it must be a regular file under the root.
     let opened = opened_path(&f).ok_or(Refusal::NotFound)?;
     let meta = f.metadata().map_err(|_| Refusal::NotFound)?;
@@ -155,6 +163,9 @@ pub(crate) async fn serve(
             .into_response();
     };
     let name = file.clone();
+    let Ok(_reading) = d.artifact_reads.acquire().await else {
+        return (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n").into_response();
+    };
     let read =
         tokio::task::spawn_blocking(move || read(&root, &campaign, &trial, &attempt, &file)).await;
     match read {

@@ -235,11 +235,17 @@ pub(crate) fn throughput(finals_ms: &[i64], start_ms: i64, end_ms: i64) -> Strin
         "<text class=\"tick\" x=\"{left}\" y=\"{:.1}\">{}</text>\
          <text class=\"tick\" x=\"{W}\" y=\"{:.1}\" text-anchor=\"end\">{} · bars of {unit}</text></svg>",
         H - 4.0,
-        esc(&format_rfc3339(start_ms)[11..19]),
+        esc(&clock(start_ms)),
         H - 4.0,
-        esc(&format_rfc3339(end_ms)[11..19]),
+        esc(&clock(end_ms)),
     );
     out
+}
+
+/// `HH:MM:SS` of a time (UTC).
+fn clock(ms: i64) -> String {
+    let t = format_rfc3339(ms);
+    t.get(11..19).unwrap_or(&t).to_owned()
 }
 
 /// A progress bar, with `done/total label` beside it unless `label` is empty.

@@ -88,8 +88,8 @@ pub(crate) fn render(
                 phase,
                 skeleton,
                 runs.clone(),
-                &arms,
-                &cell_of,
+                ledger,
+                running,
                 &mut counts,
             ));
             continue;
@@ -141,50 +141,78 @@ pub(crate) fn render(
     format!("{}{body}", legend(&counts))
 }
 
-/// One stacked bar per block (task) of a phase: how many of its trials have each outcome.
+/// Bars drawn per phase at most; past that, each bar is a run of consecutive tasks.
+const MAX_BARS: usize = 400;
+
+/// One stacked bar per block (task) of a phase, or per run of tasks when there are many: how
+/// many of its trials have each outcome. One pass over the trials with rows; the rest are
+/// pending.
 fn blocks(
     phase: u8,
     skeleton: &Skeleton,
     runs: std::ops::Range<u32>,
-    arms: &[&str],
-    cell_of: &dyn Fn(&str, u32, &str) -> (String, Cell),
+    ledger: &Ledger,
+    running: &HashSet<String>,
     counts: &mut BTreeMap<Cell, u64>,
 ) -> String {
-    let per_block = runs.len() as f64 * arms.len() as f64;
+    let n_tasks = skeleton.tasks.len();
+    let per = n_tasks.div_ceil(MAX_BARS).max(1);
+    let n_bars = n_tasks.div_ceil(per);
+    let per_trial_group = runs.len() as u64 * skeleton.spec.arms.len() as u64;
+    let mut bars = vec![[0u64; 7]; n_bars];
+    let mut add = |task: &str, run: u32, cell: Cell| {
+        if runs.contains(&run)
+            && let Some(&pos) = skeleton.task_pos.get(task)
+        {
+            bars[pos / per][cell.index()] += 1;
+        }
+    };
+    for (id, t) in &ledger.trials {
+        add(&t.task, t.run, ledger.cell(id, running.contains(id)));
+    }
+    for id in running.iter().filter(|id| !ledger.trials.contains_key(*id)) {
+        if let Some((task, run)) = skeleton.split(id) {
+            add(task, run, Cell::Running);
+        }
+    }
     let width = 640u32;
-    let height = 4 + 10 * skeleton.tasks.len() as u32;
+    let height = 4 + 10 * n_bars as u32;
     let mut out = format!(
         "<div class=\"scroll tall\"><svg class=\"grid-svg\" viewBox=\"0 0 {width} {height}\" role=\"img\" \
          aria-label=\"Blocks of phase {phase}\">"
     );
-    for (t, task) in skeleton.tasks.iter().enumerate() {
-        let mut mine: BTreeMap<Cell, u64> = BTreeMap::new();
-        for run in runs.clone() {
-            for arm in arms {
-                *mine.entry(cell_of(task, run, arm).1).or_default() += 1;
-            }
-        }
-        let y = 2 + 10 * t as u32;
-        let mut x = LABEL as f64;
+    for (b, bar) in bars.iter_mut().enumerate() {
+        let first = b * per;
+        let last = ((b + 1) * per).min(n_tasks) - 1;
+        let total = (last - first + 1) as u64 * per_trial_group;
+        let known: u64 = bar.iter().sum();
+        bar[Cell::Pending.index()] += total.saturating_sub(known);
+        let name = if first == last {
+            skeleton.tasks[first].clone()
+        } else {
+            format!("{} … {}", skeleton.tasks[first], skeleton.tasks[last])
+        };
+        let y = 2 + 10 * b as u32;
         let _ = write!(
             out,
             "<text class=\"label small\" x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>",
             LABEL - 6,
             y + 8,
-            esc(&short(task, 18))
+            esc(&short(&name, 18))
         );
+        let mut x = f64::from(LABEL);
         for c in Cell::ALL {
-            let n = mine.get(&c).copied().unwrap_or(0);
+            let n = bar[c.index()];
             if n == 0 {
                 continue;
             }
             *counts.entry(c).or_default() += n;
-            let w = (f64::from(width - LABEL)) * n as f64 / per_block;
+            let w = f64::from(width - LABEL) * n as f64 / total.max(1) as f64;
             let _ = write!(
                 out,
-                "<rect class=\"{}\" x=\"{x:.1}\" y=\"{y}\" width=\"{w:.1}\" height=\"8\"><title>p{phase}-{}: {n} {}</title></rect>",
+                "<rect class=\"{}\" x=\"{x:.1}\" y=\"{y}\" width=\"{w:.1}\" height=\"8\"><title>phase {phase}, {}: {n} {}</title></rect>",
                 c.class(),
-                esc(task),
+                esc(&name),
                 c.label()
             );
             x += w;

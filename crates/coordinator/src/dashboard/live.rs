@@ -1,8 +1,10 @@
-//! `/campaigns/<id>/live`: Server-Sent Events that keep a campaign page current. Each viewer's
-//! stream follows the campaign's Watch stream; on an event (a few at a time) it refreshes its
-//! view (status, the rows since last time, the report when trials became final), renders the
-//! live parts, and sends those whose HTML changed, as one `parts` event of `{id: html}`. The
-//! page's script swaps them in. When the campaign is over it sends `end` and closes.
+//! `/campaigns/<id>/live`: Server-Sent Events that keep a campaign page current. Each stream
+//! follows the campaign's Watch stream; on an event (a few at a time), or every few seconds so
+//! lease countdowns move, it reads the campaign's shared view (refreshed at most every 250 ms
+//! for all viewers together), renders the live parts, and sends those whose HTML changed, as
+//! one `parts` event of `{id: html}`. The page's script swaps them in. When the campaign is
+//! over it sends `end`; when the viewer's session ends, `expired`; on a store error,
+//! `problem`, and the browser reconnects by itself.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -17,15 +19,22 @@ use tokio::sync::mpsc;
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
 
-use super::api::Api;
-use super::pages::campaign_id;
-use super::view::CampaignView;
-use super::{Dashboard, error_page};
+use lanes_common::proto::campaign_service_server::CampaignService;
 
-/// Events are taken together for this long before one refresh.
+use super::access::Viewer;
+use super::pages::campaign_id;
+use super::{Dashboard, error_page};
+use crate::service::campaign::CampaignSvc;
+
+/// Events are taken together for this long before one update.
 const SETTLE: Duration = Duration::from_millis(250);
-/// A refresh this often even without events, so lease countdowns move.
+/// An update this often even without events, so lease countdowns move.
 const TICK: Duration = Duration::from_secs(5);
+/// How long the browser waits before reconnecting after the stream ends on a problem.
+const RETRY: Duration = Duration::from_secs(3);
+
+type Watch = <CampaignSvc as CampaignService>::WatchStream;
+type Tx = mpsc::Sender<Result<Event, Infallible>>;
 
 pub(crate) async fn stream(
     State(d): State<Arc<Dashboard>>,
@@ -41,62 +50,69 @@ pub(crate) async fn stream(
         Ok(id) => id,
         Err(r) => return r,
     };
-    let key = viewer.stream_key(&headers);
-    let watch = match d.api(&viewer, &headers).watch(id.as_str()).await {
+    let watch = match d.api(&viewer).watch(id.as_str()).await {
         Ok(w) => w,
         Err(e) => return error_page(&e),
     };
     let (tx, rx) = mpsc::channel::<Result<Event, Infallible>>(8);
-    tokio::spawn(follow(d, key, id.to_string(), watch, tx));
+    tokio::spawn(follow(d, viewer, headers, id.to_string(), watch, tx));
     Sse::new(ReceiverStream::new(rx))
         .keep_alive(KeepAlive::default())
         .into_response()
 }
 
+async fn send(tx: &Tx, event: &str, data: &str) -> bool {
+    let e = Event::default().event(event).data(data).retry(RETRY);
+    tx.send(Ok(e)).await.is_ok()
+}
+
 async fn follow(
     d: Arc<Dashboard>,
-    key: String,
+    viewer: Viewer,
+    headers: HeaderMap,
     id: String,
-    mut watch: <crate::service::campaign::CampaignSvc as lanes_common::proto::campaign_service_server::CampaignService>::WatchStream,
-    tx: mpsc::Sender<Result<Event, Infallible>>,
+    mut watch: Watch,
+    tx: Tx,
 ) {
-    let api = Api {
-        svc: &d.svc,
-        stream_key: key,
-    };
-    let mut view = match CampaignView::load(&d, &api, &id).await {
-        Ok(v) => v,
-        Err(e) => {
-            let _ = tx
-                .send(Ok(Event::default().event("problem").data(e.message)))
-                .await;
-            return;
-        }
-    };
+    let api = d.api(&viewer);
     let mut sent: HashMap<&'static str, String> = HashMap::new();
     loop {
-        let parts = view.parts();
-        let mut changed: HashMap<&str, &str> = HashMap::new();
-        for (part, html) in &parts {
-            if sent.get(part) != Some(html) {
-                changed.insert(part, html);
+        // The session may have ended (logout, expiry, its token removed) since the last time.
+        if !matches!(viewer, Viewer::Open | Viewer::Bearer { .. }) {
+            let still = match d.access().await {
+                Ok(a) => a.viewer(&headers, d.now()).is_some(),
+                Err(_) => true,
+            };
+            if !still {
+                send(&tx, "expired", "log in again").await;
+                return;
             }
         }
+        let read = d
+            .views
+            .with(&d, &api, &id, |v| (v.parts(), v.state(), v.over()))
+            .await;
+        let (parts, state, over) = match read {
+            Ok(r) => r,
+            Err(e) => {
+                send(&tx, "problem", &e.message).await;
+                return;
+            }
+        };
+        let changed: HashMap<&str, &str> = parts
+            .iter()
+            .filter(|(part, html)| sent.get(part) != Some(html))
+            .map(|(part, html)| (*part, html.as_str()))
+            .collect();
         if !changed.is_empty() {
-            let data = serde_json::json!({ "state": view.state(), "parts": changed }).to_string();
-            if tx
-                .send(Ok(Event::default().event("parts").data(data)))
-                .await
-                .is_err()
-            {
+            let data = serde_json::json!({ "state": state, "parts": changed }).to_string();
+            if !send(&tx, "parts", &data).await {
                 return;
             }
             sent = parts.into_iter().collect();
         }
-        if view.over() {
-            let _ = tx
-                .send(Ok(Event::default().event("end").data(view.state())))
-                .await;
+        if over {
+            send(&tx, "end", state).await;
             return;
         }
         // The next event (or the tick), then whatever else arrives while things settle.
@@ -104,7 +120,7 @@ async fn follow(
             e = watch.next() => match e {
                 Some(Ok(_)) => {}
                 Some(Err(s)) => {
-                    let _ = tx.send(Ok(Event::default().event("problem").data(s.message()))).await;
+                    send(&tx, "problem", s.message()).await;
                     return;
                 }
                 None => return,
@@ -119,12 +135,6 @@ async fn follow(
                 _ = &mut settle => break,
                 e = watch.next() => if !matches!(e, Some(Ok(_))) { break },
             }
-        }
-        if let Err(e) = view.refresh(&d, &api).await {
-            let _ = tx
-                .send(Ok(Event::default().event("problem").data(e.message)))
-                .await;
-            return;
         }
     }
 }

@@ -21,6 +21,7 @@ mod grid;
 mod html;
 mod ledger;
 mod live;
+mod login;
 mod pages;
 mod tls;
 mod view;
@@ -31,20 +32,19 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{Form, Path, Query, State};
+use axum::extract::Path;
 use axum::http::header::{self, HeaderMap, HeaderValue};
 use axum::http::{StatusCode, Uri};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
-use serde::Deserialize;
 use tokio::net::TcpListener;
 use tokio::sync::OnceCell;
 
 use crate::auth::Secret;
 use crate::service::Shared;
 use crate::service::campaign::CampaignSvc;
-pub(crate) use access::code_digest;
-use access::{Access, Viewer, safe_next};
+use access::{Access, Viewer};
+pub(crate) use access::{KEY_LABEL, code_digest, token_mark};
 use api::{Api, ApiError, Skeleton};
 
 pub(crate) use tls::TlsListener;
@@ -87,15 +87,18 @@ pub(crate) fn new_code() -> Result<String, getrandom::Error> {
 /// What LoginLink needs of a dashboard: where it is and how long codes last.
 #[derive(Debug, Clone)]
 pub(crate) struct Links {
-    pub(crate) base_url: String,
+    /// `None` when the dashboard listens on every address and was given no public URL:
+    /// there is no address to put in a link.
+    pub(crate) base_url: Option<String>,
     pub(crate) code_ttl: Duration,
 }
 
 impl Links {
     pub(crate) fn new(config: &DashboardConfig, bound: std::net::SocketAddr, tls: bool) -> Self {
         let base_url = match &config.public_url {
-            Some(u) => u.trim_end_matches('/').to_owned(),
-            None => format!("{}://{bound}", if tls { "https" } else { "http" }),
+            Some(u) => Some(u.trim_end_matches('/').to_owned()),
+            None if bound.ip().is_unspecified() => None,
+            None => Some(format!("{}://{bound}", if tls { "https" } else { "http" })),
         };
         Self {
             base_url,
@@ -115,6 +118,10 @@ pub(crate) struct Dashboard {
     /// Each campaign's spec and task ids, by (campaign, spec hash): they change only with an
     /// amendment, which changes the hash.
     skeletons: Mutex<HashMap<(String, String), Arc<Skeleton>>>,
+    /// Each campaign's view, shared by its pages and live streams.
+    views: view::Views,
+    /// Artifact reads at once (each may hold a file of up to 16 MiB).
+    artifact_reads: tokio::sync::Semaphore,
 }
 
 /// Skeletons kept at most (a few campaigns' task ids).
@@ -143,7 +150,7 @@ impl Dashboard {
                     })?;
                 Ok(Access::new(
                     self.tokens.clone(),
-                    key.derive("dashboard-session"),
+                    key.derive(access::KEY_LABEL),
                     self.config.session_ttl,
                     self.secure,
                 ))
@@ -151,17 +158,17 @@ impl Dashboard {
             .await
     }
 
-    fn api<'a>(&'a self, viewer: &Viewer, headers: &HeaderMap) -> Api<'a> {
+    fn api<'a>(&'a self, viewer: &Viewer) -> Api<'a> {
         Api {
             svc: &self.svc,
-            stream_key: viewer.stream_key(headers),
+            stream_key: viewer.stream_key(),
         }
     }
 
     /// The viewer, or the answer for one who must log in: a page sends the browser to the
     /// login form; anything else gets 401.
     async fn viewer(&self, headers: &HeaderMap, uri: &Uri, page: bool) -> Result<Viewer, Response> {
-        let access = self.access().await.map_err(|e| error_page(&e))?;
+        let access = self.access().await.map_err(|e| unavailable(&e))?;
         match access.viewer(headers, self.now()) {
             Some(v) => Ok(v),
             None if page => Err(Redirect::to(&format!(
@@ -216,10 +223,17 @@ pub(crate) async fn serve(
     let dashboard = Arc::new(Dashboard {
         svc: CampaignSvc { shared },
         tokens,
-        secure: tls.is_some(),
+        // Browsers may reach a plaintext dashboard over https through a proxy.
+        secure: tls.is_some()
+            || config
+                .public_url
+                .as_deref()
+                .is_some_and(|u| u.starts_with("https://")),
         config,
         access: OnceCell::new(),
         skeletons: Mutex::default(),
+        views: view::Views::default(),
+        artifact_reads: tokio::sync::Semaphore::new(4),
     });
     let app = router(dashboard);
     match tls {
@@ -240,8 +254,8 @@ pub(crate) async fn serve(
 fn router(d: Arc<Dashboard>) -> Router {
     Router::new()
         .route("/", get(pages::campaigns::page))
-        .route("/login", get(login_page).post(login_form))
-        .route("/logout", post(logout))
+        .route("/login", get(login::page).post(login::submit))
+        .route("/logout", post(login::logout))
         .route("/assets/{file}", get(asset))
         // Browsers ask for it on every page that names none (plain-text artifacts).
         .route("/favicon.ico", get(|| asset(Path("icon.svg".to_owned()))))
@@ -266,13 +280,12 @@ fn router(d: Arc<Dashboard>) -> Router {
 /// caching of pages that carry campaign data.
 async fn security_headers(mut r: Response) -> Response {
     let h = r.headers_mut();
-    h.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(
+    // An answer with a policy of its own (an artifact's sandbox) keeps it.
+    h.entry(header::CONTENT_SECURITY_POLICY)
+        .or_insert(HeaderValue::from_static(
             "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self' data:; \
              connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
-        ),
-    );
+        ));
     h.insert(
         header::X_CONTENT_TYPE_OPTIONS,
         HeaderValue::from_static("nosniff"),
@@ -319,6 +332,16 @@ fn error_page(e: &ApiError) -> Response {
     (status, axum::response::Html(body)).into_response()
 }
 
+/// The store cannot be reached to check a login: said without the store's own words, which
+/// are for the operator's log, not an unauthenticated caller.
+fn unavailable(e: &ApiError) -> Response {
+    tracing::warn!(error = %e, "dashboard: cannot check a login");
+    error_page(&ApiError {
+        code: tonic::Code::Unavailable,
+        message: "the coordinator cannot reach its store; try again shortly".into(),
+    })
+}
+
 fn bad_request(message: &str) -> Response {
     error_page(&ApiError {
         code: tonic::Code::InvalidArgument,
@@ -345,145 +368,6 @@ async fn asset(Path(file): Path<String>) -> Response {
             (header::CACHE_CONTROL, "public, max-age=300"),
         ],
         body,
-    )
-        .into_response()
-}
-
-#[derive(Deserialize)]
-struct LoginQuery {
-    code: Option<String>,
-    next: Option<String>,
-}
-
-#[derive(Deserialize)]
-struct LoginForm {
-    token: String,
-    next: Option<String>,
-}
-
-fn login_form_page(next: &str, problem: Option<&str>) -> String {
-    html::page(
-        &html::Frame {
-            title: "Log in",
-            crumbs: &[],
-            live: false,
-            csrf: None,
-        },
-        &format!(
-            "<h1>Log in</h1>{}<form method=\"post\" action=\"/login\" class=\"login\">\
-             <label for=\"token\">Client token</label>\
-             <input id=\"token\" name=\"token\" type=\"password\" autocomplete=\"current-password\" required>\
-             <input type=\"hidden\" name=\"next\" value=\"{}\"><button>Log in</button></form>\
-             <p class=\"hint\">Or open a one-time link from <code>lanes ui-link</code>.</p>",
-            problem.map_or(String::new(), |p| format!(
-                "<p class=\"error\" role=\"alert\">{}</p>",
-                html::esc(p)
-            )),
-            html::esc(next)
-        ),
-    )
-}
-
-/// The login form, or with `?code=` a one-time code traded for a session.
-async fn login_page(State(d): State<Arc<Dashboard>>, Query(q): Query<LoginQuery>) -> Response {
-    let Some(code) = q.code else {
-        return axum::response::Html(login_form_page(&safe_next(q.next.as_deref()), None))
-            .into_response();
-    };
-    let access = match d.access().await {
-        Ok(a) => a,
-        Err(e) => return error_page(&e),
-    };
-    let now = d.now();
-    let grant = match d
-        .shared()
-        .store
-        .take_login_code(code_digest(&code), now)
-        .await
-    {
-        Ok(g) => g,
-        Err(e) => return error_page(&ApiError::from(crate::grpc_status::from_store(e))),
-    };
-    let Some(grant) = grant else {
-        return (
-            StatusCode::UNAUTHORIZED,
-            axum::response::Html(login_form_page(
-                &safe_next(q.next.as_deref()),
-                Some("That login link was used already or has expired. Ask for a new one (lanes ui-link), or log in with the client token."),
-            )),
-        )
-            .into_response();
-    };
-    let next = match (q.next.as_deref(), &grant.campaign) {
-        (Some(n), _) => safe_next(Some(n)),
-        (None, Some(c)) => format!("/campaigns/{c}"),
-        (None, None) => "/".into(),
-    };
-    signed_in(access, now, &next)
-}
-
-fn signed_in(access: &Access, now: i64, next: &str) -> Response {
-    match access.new_session(now) {
-        Ok(cookie) => (
-            StatusCode::SEE_OTHER,
-            [
-                (header::SET_COOKIE, cookie),
-                (header::LOCATION, next.to_owned()),
-            ],
-        )
-            .into_response(),
-        Err(e) => error_page(&ApiError {
-            code: tonic::Code::Internal,
-            message: format!("no randomness for a session: {e}"),
-        }),
-    }
-}
-
-async fn login_form(State(d): State<Arc<Dashboard>>, Form(f): Form<LoginForm>) -> Response {
-    let access = match d.access().await {
-        Ok(a) => a,
-        Err(e) => return error_page(&e),
-    };
-    let next = safe_next(f.next.as_deref());
-    if !access.token_ok(f.token.trim()) {
-        return (
-            StatusCode::UNAUTHORIZED,
-            axum::response::Html(login_form_page(
-                &next,
-                Some("That is not a client token of this coordinator."),
-            )),
-        )
-            .into_response();
-    }
-    signed_in(access, d.now(), &next)
-}
-
-#[derive(Deserialize)]
-struct CsrfForm {
-    #[serde(default)]
-    csrf: String,
-}
-
-async fn logout(
-    State(d): State<Arc<Dashboard>>,
-    headers: HeaderMap,
-    Form(f): Form<CsrfForm>,
-) -> Response {
-    let access = match d.access().await {
-        Ok(a) => a,
-        Err(e) => return error_page(&e),
-    };
-    if let Some(v) = access.viewer(&headers, d.now())
-        && !access.csrf_ok(&v, &f.csrf, &headers)
-    {
-        return bad_request("the form is stale; reload the page and try again");
-    }
-    (
-        StatusCode::SEE_OTHER,
-        [
-            (header::SET_COOKIE, access.end_session()),
-            (header::LOCATION, "/login".to_owned()),
-        ],
     )
         .into_response()
 }

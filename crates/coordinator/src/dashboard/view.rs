@@ -2,9 +2,10 @@
 //! folded so far and the report. The page renders it once; the live stream keeps one per
 //! viewer and refreshes it on each Watch event, reading only the rows since the last time.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use lanes_common::proto as pb;
 use lanes_common::report::Report;
@@ -21,9 +22,69 @@ pub(crate) struct CampaignView {
     pub(crate) skeleton: Arc<Skeleton>,
     pub(crate) ledger: Ledger,
     pub(crate) report: Report,
-    /// Trials final when the report was last read.
-    report_at_final: u64,
+    /// Trials final and rows when the report was last read, and when.
+    report_at: (u64, u64, Instant),
     pub(crate) now_ms: i64,
+}
+
+/// A view is refreshed at most this often, however many pages and streams read it.
+const FRESH: Duration = Duration::from_millis(250);
+/// The report (which reads the whole ledger) is rebuilt at most this often while the
+/// campaign runs; at once when it is over.
+const REPORT_EVERY: Duration = Duration::from_secs(2);
+/// Views kept at most, and how long an unread one is kept.
+const VIEWS_KEPT: usize = 32;
+const VIEW_IDLE: Duration = Duration::from_secs(600);
+
+type Shared = Arc<tokio::sync::Mutex<Option<(CampaignView, Instant)>>>;
+
+/// One view per campaign, shared by every page and live stream of it: the ledger is read
+/// once, incrementally, whoever is watching.
+#[derive(Default)]
+pub(crate) struct Views {
+    slots: Mutex<HashMap<String, (Shared, Instant)>>,
+}
+
+impl Views {
+    /// `f` of the campaign's view, refreshed first unless it is fresh.
+    pub(crate) async fn with<T>(
+        &self,
+        d: &Dashboard,
+        api: &Api<'_>,
+        id: &str,
+        f: impl FnOnce(&CampaignView) -> T,
+    ) -> Result<T> {
+        let slot = {
+            let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+            slots.retain(|_, (_, used)| used.elapsed() < VIEW_IDLE);
+            if slots.len() >= VIEWS_KEPT && !slots.contains_key(id) {
+                let oldest = slots
+                    .iter()
+                    .min_by_key(|(_, (_, used))| *used)
+                    .map(|(k, _)| k.clone());
+                if let Some(k) = oldest {
+                    slots.remove(&k);
+                }
+            }
+            let (slot, used) = slots
+                .entry(id.to_owned())
+                .or_insert_with(|| (Shared::default(), Instant::now()));
+            *used = Instant::now();
+            slot.clone()
+        };
+        let mut guard = slot.lock().await;
+        let fresh = matches!(&*guard, Some((_, at)) if at.elapsed() < FRESH);
+        if !fresh {
+            // A failed read leaves no view behind: the next reader loads it afresh.
+            let view = match guard.take() {
+                Some((mut v, _)) => v.refresh(d, api).await.map(|()| v)?,
+                None => CampaignView::load(d, api, id).await?,
+            };
+            *guard = Some((view, Instant::now()));
+        }
+        let (view, _) = guard.as_ref().expect("set above");
+        Ok(f(view))
+    }
 }
 
 /// The parts of the page that change, by element id, in page order.
@@ -50,7 +111,7 @@ impl CampaignView {
         let report = api.report(id).await?;
         Ok(Self {
             id: id.to_owned(),
-            report_at_final: status.trials_final,
+            report_at: (status.trials_final, ledger.next_seq, Instant::now()),
             status,
             skeleton,
             ledger,
@@ -69,11 +130,15 @@ impl CampaignView {
             true
         })
         .await?;
-        if self.status.trials_final != self.report_at_final
-            || self.ledger.next_seq != self.report.rows_total
-        {
+        let (finals, rows, at) = self.report_at;
+        let changed = self.status.trials_final != finals || self.ledger.next_seq != rows;
+        if changed && (self.over() || at.elapsed() >= REPORT_EVERY) {
             self.report = api.report(&self.id).await?;
-            self.report_at_final = self.status.trials_final;
+            self.report_at = (
+                self.status.trials_final,
+                self.ledger.next_seq,
+                Instant::now(),
+            );
         }
         self.now_ms = d.now();
         Ok(())

@@ -3,6 +3,7 @@
 
 use std::pin::Pin;
 
+use sha2::Digest as _;
 use tokio::sync::mpsc;
 use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
@@ -354,6 +355,26 @@ impl CampaignService for CampaignSvc {
                 "this coordinator serves no dashboard (start it with --ui-listen ADDR)",
             ));
         };
+        let Some(base_url) = &links.base_url else {
+            return Err(Status::failed_precondition(
+                "the dashboard listens on every address, so its URL is unknown: start the \
+                 coordinator with --ui-public-url URL",
+            ));
+        };
+        // The session the code opens is bound to the token that asked for it.
+        let token_mark = match request
+            .metadata()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+        {
+            Some(token) => {
+                let key = s.leases.key(s.store.as_ref()).await.map_err(from_store)?;
+                let digest: [u8; 32] = sha2::Sha256::digest(token.as_bytes()).into();
+                crate::dashboard::token_mark(&key.derive(crate::dashboard::KEY_LABEL), &digest)
+            }
+            None => String::new(),
+        };
         let req = request.into_inner();
         let campaign = if req.campaign.is_empty() {
             None
@@ -372,6 +393,7 @@ impl CampaignService for CampaignSvc {
                 crate::store::LoginGrant {
                     campaign: campaign.clone(),
                     expires_ms,
+                    token_mark,
                 },
                 now,
             )
@@ -382,7 +404,7 @@ impl CampaignService for CampaignSvc {
             None => "/".to_owned(),
         };
         Ok(Response::new(pb::LoginLinkResponse {
-            url: format!("{}/login?code={code}&next={next}", links.base_url),
+            url: format!("{base_url}/login?code={code}&next={next}"),
             expires_utc: lanes_common::utc::format_rfc3339(expires_ms),
         }))
     }

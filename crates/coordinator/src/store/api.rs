@@ -139,6 +139,10 @@ pub struct LoginGrant {
     pub campaign: Option<CampaignId>,
     /// When the code stops working.
     pub expires_ms: EpochMs,
+    /// The mark of the client token that asked for the code: the session it opens is bound
+    /// to that token, and ends if the token is removed. Empty when the client role is open.
+    #[serde(default)]
+    pub token_mark: String,
 }
 
 /// What a delete removed.

@@ -24,9 +24,13 @@
     var actions = document.querySelectorAll(".actions .button");
     Array.prototype.forEach.call(actions, function (a) { a.remove(); });
   });
+  // The server ends the stream after a problem; the browser reconnects by itself.
   source.addEventListener("problem", function (e) {
+    status.textContent = "live updates paused: " + e.data + " (retrying)";
+  });
+  source.addEventListener("expired", function () {
     source.close();
-    status.textContent = "live updates stopped: " + e.data + " (reload to retry)";
+    status.textContent = "your session ended: reload to log in again";
   });
   source.onerror = function () {
     if (source.readyState !== EventSource.CLOSED) status.textContent = "reconnecting…";

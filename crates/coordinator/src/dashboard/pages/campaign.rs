@@ -40,17 +40,25 @@ pub(crate) async fn page(
         Ok(id) => id,
         Err(r) => return r,
     };
-    let api = d.api(&viewer, &headers);
-    let view = match CampaignView::load(&d, &api, id.as_str()).await {
-        Ok(v) => v,
-        Err(e) => return error_page(&e),
-    };
-    let base = format!("/campaigns/{}", url_part(id.as_str()));
+    let api = d.api(&viewer);
+    let body = d
+        .views
+        .with(&d, &api, id.as_str(), |view| body(view, id.as_str()))
+        .await;
+    match body {
+        Ok((body, live)) => respond(id.as_str(), &[(id.as_str(), None)], live, &viewer, &body),
+        Err(e) => error_page(&e),
+    }
+}
+
+/// The page's body, and whether it follows live updates.
+fn body(view: &CampaignView, id: &str) -> (String, bool) {
+    let base = format!("/campaigns/{}", url_part(id));
     let mut body = format!(
         "{}<div class=\"title\"><h1>{}</h1><p class=\"live-status\" id=\"live-status\" aria-live=\"polite\" \
          data-live=\"{base}/live\">{}</p></div><nav class=\"actions\"><a href=\"{base}/rows\">Rows</a>",
         grid::patterns(),
-        esc(id.as_str()),
+        esc(id),
         if view.over() {
             "final"
         } else {
@@ -82,11 +90,5 @@ pub(crate) async fn page(
             heading(part)
         );
     }
-    respond(
-        id.as_str(),
-        &[(id.as_str(), None)],
-        !view.over(),
-        &viewer,
-        &body,
-    )
+    (body, !view.over())
 }

@@ -20,7 +20,7 @@ pub(crate) async fn page(
         Ok(v) => v,
         Err(r) => return r,
     };
-    let api = d.api(&viewer, &headers);
+    let api = d.api(&viewer);
     let campaigns = match api.list().await {
         Ok(c) => c,
         Err(e) => return error_page(&e),

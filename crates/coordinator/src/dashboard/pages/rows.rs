@@ -105,7 +105,7 @@ pub(crate) async fn page(
         Ok(w) => w,
         Err(e) => return bad_request(&e),
     };
-    let api = d.api(&viewer, &headers);
+    let api = d.api(&viewer);
     let status = match api.get(id.as_str()).await {
         Ok(s) => s,
         Err(e) => return error_page(&e),

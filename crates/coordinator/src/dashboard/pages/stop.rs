@@ -117,7 +117,7 @@ pub(crate) async fn submit(
     let Some(mode) = mode_of(&f.mode) else {
         return bad_request("mode is drain or cancel");
     };
-    match d.api(&viewer, &headers).stop(id.as_str(), mode).await {
+    match d.api(&viewer).stop(id.as_str(), mode).await {
         Ok(_) => (
             StatusCode::SEE_OTHER,
             [(

@@ -17,9 +17,6 @@ use super::super::{Dashboard, bad_request, error_page};
 use super::rows::flags;
 use super::{campaign_id, respond};
 
-/// Rows read looking for one trial's, at most (its rows may be anywhere in the ledger).
-const SCAN: usize = 1_000_000;
-
 pub(crate) async fn page(
     State(d): State<Arc<Dashboard>>,
     Path((id, trial)): Path<(String, String)>,
@@ -38,19 +35,33 @@ pub(crate) async fn page(
         Ok(t) => t,
         Err(e) => return bad_request(&format!("trial id: {e}")),
     };
-    let api = d.api(&viewer, &headers);
-    let (mut mine, mut read) = (Vec::<Row>::new(), 0usize);
-    let scanned = api
-        .rows(id.as_str(), 0, |r| {
-            read += 1;
-            if r.trial_id == trial {
-                mine.push(r);
-            }
-            read < SCAN
+    let api = d.api(&viewer);
+    // Where the trial's rows are, from the campaign's shared view; then just those rows.
+    let seqs = d
+        .views
+        .with(&d, &api, id.as_str(), |v| {
+            v.ledger
+                .trials
+                .get(trial.as_str())
+                .map(|t| t.seqs.clone())
+                .unwrap_or_default()
         })
         .await;
-    if let Err(e) = scanned {
-        return error_page(&e);
+    let seqs = match seqs {
+        Ok(s) => s,
+        Err(e) => return error_page(&e),
+    };
+    let mut mine = Vec::<Row>::with_capacity(seqs.len());
+    for seq in seqs {
+        let read = api
+            .rows(id.as_str(), seq, |r| {
+                mine.push(r);
+                false
+            })
+            .await;
+        if let Err(e) = read {
+            return error_page(&e);
+        }
     }
     let base = format!("/campaigns/{}", url_part(id.as_str()));
     let mut body = format!("<h1>Trial {}</h1>", esc(trial.as_str()));
