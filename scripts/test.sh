@@ -2,6 +2,7 @@
 # Runs the whole Lanes test suite, installing what it needs when it is missing:
 # - redis-server: the store suites start their own servers on free loopback ports;
 # - python3 and python3-venv: Python drivers, and the test venv below;
+# - chromium: the dashboard's browser test drives it headless over the DevTools protocol;
 # - buildah: the image test builds deploy/Containerfile's runtime stage with it (without it,
 #   that one test says it was skipped).
 # Debian packages are installed with apt-get when run as root; otherwise the script prints
@@ -12,6 +13,7 @@ cd "$(dirname "$0")/.."
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v python3 >/dev/null 2>&1 || missing+=(python3)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 target_dir="${CARGO_TARGET_DIR:-$PWD/target}"
 case "$target_dir" in /*) ;; *) target_dir="$PWD/$target_dir" ;; esac
 venv="$target_dir/test-venv"
@@ -74,6 +76,8 @@ if [ "$(cat "$venv/lanes-requirements.txt" 2>/dev/null)" != "$requirements" ]; t
   printf '%s' "$requirements" > "$venv/lanes-requirements.txt"
 fi
 export LANES_TEST_PYTHON="$venv/bin/python"
+LANES_TEST_CHROMIUM="$(command -v chromium)"
+export LANES_TEST_CHROMIUM
 
 # The Python driver helper's own tests: on the system python3 (standard library only, as
 # drivers run it), then in the venv, where its OpenTelemetry spans are checked too.

@@ -208,6 +208,28 @@ fn run_overlay(overlay: &str, tls: bool) {
     let id = campaign["id"].as_str().unwrap().to_owned();
     assert!(out.contains(&format!("{id} submitted")), "{out}");
 
+    // The dashboard answers on its port: its login page in plaintext under dev; under prod
+    // it speaks TLS only, so a plaintext request gets no page.
+    let ui = cluster.port("lanes-coordinator-0", 7780);
+    let page = std::net::TcpStream::connect(("127.0.0.1", ui)).and_then(|mut s| {
+        use std::io::{Read, Write};
+        s.set_read_timeout(Some(Duration::from_secs(10)))?;
+        s.write_all(b"GET /login HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")?;
+        let mut answer = Vec::new();
+        let _ = s.read_to_end(&mut answer);
+        Ok(String::from_utf8_lossy(&answer).into_owned())
+    });
+    let page = page.expect("the dashboard port is open");
+    if tls {
+        assert!(
+            !page.starts_with("HTTP/1.1 200"),
+            "plaintext under TLS: {page}"
+        );
+    } else {
+        assert!(page.starts_with("HTTP/1.1 200"), "{page}");
+        assert!(page.contains("Client token"), "{page}");
+    }
+
     // Its status, asked the way the Job connects (the same coordinator, token and CA).
     let job_args: Vec<String> = job_pod.container("submit")["args"]
         .as_array()

@@ -14,7 +14,8 @@
 //! - **Network.** Each container port becomes a free loopback port. `0.0.0.0:PORT` becomes
 //!   `127.0.0.1:<its port>`, and `HOST:PORT` for a Service name (short or qualified) or a
 //!   StatefulSet pod's DNS name becomes `127.0.0.1:<the pod's port>`. Redis config files
-//!   get the same mapping for their `port` and `bind` lines.
+//!   get the same mapping for their `port` and `bind` lines. An env var named `*_PUBLIC_URL`
+//!   is left alone: it says where browsers outside reach the pod, and the pod never dials it.
 //! - **Env.** `value`, `fieldRef` (`spec.nodeName`, `metadata.name`, `metadata.namespace`),
 //!   `secretKeyRef`, `configMapKeyRef` and `envFrom`; `$(VAR)` in args and env is expanded
 //!   as the kubelet does.
@@ -555,6 +556,11 @@ impl Cluster {
         }
         env.into_iter()
             .map(|(k, v)| {
+                // A public URL names where browsers outside the cluster reach the pod (the
+                // dashboard's, for its login links); the pod never dials it.
+                if k.ends_with("_PUBLIC_URL") {
+                    return (k, v);
+                }
                 let v = self.map_addresses(&pod.name, &v);
                 let v = if v.starts_with('/') {
                     probe

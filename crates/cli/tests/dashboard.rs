@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use browser::{Browser, http, http_head_only};
+use browser::{Browser, http, http_head_only, https};
 use support::{Killed, lanes, logged_addr, spawn};
 
 const CLIENT_TOKEN: &str = "dashboard-client-token-for-tests";
@@ -476,5 +476,70 @@ fn a_browser_watches_a_campaign_live_reads_its_results_and_stops_it() {
     assert!(
         problems.is_empty(),
         "the pages logged errors: {problems:#?}"
+    );
+}
+
+#[test]
+fn the_dashboard_is_served_over_tls_when_the_api_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = lanes_tests::certs::TestCa::new("dashboard-ca");
+    let (cert, key) = ca.server().write(dir.path(), "server");
+    let mut coordinator = lanes();
+    coordinator
+        .args([
+            "coordinator",
+            "--listen",
+            "127.0.0.1:0",
+            "--ui-listen",
+            "127.0.0.1:0",
+        ])
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .arg("--tls-cert")
+        .arg(cert)
+        .arg("--tls-key")
+        .arg(key)
+        .env("LANES_CLIENT_TOKEN", CLIENT_TOKEN)
+        .env("LANES_LANE_TOKEN", LANE_TOKEN);
+    let (_coordinator, rx) = spawn(coordinator);
+    let api = logged_addr(&rx, "coordinator listening");
+    let ui = logged_addr(&rx, "dashboard listening");
+    // Plaintext gets no page.
+    let plain = std::panic::catch_unwind(|| http(&ui, "GET", "/login", &[], ""));
+    assert!(plain.map_or(true, |a| a.status != 200));
+    let login = https(&ui, &ca.pem, "GET", "/login", &[], "");
+    assert_eq!(login.status, 200);
+    let form = format!("token={CLIENT_TOKEN}&next=/");
+    let a = https(&ui, &ca.pem, "POST", "/login", &[], &form);
+    assert_eq!(a.status, 303);
+    let set = a.header("set-cookie").unwrap();
+    assert!(set.contains("; Secure"), "{set}");
+    let cookie = set.split(';').next().unwrap();
+    let list = https(&ui, &ca.pem, "GET", "/", &[("Cookie", cookie)], "");
+    assert_eq!(list.status, 200);
+    assert!(list.text().contains("No campaign yet"));
+    // Login links name the https address.
+    let ca_file = ca.write(dir.path());
+    let port = api.rsplit_once(':').unwrap().1;
+    let out = lanes()
+        .args([
+            "ui-link",
+            "--coordinator",
+            &format!("https://localhost:{port}"),
+            "--tls-ca",
+        ])
+        .arg(ca_file)
+        .env("LANES_CLIENT_TOKEN", CLIENT_TOKEN)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let link = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        link.starts_with(&format!("https://{ui}/login?code=")),
+        "{link}"
     );
 }

@@ -29,6 +29,24 @@ fn the_quick_start_runs_to_done_resumes_and_refuses_drift() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(stdout.contains("done: 120/120 final"), "{stdout}");
+    // Its first lines: the campaign, the dashboard's address, and a one-time login link
+    // (a code, never a token).
+    let first: Vec<&str> = stdout.lines().take(3).collect();
+    assert!(
+        first[0].starts_with("campaign quickstart submitted"),
+        "{stdout}"
+    );
+    let ui = first[1]
+        .strip_prefix("dashboard on http://127.0.0.1:")
+        .unwrap_or_else(|| panic!("{stdout}"));
+    assert!(ui.ends_with("/campaigns/quickstart"), "{stdout}");
+    let link = first[2]
+        .strip_prefix("log in (one-time link, 5 minutes): http://127.0.0.1:")
+        .unwrap_or_else(|| panic!("{stdout}"));
+    assert!(
+        link.contains("/login?code=") && link.ends_with("&next=/campaigns/quickstart"),
+        "{stdout}"
+    );
     let audit = stdout.find("COMPLETENESS").expect("the report's audit");
     let arms = stdout.find("PER ARM").expect("the per-arm table");
     assert!(audit < arms, "the audit comes first");
@@ -86,11 +104,16 @@ fn the_quick_start_runs_to_done_resumes_and_refuses_drift() {
         .arg(quickstart())
         .arg("--data-dir")
         .arg(&data)
+        .arg("--no-ui")
         .output()
         .unwrap();
     let stdout2 = String::from_utf8_lossy(&again.stdout);
     assert!(again.status.success(), "{stdout2}");
     assert!(stdout2.contains("resumed: 120 trials"), "{stdout2}");
+    assert!(
+        !stdout2.contains("dashboard"),
+        "--no-ui serves none: {stdout2}"
+    );
     let rows = |s: &str| {
         s.lines()
             .find(|l| l.starts_with("rows:"))

@@ -21,9 +21,9 @@ use tokio_stream::wrappers::ReceiverStream;
 
 use lanes_common::proto::campaign_service_server::CampaignService;
 
+use super::Dashboard;
 use super::access::Viewer;
 use super::pages::campaign_id;
-use super::{Dashboard, error_page};
 use crate::service::campaign::CampaignSvc;
 
 /// Events are taken together for this long before one update.
@@ -50,12 +50,25 @@ pub(crate) async fn stream(
         Ok(id) => id,
         Err(r) => return r,
     };
-    let watch = match d.api(&viewer).watch(id.as_str()).await {
-        Ok(w) => w,
-        Err(e) => return error_page(&e),
-    };
     let (tx, rx) = mpsc::channel::<Result<Event, Infallible>>(8);
-    tokio::spawn(follow(d, viewer, headers, id.to_string(), watch, tx));
+    match d.api(&viewer).watch(id.as_str()).await {
+        Ok(watch) => {
+            tokio::spawn(follow(d, viewer, headers, id.to_string(), watch, tx));
+        }
+        // Said as an event, not an error page, so the browser keeps its stream and retries
+        // (a store outage) or stops (a campaign that is gone).
+        Err(e) => {
+            let event = if e.code == tonic::Code::NotFound {
+                "end"
+            } else {
+                "problem"
+            };
+            let _ = tx.try_send(Ok(Event::default()
+                .event(event)
+                .data(e.message)
+                .retry(RETRY)));
+        }
+    }
     Sse::new(ReceiverStream::new(rx))
         .keep_alive(KeepAlive::default())
         .into_response()
