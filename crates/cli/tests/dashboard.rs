@@ -155,7 +155,9 @@ fn every_route_refuses_the_unauthenticated_and_artifacts_stay_inside() {
         "/campaigns/nope".into(),
     ];
     let lane = format!("Bearer {LANE_TOKEN}");
-    let forged = "lanes_session=v1.99999999999999.00.00";
+    let port = f.ui.rsplit_once(':').unwrap().1;
+    let forged = format!("lanes_session_{port}=v2.99999999999999.00.00.00");
+    let forged = forged.as_str();
     for credentials in [
         vec![],
         vec![("Authorization", lane.as_str())],
@@ -324,15 +326,19 @@ fn every_route_refuses_the_unauthenticated_and_artifacts_stay_inside() {
         assert!(!a.text().contains("SECRET-CONTENT"), "{p}");
     }
 
-    // A light page: the campaign page with its stylesheet and script under 200 KB.
-    let weight: usize = [
-        "/campaigns/quick",
-        "/assets/dashboard.css",
-        "/assets/live.js",
-    ]
-    .iter()
-    .map(|p| http(&f.ui, "GET", p, &with_cookie, "").body.len())
-    .sum();
+    // A light page: at the largest per-trial grid (600 trials), the campaign page with its
+    // stylesheet and script is under 200 KB.
+    f.submit("wide", 300, 0.01);
+    f.wait_over("wide");
+    let page = http(&f.ui, "GET", "/campaigns/wide", &with_cookie, "");
+    assert_eq!(page.status, 200);
+    // 600 cells and the legend's 7.
+    assert_eq!(page.text().matches("<rect class=\"c-").count(), 607);
+    let weight: usize = page.body.len()
+        + ["/assets/dashboard.css", "/assets/live.js"]
+            .iter()
+            .map(|p| http(&f.ui, "GET", p, &with_cookie, "").body.len())
+            .sum::<usize>();
     assert!(weight < 200_000, "{weight} bytes");
 }
 
@@ -356,7 +362,8 @@ fn a_browser_watches_a_campaign_live_reads_its_results_and_stops_it() {
     let f = fleet(dir.path());
     f.submit("finished", 12, 0.01);
     f.wait_over("finished");
-    f.submit("live", 120, 0.25);
+    // Long enough (240 trials of half a second on 2 lanes) to be running when Stop is pressed.
+    f.submit("live", 120, 0.5);
 
     let mut b = Browser::start(&chromium, &dir.path().join("profile"));
     let ui = format!("http://{}", f.ui);
@@ -408,10 +415,16 @@ fn a_browser_watches_a_campaign_live_reads_its_results_and_stops_it() {
 
     // A final trial's page, then its attempt record through the artifact link.
     let trial_href = b.eval(
-        "document.querySelector('#grid a rect.c-passed, #grid a rect.c-failed').closest('a').getAttribute('href')",
+        "new URL(document.querySelector('#grid a rect.c-passed, #grid a rect.c-failed').closest('a')\
+         .getAttribute('href'), document.baseURI).href",
     );
-    let trial_href = trial_href.as_str().unwrap().to_owned();
-    b.open(&format!("{ui}{trial_href}"), &trial_href);
+    let trial_url = trial_href.as_str().unwrap().to_owned();
+    let trial_href = trial_url.strip_prefix(&ui).unwrap().to_owned();
+    assert!(
+        trial_href.starts_with("/campaigns/live/trials/"),
+        "{trial_href}"
+    );
+    b.open(&trial_url, &trial_href);
     let trace = b.eval("document.querySelector('a.trace').getAttribute('href')");
     assert!(
         trace
@@ -433,9 +446,16 @@ fn a_browser_watches_a_campaign_live_reads_its_results_and_stops_it() {
     let trial_id = trial_href.rsplit('/').next().unwrap();
     assert!(record.as_str().unwrap().contains(trial_id), "{record}");
 
-    // Stop (drain), confirmed, and the page shows the campaign stopping.
+    // Stop (drain), confirmed: the page shows the campaign stopping, then the live stream
+    // says it stopped and takes the buttons away.
     b.open(&format!("{ui}/campaigns/live"), "/campaigns/live");
-    b.eval("document.querySelector('.actions a.button[href$=\"mode=drain\"]').click(); true");
+    let stop = "document.querySelector('.actions a.button[href$=\"mode=drain\"]')";
+    assert_eq!(
+        b.eval(&format!("{stop} !== null")),
+        Value::Bool(true),
+        "still running"
+    );
+    b.eval(&format!("{stop}.click(); true"));
     b.wait_loaded("/campaigns/live/stop");
     b.eval("document.getElementById('confirm-stop').click(); true");
     b.wait_loaded("/campaigns/live");
@@ -443,12 +463,30 @@ fn a_browser_watches_a_campaign_live_reads_its_results_and_stops_it() {
         "['stopping', 'stopped'].includes(document.querySelector('#summary [data-state]').dataset.state)",
         Duration::from_secs(30),
     );
+    b.wait_for(
+        "document.getElementById('live-status').textContent === 'campaign stopped' \
+         && document.querySelectorAll('.actions .button').length === 0",
+        Duration::from_secs(30),
+    );
     let status: Value = serde_json::from_str(&f.ok(&["status", "live", "--json"])).unwrap();
-    let state = status["state"].as_str().unwrap().to_ascii_lowercase();
-    assert!(state.contains("stopp"), "{status}");
+    assert_eq!(
+        status["state"].as_str().unwrap().to_ascii_lowercase(),
+        "stopped",
+        "{status}"
+    );
+
+    // Log out, then back in with a one-time link: its page's Continue button posts the code.
+    b.eval("document.querySelector('form.logout button').click(); true");
+    b.wait_loaded("/login");
+    let link = f.ok(&["ui-link", "finished"]);
+    let link = link.trim();
+    let login_path = &link[link.find("/login").unwrap()..];
+    b.open(link, "/login");
+    assert!(login_path.contains("code="));
+    b.eval("document.getElementById('use-code').click(); true");
+    b.wait_loaded("/campaigns/finished");
 
     // The finished campaign's chart: one interval per arm, with the report's numbers.
-    b.open(&format!("{ui}/campaigns/finished"), "/campaigns/finished");
     let shown = b.eval(
         "[...document.querySelectorAll('#arm-chart g.interval')].map(g => ({arm: g.dataset.arm, \
          rate: Number(g.dataset.rate), lo: Number(g.dataset.lo), hi: Number(g.dataset.hi), \

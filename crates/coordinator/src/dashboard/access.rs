@@ -5,6 +5,8 @@
 //! the token's digest), so removing a token from the coordinator ends its sessions too.
 //! One-time login codes live in the store, by digest only.
 
+use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -16,8 +18,6 @@ use subtle::ConstantTimeEq;
 
 use crate::auth::Secret;
 
-/// The session cookie's name.
-pub(crate) const COOKIE_NAME: &str = "lanes_session";
 /// The label the session key is derived under.
 pub(crate) const KEY_LABEL: &str = "dashboard-session";
 
@@ -33,8 +33,9 @@ pub(crate) enum Viewer {
 }
 
 impl Viewer {
-    /// The key this viewer's Watch and Rows streams are counted under: its token's, so a
-    /// token's browser sessions share the token's `--max-streams-per-token`.
+    /// The key this viewer's Watch and Rows streams are counted under: one per token, so a
+    /// token's browser pages share one `--max-streams-per-token` budget (apart from the
+    /// token's gRPC streams).
     pub(crate) fn stream_key(&self) -> String {
         match self {
             Viewer::Session { mark, .. } | Viewer::Bearer { mark } => format!("dashboard:{mark}"),
@@ -65,13 +66,22 @@ pub(crate) struct Access {
     session_ttl: Duration,
     /// Mark cookies `Secure` (browsers reach the dashboard over https).
     secure: bool,
-    /// Login attempts (forms and codes) in the current window, replica-wide.
-    attempts: Mutex<(Instant, u32)>,
+    /// The session cookie's name: one per dashboard port, so two dashboards on one host
+    /// (`lanes run` beside a port-forward) keep their own sessions; `__Host-` when secure.
+    cookie_name: String,
+    /// Hosts an open dashboard answers to (IP literals and `localhost` always): a page of
+    /// another name that resolves here (DNS rebinding) gets nothing.
+    public_host: Option<String>,
+    /// Failed logins per peer address in the current window.
+    failures: Mutex<HashMap<IpAddr, (Instant, u32)>>,
 }
 
-/// Login attempts allowed per [`ATTEMPT_WINDOW`]: plenty for people, nothing for a guesser.
-const ATTEMPTS: u32 = 30;
-const ATTEMPT_WINDOW: Duration = Duration::from_secs(10);
+/// Failed logins allowed per peer address per [`FAILURE_WINDOW`]: plenty for people, nothing
+/// for a guesser; a peer's failures never lock out another peer.
+const FAILURES: u32 = 20;
+const FAILURE_WINDOW: Duration = Duration::from_secs(60);
+/// Peers remembered at most (the oldest windows are dropped first).
+const PEERS_KEPT: usize = 10_000;
 
 fn bearer(headers: &HeaderMap) -> Option<&str> {
     headers
@@ -119,13 +129,22 @@ impl Access {
         key: DerivedKey,
         session_ttl: Duration,
         secure: bool,
+        port: u16,
+        public_host: Option<String>,
     ) -> Self {
+        let cookie_name = if secure {
+            format!("__Host-lanes_session_{port}")
+        } else {
+            format!("lanes_session_{port}")
+        };
         Self {
             tokens,
             key,
             session_ttl,
             secure,
-            attempts: Mutex::new((Instant::now(), 0)),
+            cookie_name,
+            public_host,
+            failures: Mutex::default(),
         }
     }
 
@@ -147,14 +166,28 @@ impl Access {
         })
     }
 
-    /// Counts a login attempt; `false` once this window has had too many.
-    pub(crate) fn attempt(&self) -> bool {
-        let mut a = self.attempts.lock().unwrap_or_else(|p| p.into_inner());
-        if a.0.elapsed() >= ATTEMPT_WINDOW {
-            *a = (Instant::now(), 0);
+    /// Whether `peer` may try to log in now (it has not failed too often lately).
+    pub(crate) fn may_try(&self, peer: IpAddr) -> bool {
+        let failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
+        failures
+            .get(&peer)
+            .is_none_or(|(since, n)| since.elapsed() >= FAILURE_WINDOW || *n < FAILURES)
+    }
+
+    /// Counts a failed login of `peer`.
+    pub(crate) fn failed(&self, peer: IpAddr) {
+        let mut failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
+        if failures.len() >= PEERS_KEPT {
+            failures.retain(|_, (since, _)| since.elapsed() < FAILURE_WINDOW);
+            if failures.len() >= PEERS_KEPT {
+                failures.clear();
+            }
         }
-        a.1 += 1;
-        a.1 <= ATTEMPTS
+        let f = failures.entry(peer).or_insert((Instant::now(), 0));
+        if f.0.elapsed() >= FAILURE_WINDOW {
+            *f = (Instant::now(), 0);
+        }
+        f.1 += 1;
     }
 
     pub(crate) fn open(&self) -> bool {
@@ -164,12 +197,12 @@ impl Access {
     /// The viewer of a request, or `None` when it must log in first.
     pub(crate) fn viewer(&self, headers: &HeaderMap, now_ms: i64) -> Option<Viewer> {
         if self.open() {
-            return Some(Viewer::Open);
+            return self.host_ok(headers).then_some(Viewer::Open);
         }
         if let Some(token) = bearer(headers) {
             return self.mark_of(token).map(|mark| Viewer::Bearer { mark });
         }
-        let (nonce, mark) = self.session(cookie(headers, COOKIE_NAME)?, now_ms)?;
+        let (nonce, mark) = self.session(cookie(headers, &self.cookie_name)?, now_ms)?;
         let csrf = self.key.mac(format!("csrf:{nonce}").as_bytes());
         Some(Viewer::Session { mark, csrf })
     }
@@ -198,7 +231,8 @@ impl Access {
             .mac(session_message(expires, &nonce, mark).as_bytes());
         let value = format!("v2.{expires}.{nonce}.{mark}.{mac}");
         Ok(format!(
-            "{COOKIE_NAME}={value}; Path=/; HttpOnly; SameSite=Lax; Max-Age={}{}",
+            "{}={value}; Path=/; HttpOnly; SameSite=Lax; Max-Age={}{}",
+            self.cookie_name,
             self.session_ttl.as_secs(),
             if self.secure { "; Secure" } else { "" }
         ))
@@ -207,7 +241,8 @@ impl Access {
     /// The cookie that ends a session.
     pub(crate) fn end_session(&self) -> String {
         format!(
-            "{COOKIE_NAME}=; Path=/; HttpOnly; SameSite=Lax; Max-Age=0{}",
+            "{}=; Path=/; HttpOnly; SameSite=Lax; Max-Age=0{}",
+            self.cookie_name,
             if self.secure { "; Secure" } else { "" }
         )
     }
@@ -231,6 +266,26 @@ impl Access {
             .verify(session_message(expires, nonce, mark).as_bytes(), mac);
         (ok && expires > now_ms && self.mark_accepted(mark))
             .then(|| (nonce.to_owned(), mark.to_owned()))
+    }
+}
+
+impl Access {
+    /// The request's `Host` is an address, `localhost`, or the public URL's host.
+    fn host_ok(&self, headers: &HeaderMap) -> bool {
+        let Some(host) = headers.get("host").and_then(|v| v.to_str().ok()) else {
+            return false;
+        };
+        let name = match host.rsplit_once(':') {
+            Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
+            _ => host,
+        };
+        let name = name.trim_start_matches('[').trim_end_matches(']');
+        name.parse::<IpAddr>().is_ok()
+            || name.eq_ignore_ascii_case("localhost")
+            || self
+                .public_host
+                .as_deref()
+                .is_some_and(|p| p.eq_ignore_ascii_case(name))
     }
 }
 
@@ -286,6 +341,8 @@ mod tests {
             LeaseKey::from_bytes([key; 32]).derive(KEY_LABEL),
             Duration::from_secs(3600),
             false,
+            7780,
+            Some("lanes.example".into()),
         )
     }
 
@@ -305,6 +362,7 @@ mod tests {
     fn login(a: &Access, token: &str, now: i64) -> String {
         let mark = a.mark_of(token).unwrap();
         let set = a.new_session(&mark, now).unwrap();
+        assert!(set.starts_with("lanes_session_7780="), "{set}");
         assert!(set.contains("HttpOnly") && set.contains("SameSite=Lax"));
         set.split(';').next().unwrap().to_owned()
     }
@@ -356,7 +414,16 @@ mod tests {
         let wrong = with("authorization", "Bearer lane-token-for-tests");
         assert_eq!(a.viewer(&wrong, 0), None);
         let open = access(&[]);
-        assert_eq!(open.viewer(&HeaderMap::new(), 0), Some(Viewer::Open));
+        for host in ["127.0.0.1:9", "[::1]:9", "localhost:7780", "lanes.example"] {
+            assert_eq!(
+                open.viewer(&with("host", host), 0),
+                Some(Viewer::Open),
+                "{host}"
+            );
+        }
+        // A page of another name that resolves here (DNS rebinding) gets nothing.
+        assert_eq!(open.viewer(&with("host", "evil.example:7780"), 0), None);
+        assert_eq!(open.viewer(&HeaderMap::new(), 0), None);
         let mut cross = with("origin", "http://evil.example");
         cross.insert("host", HeaderValue::from_static("127.0.0.1:9"));
         assert!(!open.csrf_ok(&Viewer::Open, "", &cross));
@@ -366,10 +433,19 @@ mod tests {
     }
 
     #[test]
-    fn login_attempts_are_limited_and_codes_checked_for_shape() {
+    fn failed_logins_are_limited_per_peer_and_codes_checked_for_shape() {
         let a = access(&["client-token-for-tests"]);
-        assert!((0..ATTEMPTS).all(|_| a.attempt()));
-        assert!(!a.attempt());
+        let (guesser, user): (IpAddr, IpAddr) =
+            ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
+        for _ in 0..FAILURES {
+            assert!(a.may_try(guesser));
+            a.failed(guesser);
+        }
+        assert!(!a.may_try(guesser));
+        assert!(
+            a.may_try(user),
+            "one peer's failures never lock out another"
+        );
         assert!(code_shape_ok("0123456789abcdef0123456789abcdef"));
         for bad in [
             "",

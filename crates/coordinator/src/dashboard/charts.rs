@@ -138,15 +138,15 @@ pub(crate) fn paired_differences(pairs: &[PairedComparison]) -> String {
                     x_of(ci.hi, -1.0, 1.0),
                     x_of(d, -1.0, 1.0),
                 );
-                let signed = |v: f64| format!("{:+.1} pts", v * 100.0);
+                let signed = |v: f64| format!("{:+.1}", v * 100.0);
                 let _ = write!(
                     out,
                     "<g class=\"interval\" data-a=\"{a}\" data-b=\"{b}\" data-diff=\"{d}\" \
                      data-lo=\"{lo}\" data-hi=\"{hi}\" data-pairs=\"{n}\"><title>{name}: {ds} \
-                     over {n} pairs, 95% CI {ls} to {hs}</title>\
+                     points over {n} pairs, 95% CI {ls} to {hs}</title>\
                      <line class=\"ci\" x1=\"{x0:.1}\" x2=\"{x1:.1}\" y1=\"{y:.1}\" y2=\"{y:.1}\"/>\
                      <rect class=\"rate\" x=\"{rx:.1}\" y=\"{ry:.1}\" width=\"8\" height=\"8\"/>\
-                     <text class=\"num\" x=\"{tx:.1}\" y=\"{ty:.1}\">{ds} [{ls}, {hs}] {n} pairs</text></g>",
+                     <text class=\"num\" x=\"{tx:.1}\" y=\"{ty:.1}\">{ds} [{ls}, {hs}] pts n={n}</text></g>",
                     a = esc(&p.arm_a),
                     b = esc(&p.arm_b),
                     lo = ci.lo,

@@ -10,8 +10,9 @@ use super::api::Skeleton;
 use super::html::{esc, url_part};
 use super::ledger::{Cell, Ledger};
 
-/// Above this many trials a per-trial grid would outgrow a light page.
-pub(crate) const MAX_CELLS: u64 = 1000;
+/// Above this many trials a per-trial grid would outgrow a light page (a cell, with its link
+/// and its tooltip, is about 150 bytes).
+pub(crate) const MAX_CELLS: u64 = 600;
 const CELL: u32 = 12;
 const STEP: u32 = 14;
 const GROUP_GAP: u32 = 8;
@@ -49,13 +50,9 @@ fn legend(counts: &BTreeMap<Cell, u64>) -> String {
     out
 }
 
-/// The grid (or the block bars) of a campaign, with its legend.
-pub(crate) fn render(
-    campaign: &str,
-    skeleton: &Skeleton,
-    ledger: &Ledger,
-    running: &HashSet<String>,
-) -> String {
+/// The grid (or the block bars) of a campaign, with its legend. Cells link to `trials/<id>`,
+/// relative to the campaign page's base.
+pub(crate) fn render(skeleton: &Skeleton, ledger: &Ledger, running: &HashSet<String>) -> String {
     let spec = &skeleton.spec;
     let arms: Vec<&str> = spec.arms.iter().map(|a| a.id.as_str()).collect();
     let total_runs = spec.total_runs();
@@ -121,11 +118,11 @@ pub(crate) fn render(
                 for (a, arm) in arms.iter().enumerate() {
                     let (id, c) = cell_of(task, run, arm);
                     *counts.entry(c).or_default() += 1;
+                    // Relative to the page's base (`/campaigns/<id>/`): a big grid stays light.
                     let _ = write!(
                         body,
-                        "<a href=\"/campaigns/{}/trials/{}\"><rect class=\"{}\" x=\"{}\" width=\"{CELL}\" \
+                        "<a href=\"trials/{}\"><rect class=\"{}\" x=\"{}\" width=\"{CELL}\" \
                          height=\"{CELL}\"><title>{}: {}</title></rect></a>",
-                        url_part(campaign),
                         url_part(&id),
                         c.class(),
                         LABEL + group_w * g as u32 + STEP * a as u32,
@@ -142,7 +139,7 @@ pub(crate) fn render(
 }
 
 /// Bars drawn per phase at most; past that, each bar is a run of consecutive tasks.
-const MAX_BARS: usize = 400;
+const MAX_BARS: usize = 150;
 
 /// One stacked bar per block (task) of a phase, or per run of tasks when there are many: how
 /// many of its trials have each outcome. One pass over the trials with rows; the rest are
@@ -210,7 +207,7 @@ fn blocks(
             let w = f64::from(width - LABEL) * n as f64 / total.max(1) as f64;
             let _ = write!(
                 out,
-                "<rect class=\"{}\" x=\"{x:.1}\" y=\"{y}\" width=\"{w:.1}\" height=\"8\"><title>phase {phase}, {}: {n} {}</title></rect>",
+                "<rect class=\"{}\" x=\"{x:.1}\" y=\"{y}\" width=\"{w:.1}\" height=\"8\"><title>{}: {n} {}</title></rect>",
                 c.class(),
                 esc(&name),
                 c.label()
@@ -229,5 +226,105 @@ fn short(s: &str, max: usize) -> String {
         let mut t: String = s.chars().take(max - 1).collect();
         t.push('…');
         t
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::path::Path;
+
+    use super::*;
+    use crate::dashboard::ledger::TrialCell;
+
+    fn skeleton(tasks: usize, phase1: u32, phase2: u32) -> Skeleton {
+        let mut text = format!(
+            "id = \"c\"\nphase1_runs = {phase1}\nschedule_seed = 1\npairing = \"none\"\n\
+             [defaults]\ntimeout_s = 10\nmax_turns = 10\n\
+             [[arms]]\nid = \"arm-a\"\nprovider = \"pa\"\n[[arms]]\nid = \"arm-b\"\nprovider = \"pb\"\n\
+             [driver]\nsim = {{ boot_s = 0.001, reset_s = 0.001, agent_s = [0.001, 0.001], \
+             evaluate_s = 0.001, pass_rate = {{ arm-a = 0.5, arm-b = 0.5 }} }}\n[tasks]\nitems = [\n"
+        );
+        for i in 0..tasks {
+            text.push_str(&format!("{{ id = \"TASK-{i:06}\" }},\n"));
+        }
+        text.push_str("]\n");
+        let c = lanes_common::spec::load_str(&text, Path::new("c.toml"), Path::new(".")).unwrap();
+        let mut spec = c.spec;
+        spec.phase2_runs = phase2;
+        let tasks: Vec<String> = c.tasks.iter().map(|t| t.id.to_string()).collect();
+        let task_pos: HashMap<String, usize> = tasks
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.clone(), i))
+            .collect();
+        Skeleton {
+            spec,
+            tasks,
+            task_pos,
+        }
+    }
+
+    /// Every trial of the schedule final, with a failed one now and then.
+    fn all_final(s: &Skeleton) -> Ledger {
+        let mut ledger = Ledger::default();
+        for (i, task) in s.tasks.iter().enumerate() {
+            for run in 0..s.spec.total_runs() {
+                for arm in &s.spec.arms {
+                    ledger.trials.insert(
+                        format!("{task}.r{run}.{}", arm.id),
+                        TrialCell {
+                            cell: if i % 3 == 0 {
+                                Cell::Failed
+                            } else {
+                                Cell::Passed
+                            },
+                            task: task.clone(),
+                            run,
+                            seqs: vec![0],
+                        },
+                    );
+                }
+            }
+        }
+        ledger
+    }
+
+    #[test]
+    fn the_grid_stays_light_at_its_limits() {
+        // The largest per-trial grid: 300 tasks x 1 run x 2 arms.
+        let cells = skeleton(300, 1, 0);
+        let html = render(&cells, &all_final(&cells), &HashSet::new());
+        assert_eq!(html.matches("<rect class=\"c-").count(), 600 + 7);
+        assert!(html.len() < 130_000, "{} bytes", html.len());
+        // Bars past that: 6,000 tasks over two phases, 150 bars each.
+        let bars = skeleton(6_000, 2, 1);
+        let html = render(&bars, &all_final(&bars), &HashSet::new());
+        assert_eq!(html.matches("<text class=\"label small\"").count(), 300);
+        assert!(html.len() < 130_000, "{} bytes", html.len());
+        // Every trial is counted once in the legend.
+        let legend: u64 = html
+            .split("data-count=")
+            .skip(1)
+            .map(|p| {
+                p.split('>')
+                    .nth(1)
+                    .unwrap()
+                    .split('<')
+                    .next()
+                    .unwrap()
+                    .parse::<u64>()
+                    .unwrap()
+            })
+            .sum();
+        assert_eq!(legend, 6_000 * 3 * 2);
+    }
+
+    #[test]
+    fn a_trial_id_splits_into_its_task_and_run() {
+        let s = skeleton(2, 1, 0);
+        assert_eq!(s.split("TASK-000001.r7.arm-b"), Some(("TASK-000001", 7)));
+        assert_eq!(s.split("TASK-000001.r7.arm-c"), None);
+        assert_eq!(s.split("TASK-000001.rx.arm-a"), None);
     }
 }

@@ -41,6 +41,9 @@ pub(crate) struct Frame<'a> {
     pub(crate) live: bool,
     /// The CSRF token for the logout form; `None` hides it (bearer and open viewers).
     pub(crate) csrf: Option<&'a str>,
+    /// The base of the page's relative links (the campaign page's grid cells link to
+    /// `trials/<id>` under it, which keeps a big grid light).
+    pub(crate) base: Option<&'a str>,
 }
 
 /// The whole page: head, header with breadcrumbs, then `body`.
@@ -51,9 +54,12 @@ pub(crate) fn page(frame: &Frame<'_>, body: &str) -> String {
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
          <title>{} · Lanes</title><link rel=\"stylesheet\" href=\"/assets/dashboard.css\">\
-         <link rel=\"icon\" href=\"/assets/icon.svg\">{}</head><body><header><nav aria-label=\"breadcrumbs\">\
+         <link rel=\"icon\" href=\"/assets/icon.svg\">{}{}</head><body><header><nav aria-label=\"breadcrumbs\">\
          <a href=\"/\">Campaigns</a>",
         esc(frame.title),
+        frame
+            .base
+            .map_or(String::new(), |b| format!("<base href=\"{}\">", esc(b))),
         if frame.live {
             "<script src=\"/assets/live.js\" defer></script>"
         } else {

@@ -87,7 +87,6 @@ async fn follow(
     mut watch: Watch,
     tx: Tx,
 ) {
-    let api = d.api(&viewer);
     let mut sent: HashMap<&'static str, String> = HashMap::new();
     loop {
         // The session may have ended (logout, expiry, its token removed) since the last time.
@@ -101,10 +100,11 @@ async fn follow(
                 return;
             }
         }
-        let read = d
-            .views
-            .with(&d, &api, &id, |v| (v.parts(), v.state(), v.over()))
-            .await;
+        // A tab closed while the store is slow ends here, not when the store answers.
+        let read = tokio::select! {
+            r = d.views.with(&d, &id, |v| (v.parts.clone(), v.state(), v.over())) => r,
+            _ = tx.closed() => return,
+        };
         let (parts, state, over) = match read {
             Ok(r) => r,
             Err(e) => {
@@ -136,7 +136,10 @@ async fn follow(
                     send(&tx, "problem", s.message()).await;
                     return;
                 }
-                None => return,
+                None => {
+                    send(&tx, "problem", "the event stream ended").await;
+                    return;
+                }
             },
             _ = tokio::time::sleep(TICK) => {}
             _ = tx.closed() => return,
@@ -146,6 +149,7 @@ async fn follow(
         loop {
             tokio::select! {
                 _ = &mut settle => break,
+                // An error or the end shows at the next wait above.
                 e = watch.next() => if !matches!(e, Some(Ok(_))) { break },
             }
         }

@@ -1,12 +1,12 @@
 //! `/login` and `/logout`. A browser logs in with the client token, or with a one-time code
 //! from `lanes ui-link`. Opening a code's link shows a button that posts the code: a link
 //! previewer (a chat unfurling the URL) fetches the page but never posts, so it cannot use
-//! the code up. Attempts are rate-limited per replica, and a code of the wrong shape never
-//! reaches the store.
+//! the code up. Failed logins are limited per peer address, a code of the wrong shape never
+//! reaches the store, and a login must come from this dashboard's own page.
 
 use std::sync::Arc;
 
-use axum::extract::{Form, Query, State};
+use axum::extract::{ConnectInfo, Form, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use serde::Deserialize;
@@ -14,7 +14,7 @@ use serde::Deserialize;
 use super::access::{Access, code_digest, code_shape_ok, safe_next, same_origin};
 use super::api::ApiError;
 use super::html::{self, Frame, esc};
-use super::{Dashboard, bad_request, error_page, unavailable};
+use super::{Dashboard, Peer, bad_request, error_page, unavailable};
 
 #[derive(Deserialize)]
 pub(crate) struct LoginQuery {
@@ -43,6 +43,7 @@ fn frame(title: &str) -> Frame<'_> {
         crumbs: &[],
         live: false,
         csrf: None,
+        base: None,
     }
 }
 
@@ -102,18 +103,28 @@ pub(crate) async fn page(Query(q): Query<LoginQuery>) -> Response {
     }
 }
 
-/// A token or a code traded for a session cookie, then on to the page asked for.
-pub(crate) async fn submit(State(d): State<Arc<Dashboard>>, Form(f): Form<LoginForm>) -> Response {
+/// A token or a code traded for a session cookie, then on to the page asked for. Only from
+/// this dashboard's own form (a cross-site post could log a browser in as someone else), and
+/// not from a peer that failed too often lately.
+pub(crate) async fn submit(
+    State(d): State<Arc<Dashboard>>,
+    ConnectInfo(Peer(peer)): ConnectInfo<Peer>,
+    headers: HeaderMap,
+    Form(f): Form<LoginForm>,
+) -> Response {
     let access = match d.access().await {
         Ok(a) => a,
         Err(e) => return unavailable(&e),
     };
     let next = f.next.as_deref().filter(|n| !n.is_empty());
-    if !access.attempt() {
+    if !same_origin(&headers) {
+        return bad_request("log in from this dashboard's own login page");
+    }
+    if !access.may_try(peer.ip()) {
         return refused(
             StatusCode::TOO_MANY_REQUESTS,
             &safe_next(next),
-            "Too many login attempts; wait a few seconds.",
+            "Too many failed logins from this address; wait a minute.",
         );
     }
     let now = d.now();
@@ -131,6 +142,7 @@ pub(crate) async fn submit(State(d): State<Arc<Dashboard>>, Form(f): Form<LoginF
             Err(e) => return unavailable(&ApiError::from(crate::grpc_status::from_store(e))),
         };
         let Some(grant) = grant else {
+            access.failed(peer.ip());
             return refused(
                 StatusCode::UNAUTHORIZED,
                 &safe_next(next),
@@ -147,11 +159,14 @@ pub(crate) async fn submit(State(d): State<Arc<Dashboard>>, Form(f): Form<LoginF
     }
     match access.mark_of(f.token.trim()) {
         Some(mark) => signed_in(access, &mark, now, &safe_next(next)),
-        None => refused(
-            StatusCode::UNAUTHORIZED,
-            &safe_next(next),
-            "That is not a client token of this coordinator.",
-        ),
+        None => {
+            access.failed(peer.ip());
+            refused(
+                StatusCode::UNAUTHORIZED,
+                &safe_next(next),
+                "That is not a client token of this coordinator.",
+            )
+        }
     }
 }
 

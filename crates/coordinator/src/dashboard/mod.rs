@@ -112,6 +112,8 @@ pub(crate) struct Dashboard {
     svc: CampaignSvc,
     tokens: Vec<Secret>,
     secure: bool,
+    /// The port it listens on (the session cookie is named after it).
+    port: u16,
     config: DashboardConfig,
     /// Made on first use: its key comes from the store, which may be down at start.
     access: OnceCell<Access>,
@@ -153,9 +155,19 @@ impl Dashboard {
                     key.derive(access::KEY_LABEL),
                     self.config.session_ttl,
                     self.secure,
+                    self.port,
+                    self.config.public_url.as_deref().map(public_host),
                 ))
             })
             .await
+    }
+
+    /// The dashboard's own reads (the shared views), counted under a key of their own.
+    fn internal_api(&self) -> Api<'_> {
+        Api {
+            svc: &self.svc,
+            stream_key: "dashboard:views".into(),
+        }
     }
 
     fn api<'a>(&'a self, viewer: &Viewer) -> Api<'a> {
@@ -223,6 +235,7 @@ pub(crate) async fn serve(
     let dashboard = Arc::new(Dashboard {
         svc: CampaignSvc { shared },
         tokens,
+        port: listener.local_addr()?.port(),
         // Browsers may reach a plaintext dashboard over https through a proxy.
         secure: tls.is_some()
             || config
@@ -235,7 +248,7 @@ pub(crate) async fn serve(
         views: view::Views::default(),
         artifact_reads: tokio::sync::Semaphore::new(4),
     });
-    let app = router(dashboard);
+    let app = router(dashboard).into_make_service_with_connect_info::<Peer>();
     match tls {
         Some(tls) => {
             let listener = TlsListener::new(listener, tls)?;
@@ -248,6 +261,32 @@ pub(crate) async fn serve(
                 .with_graceful_shutdown(shutdown)
                 .await
         }
+    }
+}
+
+/// The address a request came from (failed logins are counted per peer).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Peer(pub(crate) std::net::SocketAddr);
+
+impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, TcpListener>> for Peer {
+    fn connect_info(stream: axum::serve::IncomingStream<'_, TcpListener>) -> Self {
+        Peer(*stream.remote_addr())
+    }
+}
+
+impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, TlsListener>> for Peer {
+    fn connect_info(stream: axum::serve::IncomingStream<'_, TlsListener>) -> Self {
+        Peer(*stream.remote_addr())
+    }
+}
+
+/// The host of a public URL (`https://HOST[:PORT]`).
+fn public_host(url: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let host = rest.split('/').next().unwrap_or(rest);
+    match host.rsplit_once(':') {
+        Some((h, port)) if port.bytes().all(|b| b.is_ascii_digit()) => h.to_owned(),
+        _ => host.to_owned(),
     }
 }
 
@@ -284,7 +323,7 @@ async fn security_headers(mut r: Response) -> Response {
     h.entry(header::CONTENT_SECURITY_POLICY)
         .or_insert(HeaderValue::from_static(
             "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self' data:; \
-             connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+             connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'self'",
         ));
     h.insert(
         header::X_CONTENT_TYPE_OPTIONS,
@@ -293,7 +332,9 @@ async fn security_headers(mut r: Response) -> Response {
     h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     h.insert(
         header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
+        // Not `no-referrer`: under it a browser sends `Origin: null` with the page's own
+        // form posts, and those are checked for their origin.
+        HeaderValue::from_static("same-origin"),
     );
     h.entry(header::CACHE_CONTROL)
         .or_insert(HeaderValue::from_static("no-store"));
@@ -322,6 +363,7 @@ fn error_page(e: &ApiError) -> Response {
             crumbs: &[],
             live: false,
             csrf: None,
+            base: None,
         },
         &format!(
             "<h1>{}</h1><p class=\"error\">{}</p>",

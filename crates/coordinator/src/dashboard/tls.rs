@@ -46,7 +46,9 @@ impl TlsListener {
         .with_no_client_auth()
         .with_single_cert(certs, key)
         .map_err(invalid)?;
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        // HTTP/2 first: browsers keep few HTTP/1 connections per server, and each open page
+        // holds one for its live stream.
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
         let acceptor = TlsAcceptor::from(Arc::new(config));
         let local = listener.local_addr()?;
         let (tx, handshaken) = mpsc::channel(64);

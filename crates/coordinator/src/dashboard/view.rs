@@ -25,6 +25,8 @@ pub(crate) struct CampaignView {
     /// Trials final and rows when the report was last read, and when.
     report_at: (u64, u64, Instant),
     pub(crate) now_ms: i64,
+    /// The live parts' HTML as of the last refresh (see [`LIVE_PARTS`]).
+    pub(crate) parts: Vec<(&'static str, String)>,
 }
 
 /// A view is refreshed at most this often, however many pages and streams read it.
@@ -50,7 +52,6 @@ impl Views {
     pub(crate) async fn with<T>(
         &self,
         d: &Dashboard,
-        api: &Api<'_>,
         id: &str,
         f: impl FnOnce(&CampaignView) -> T,
     ) -> Result<T> {
@@ -72,18 +73,49 @@ impl Views {
             *used = Instant::now();
             slot.clone()
         };
+        // Shared reads are the dashboard's own, not the viewer who happened to trigger them.
+        let api = d.internal_api();
         let mut guard = slot.lock().await;
-        let fresh = matches!(&*guard, Some((_, at)) if at.elapsed() < FRESH);
-        if !fresh {
-            // A failed read leaves no view behind: the next reader loads it afresh.
-            let view = match guard.take() {
-                Some((mut v, _)) => v.refresh(d, api).await.map(|()| v)?,
-                None => CampaignView::load(d, api, id).await?,
-            };
-            *guard = Some((view, Instant::now()));
+        match guard.as_mut() {
+            Some((_, at)) if at.elapsed() < FRESH => {}
+            Some((view, at)) => {
+                // Refreshed in place: a failure keeps the last good view for the others, and
+                // `at` moves on so they do not all retry at once.
+                let refreshed = tokio::time::timeout(READ_TIMEOUT, view.refresh(d, &api)).await;
+                *at = Instant::now();
+                match refreshed {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => {
+                        if e.code == tonic::Code::NotFound {
+                            *guard = None;
+                        }
+                        return Err(e);
+                    }
+                    Err(_) => return Err(timed_out()),
+                }
+            }
+            None => {
+                let loaded = tokio::time::timeout(READ_TIMEOUT, CampaignView::load(d, &api, id))
+                    .await
+                    .map_err(|_| timed_out())??;
+                *guard = Some((loaded, Instant::now()));
+            }
         }
         let (view, _) = guard.as_ref().expect("set above");
         Ok(f(view))
+    }
+}
+
+/// How long a view's store reads may take before its readers are told the store is slow.
+const READ_TIMEOUT: Duration = Duration::from_secs(15);
+
+fn timed_out() -> super::api::ApiError {
+    super::api::ApiError {
+        code: tonic::Code::Unavailable,
+        message: format!(
+            "the store did not answer within {}s",
+            READ_TIMEOUT.as_secs()
+        ),
     }
 }
 
@@ -109,7 +141,7 @@ impl CampaignView {
         })
         .await?;
         let report = api.report(id).await?;
-        Ok(Self {
+        let mut view = Self {
             id: id.to_owned(),
             report_at: (status.trials_final, ledger.next_seq, Instant::now()),
             status,
@@ -117,13 +149,20 @@ impl CampaignView {
             ledger,
             report,
             now_ms: d.now(),
-        })
+            parts: Vec::new(),
+        };
+        view.parts = view.render();
+        Ok(view)
     }
 
     /// Reads what changed: the status, new rows, and the report when trials became final.
     pub(crate) async fn refresh(&mut self, d: &Dashboard, api: &Api<'_>) -> Result<()> {
-        self.status = api.get(&self.id).await?;
-        self.skeleton = d.skeleton(api, &self.id, &self.status.spec_hash).await?;
+        let status = api.get(&self.id).await?;
+        // The skeleton changes only with an amendment, which changes the spec hash.
+        if status.spec_hash != self.status.spec_hash {
+            self.skeleton = d.skeleton(api, &self.id, &status.spec_hash).await?;
+        }
+        self.status = status;
         let ledger = &mut self.ledger;
         api.rows(&self.id, ledger.next_seq, |r| {
             ledger.absorb(&r);
@@ -141,6 +180,7 @@ impl CampaignView {
             );
         }
         self.now_ms = d.now();
+        self.parts = self.render();
         Ok(())
     }
 
@@ -156,8 +196,8 @@ impl CampaignView {
             .collect()
     }
 
-    /// Each live part's HTML, by element id.
-    pub(crate) fn parts(&self) -> Vec<(&'static str, String)> {
+    /// Each live part's HTML, by element id: rendered once per refresh, for every viewer.
+    fn render(&self) -> Vec<(&'static str, String)> {
         LIVE_PARTS
             .iter()
             .map(|&p| {
@@ -165,7 +205,7 @@ impl CampaignView {
                     "summary" => self.summary(),
                     "gates" => self.gates(),
                     "lanes" => self.lanes(),
-                    "grid" => grid::render(&self.id, &self.skeleton, &self.ledger, &self.running()),
+                    "grid" => grid::render(&self.skeleton, &self.ledger, &self.running()),
                     "throughput" => self.throughput(),
                     "results" => self.results(),
                     _ => self.audit(),

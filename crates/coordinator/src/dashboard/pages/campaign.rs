@@ -11,7 +11,7 @@ use axum::response::Response;
 use super::super::html::{esc, url_part};
 use super::super::view::{CampaignView, LIVE_PARTS};
 use super::super::{Dashboard, error_page, grid};
-use super::{campaign_id, respond};
+use super::{campaign_id, respond_at};
 
 /// Each live part's heading.
 fn heading(part: &str) -> &'static str {
@@ -40,13 +40,22 @@ pub(crate) async fn page(
         Ok(id) => id,
         Err(r) => return r,
     };
-    let api = d.api(&viewer);
     let body = d
         .views
-        .with(&d, &api, id.as_str(), |view| body(view, id.as_str()))
+        .with(&d, id.as_str(), |view| body(view, id.as_str()))
         .await;
     match body {
-        Ok((body, live)) => respond(id.as_str(), &[(id.as_str(), None)], live, &viewer, &body),
+        Ok((body, live)) => {
+            let base = format!("/campaigns/{}/", url_part(id.as_str()));
+            respond_at(
+                id.as_str(),
+                &[(id.as_str(), None)],
+                live,
+                &viewer,
+                &body,
+                Some(&base),
+            )
+        }
         Err(e) => error_page(&e),
     }
 }
@@ -73,11 +82,12 @@ fn body(view: &CampaignView, id: &str) -> (String, bool) {
         );
     }
     body.push_str("</nav>");
-    let parts = view.parts();
+    let parts = &view.parts;
     debug_assert_eq!(parts.len(), LIVE_PARTS.len());
     // The summary across the top; the schedule and throughput beside the results, the lanes
     // and the gates (one column on a phone); the tables below.
     for (part, html) in parts {
+        let part = *part;
         match part {
             "grid" => body.push_str("<div class=\"columns\"><div>"),
             "results" => body.push_str("</div><div>"),

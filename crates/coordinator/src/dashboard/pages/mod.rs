@@ -21,6 +21,18 @@ pub(crate) fn respond(
     viewer: &Viewer,
     body: &str,
 ) -> Response {
+    respond_at(title, crumbs, live, viewer, body, None)
+}
+
+/// [`respond`] with a base for the page's relative links.
+pub(crate) fn respond_at(
+    title: &str,
+    crumbs: &[(&str, Option<String>)],
+    live: bool,
+    viewer: &Viewer,
+    body: &str,
+    base: Option<&str>,
+) -> Response {
     let csrf = match viewer {
         Viewer::Session { csrf, .. } => Some(csrf.as_str()),
         _ => None,
@@ -31,6 +43,7 @@ pub(crate) fn respond(
             crumbs,
             live,
             csrf,
+            base,
         },
         body,
     ))

@@ -39,7 +39,7 @@ pub(crate) async fn page(
     // Where the trial's rows are, from the campaign's shared view; then just those rows.
     let seqs = d
         .views
-        .with(&d, &api, id.as_str(), |v| {
+        .with(&d, id.as_str(), |v| {
             v.ledger
                 .trials
                 .get(trial.as_str())
