@@ -96,11 +96,6 @@ pub(crate) fn pct(x: f64) -> String {
     format!("{:.1}%", x * 100.0)
 }
 
-/// An optional fraction as a percentage, or an em dash.
-pub(crate) fn opt_pct(x: Option<f64>) -> String {
-    x.map_or_else(|| "—".into(), pct)
-}
-
 /// US dollars: cents, or four decimals below a cent.
 pub(crate) fn usd(x: f64) -> String {
     if x != 0.0 && x.abs() < 0.01 {

@@ -8,11 +8,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use lanes_common::proto as pb;
-use lanes_common::report::Report;
+use lanes_common::report::{Block, Report, Sections};
 use lanes_common::utc::{format_rfc3339, parse_rfc3339};
 
 use super::api::{Api, Result, Skeleton};
-use super::html::{duration_s, esc, opt_pct, table, url_part, usd};
+use super::html::{duration_s, esc, table, url_part, usd};
 use super::ledger::Ledger;
 use super::{Dashboard, charts, grid};
 
@@ -372,117 +372,60 @@ impl CampaignView {
         out
     }
 
-    /// Cost, the completeness audit and the rates, as tables of the report's numbers.
+    /// The report itself (`lanes report`'s document: the completeness audit, per arm with
+    /// cost per arm and per pass, paired comparisons, operator retries, warnings) as tables,
+    /// so the page and every other format carry the same cells.
     fn audit(&self) -> String {
-        let r = &self.report;
-        let mut out = String::new();
-        out.push_str("<h3>Cost</h3>");
-        let cost: Vec<Vec<String>> = r
-            .arms
-            .iter()
-            .map(|a| {
-                vec![
-                    esc(&a.arm),
-                    usd(a.cost_usd_counted),
-                    usd(a.cost_usd_all_rows),
-                    a.cost_per_pass_usd.map_or_else(|| "—".into(), usd),
-                    a.mean_wall_s.map_or_else(|| "—".into(), duration_s),
-                    a.infra_retries.to_string(),
-                ]
-            })
-            .collect();
-        out.push_str(&table(
-            "cost",
-            &[
-                "Arm",
-                "Counted trials",
-                "All rows",
-                "Per pass",
-                "Mean wall",
-                "Infra retries",
-            ],
-            &cost,
-        ));
-        out.push_str("<h3>Completeness audit <small>the report's numbers</small></h3>");
-        let c = &r.completeness;
-        let audit_row = |name: &str, s: &lanes_common::report::StateCounts| {
-            vec![
-                name.to_owned(),
-                s.trials_total.to_string(),
-                s.not_started.to_string(),
-                s.denominator.to_string(),
-                s.counted.to_string(),
-                s.excluded.to_string(),
-                s.pending.to_string(),
-                s.counted_after_exclusion.to_string(),
-                reasons(&s.excluded_by_reason),
-            ]
-        };
-        let mut audit = vec![audit_row("<b>all</b>", &c.total)];
-        audit.extend(c.per_arm.iter().map(|a| audit_row(&esc(&a.arm), &a.counts)));
-        out.push_str(&table(
-            "audit",
-            &[
-                "Arm",
-                "Trials",
-                "Not started",
-                "Denominator",
-                "Counted",
-                "Excluded",
-                "Pending",
-                "Late counted",
-                "Excluded by reason",
-            ],
-            &audit,
-        ));
-        let rates: Vec<Vec<String>> = r
-            .arms
-            .iter()
-            .map(|a| {
-                vec![
-                    esc(&a.arm),
-                    format!("{} / {}", a.passed, a.counted),
-                    opt_pct(a.pass_rate_counted),
-                    format!(
-                        "{} – {}",
-                        opt_pct(a.pass_rate_itt_lower),
-                        opt_pct(a.pass_rate_itt_upper)
-                    ),
-                    a.mean_score
-                        .map_or_else(|| "—".into(), |s| format!("{s:.3}")),
-                ]
-            })
-            .collect();
-        out.push_str(&table(
-            "rates",
-            &[
-                "Arm",
-                "Passed / counted",
-                "Pass rate",
-                "Intention to treat (bounds)",
-                "Mean score",
-            ],
-            &rates,
-        ));
-        if !r.warnings.is_empty() {
-            out.push_str("<ul class=\"warnings\">");
-            for w in &r.warnings {
-                let _ = write!(out, "<li>{}</li>", esc(w));
+        let doc = self.report.document(Sections::Full);
+        let mut out = String::from("<dl class=\"facts\">");
+        for (label, value) in &doc.facts {
+            let _ = write!(
+                out,
+                "<div><dt>{}</dt><dd>{}</dd></div>",
+                esc(label),
+                esc(value)
+            );
+        }
+        out.push_str("</dl>");
+        for section in &doc.sections {
+            let _ = write!(out, "<h3>{}</h3>", esc(&section.title));
+            for block in &section.blocks {
+                match block {
+                    Block::Line(l) => {
+                        let _ = write!(out, "<p>{}</p>", esc(l));
+                    }
+                    Block::Note(l) => {
+                        let _ = write!(out, "<p class=\"quiet\">{}</p>", esc(l));
+                    }
+                    Block::Warnings(ws) => {
+                        out.push_str("<ul class=\"warnings\">");
+                        for w in ws {
+                            let _ = write!(out, "<li>{}</li>", esc(w));
+                        }
+                        out.push_str("</ul>");
+                    }
+                    Block::Table(t) => {
+                        if let Some(title) = &t.title {
+                            let _ = write!(out, "<p><b>{}</b></p>", esc(title));
+                        }
+                        if t.rows.is_empty() {
+                            out.push_str("<p class=\"quiet\">none</p>");
+                            continue;
+                        }
+                        let head: Vec<String> = t.headers.iter().map(|h| esc(h)).collect();
+                        let head: Vec<&str> = head.iter().map(String::as_str).collect();
+                        let rows: Vec<Vec<String>> = t
+                            .rows
+                            .iter()
+                            .map(|r| r.iter().map(|c| esc(c)).collect())
+                            .collect();
+                        out.push_str(&table("report", &head, &rows));
+                    }
+                }
             }
-            out.push_str("</ul>");
         }
         out
     }
-}
-
-fn reasons(m: &std::collections::BTreeMap<String, u64>) -> String {
-    if m.is_empty() {
-        return "—".into();
-    }
-    m.iter()
-        .map(|(k, v)| format!("{} {v}", esc(k)))
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 pub(crate) fn state_word(state: i32) -> &'static str {

@@ -22,7 +22,7 @@ fn heading(part: &str) -> &'static str {
         "grid" => "Schedule",
         "throughput" => "Throughput",
         "results" => "Results",
-        _ => "Cost and completeness",
+        _ => "The report",
     }
 }
 
