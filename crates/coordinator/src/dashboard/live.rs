@@ -23,7 +23,7 @@ use lanes_common::proto::campaign_service_server::CampaignService;
 
 use super::Dashboard;
 use super::access::Viewer;
-use super::pages::campaign_id;
+use super::pages::enter;
 use crate::service::campaign::CampaignSvc;
 
 /// Events are taken together for this long before one update.
@@ -42,12 +42,8 @@ pub(crate) async fn stream(
     headers: HeaderMap,
     uri: Uri,
 ) -> Response {
-    let viewer = match d.viewer(&headers, &uri, false).await {
-        Ok(v) => v,
-        Err(r) => return r,
-    };
-    let id = match campaign_id(&id) {
-        Ok(id) => id,
+    let (viewer, id) = match enter(&d, &headers, &uri, &id, false).await {
+        Ok(entered) => entered,
         Err(r) => return r,
     };
     let (tx, rx) = mpsc::channel::<Result<Event, Infallible>>(8);

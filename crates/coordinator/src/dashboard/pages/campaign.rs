@@ -11,7 +11,7 @@ use axum::response::Response;
 use super::super::html::{esc, url_part};
 use super::super::view::{CampaignView, LIVE_PARTS};
 use super::super::{Dashboard, error_page, grid};
-use super::{campaign_id, respond_at};
+use super::{enter, respond_at};
 
 /// Each live part's heading.
 fn heading(part: &str) -> &'static str {
@@ -32,12 +32,8 @@ pub(crate) async fn page(
     headers: HeaderMap,
     uri: Uri,
 ) -> Response {
-    let viewer = match d.viewer(&headers, &uri, true).await {
-        Ok(v) => v,
-        Err(r) => return r,
-    };
-    let id = match campaign_id(&id) {
-        Ok(id) => id,
+    let (viewer, id) = match enter(&d, &headers, &uri, &id, true).await {
+        Ok(entered) => entered,
         Err(r) => return r,
     };
     let body = d

@@ -50,6 +50,19 @@ pub(crate) fn respond_at(
     .into_response()
 }
 
+/// What every campaign route does first: let the viewer in (a page sends the browser to log
+/// in; anything else gets 401), then check the campaign id from the path.
+pub(crate) async fn enter(
+    d: &super::Dashboard,
+    headers: &axum::http::HeaderMap,
+    uri: &axum::http::Uri,
+    id: &str,
+    page: bool,
+) -> Result<(Viewer, CampaignId), Response> {
+    let viewer = d.viewer(headers, uri, page).await?;
+    Ok((viewer, campaign_id(id)?))
+}
+
 /// A campaign id from a path, checked before it goes anywhere.
 pub(crate) fn campaign_id(id: &str) -> Result<CampaignId, Response> {
     CampaignId::new(id).map_err(|e| bad_request(&format!("campaign id: {e}")))

@@ -14,7 +14,7 @@ use lanes_common::row::{FailureKind, Row, Status};
 
 use super::super::html::{esc, table, url_part, usd};
 use super::super::{Dashboard, bad_request, error_page};
-use super::{campaign_id, respond};
+use super::{enter, respond};
 
 /// Rows shown per page.
 const PAGE: usize = 100;
@@ -93,12 +93,8 @@ pub(crate) async fn page(
     headers: HeaderMap,
     uri: Uri,
 ) -> Response {
-    let viewer = match d.viewer(&headers, &uri, true).await {
-        Ok(v) => v,
-        Err(r) => return r,
-    };
-    let id = match campaign_id(&id) {
-        Ok(id) => id,
+    let (viewer, id) = match enter(&d, &headers, &uri, &id, true).await {
+        Ok(entered) => entered,
         Err(r) => return r,
     };
     let wanted = match Wanted::of(&filter) {

@@ -12,7 +12,7 @@ use lanes_common::proto as pb;
 
 use super::super::html::{esc, url_part};
 use super::super::{Dashboard, bad_request, error_page};
-use super::{campaign_id, respond};
+use super::{campaign_id, enter, respond};
 
 #[derive(Deserialize)]
 pub(crate) struct Mode {
@@ -43,12 +43,8 @@ pub(crate) async fn confirm(
     headers: HeaderMap,
     uri: Uri,
 ) -> Response {
-    let viewer = match d.viewer(&headers, &uri, true).await {
-        Ok(v) => v,
-        Err(r) => return r,
-    };
-    let id = match campaign_id(&id) {
-        Ok(id) => id,
+    let (viewer, id) = match enter(&d, &headers, &uri, &id, true).await {
+        Ok(entered) => entered,
         Err(r) => return r,
     };
     let Some(mode) = mode_of(&q.mode) else {

@@ -15,7 +15,7 @@ use super::super::artifacts;
 use super::super::html::{duration_s, esc, table, url_part, usd};
 use super::super::{Dashboard, bad_request, error_page};
 use super::rows::flags;
-use super::{campaign_id, respond};
+use super::{enter, respond};
 
 pub(crate) async fn page(
     State(d): State<Arc<Dashboard>>,
@@ -23,12 +23,8 @@ pub(crate) async fn page(
     headers: HeaderMap,
     uri: Uri,
 ) -> Response {
-    let viewer = match d.viewer(&headers, &uri, true).await {
-        Ok(v) => v,
-        Err(r) => return r,
-    };
-    let id = match campaign_id(&id) {
-        Ok(id) => id,
+    let (viewer, id) = match enter(&d, &headers, &uri, &id, true).await {
+        Ok(entered) => entered,
         Err(r) => return r,
     };
     let trial = match TrialId::new(trial) {
