@@ -388,3 +388,37 @@ async fn a_report_over_100k_rows() {
     assert_eq!(report.rows_by_status.get("cancelled"), Some(&100_000));
     assert_eq!(report.rows_by_status.get("completed"), Some(&1_000));
 }
+
+/// Two campaigns over one dataset (every task, arm and so trial id shared) on the same
+/// workers, with enough lanes that both campaigns' attempts of one trial run at once, through
+/// a kill -9 of a coordinator and of a worker (restarted on its outbox). Each campaign's
+/// ledger is green on its own, and no worker's session was refused for a lease secret.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_campaigns_sharing_ids_under_kills() {
+    let mut cl = Cluster::start(Layout::default()).await;
+    let urls = cl.urls();
+    cl.add_worker(8, &urls, &[]);
+    cl.add_worker(8, &[urls[1].clone(), urls[0].clone()], &[]);
+    let a = campaign("shared-a", 10, [0.5, 1.5], "");
+    let b = campaign("shared-b", 10, [0.5, 1.5], "");
+    cl.submit(0, &a).await;
+    cl.submit(1, &b).await;
+    cl.wait_agent_on("shared-b", "h0", END).await;
+    cl.workers[0].kill9();
+    cl.coords[0].proc.kill9();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    cl.coords[0].proc.restart();
+    cl.coords[0].wait_ready();
+    cl.workers[0].restart();
+    cl.wait_ended("shared-a", END).await;
+    cl.wait_ended("shared-b", END).await;
+    cl.check("shared-a", &[&a]).await;
+    cl.check("shared-b", &[&b]).await;
+    for w in &cl.workers {
+        let log = w.log_text();
+        assert!(
+            !log.contains("does not match"),
+            "a lease secret was refused:\n{log}"
+        );
+    }
+}

@@ -216,10 +216,13 @@ impl fmt::Display for Token {
     }
 }
 
-/// Names one attempt of one campaign, shown as `campaign/trial#aN`. The lane stamps it on every
-/// driver call and every message about the attempt, so news about an attempt that already
-/// ended is recognised and dropped.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+/// Names one attempt of one campaign, shown as `campaign/trial#aN`.
+///
+/// A [`Token`] alone is not unique on a worker: campaigns over the same dataset share task,
+/// arm and so trial ids, and each store issues attempt 1 of each. Every map, file name and
+/// message that names an attempt therefore uses this pair. The lane also stamps it on every
+/// driver call, so news about an attempt that already ended is recognised and dropped.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct AttemptTag {
     pub campaign: CampaignId,
     pub token: Token,

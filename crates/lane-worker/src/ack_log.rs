@@ -22,6 +22,19 @@ pub struct AckLine {
     pub counted: bool,
 }
 
+impl AckLine {
+    /// The line for one acknowledged attempt.
+    pub fn new(tag: &lanes_common::ids::AttemptTag, seq: u64, counted: bool) -> Self {
+        Self {
+            campaign: tag.campaign.to_string(),
+            trial_id: tag.token.trial_id.to_string(),
+            attempt: tag.token.attempt,
+            seq,
+            counted,
+        }
+    }
+}
+
 #[derive(Debug)]
 pub struct AckLog {
     file: Option<File>,

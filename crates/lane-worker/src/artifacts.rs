@@ -7,15 +7,15 @@ use std::path::{Component, Path, PathBuf};
 
 use serde_json::Value;
 
-use lanes_common::ids::{CampaignId, Token};
+use lanes_common::ids::AttemptTag;
 
 use crate::secrets::MASK;
 
 /// The attempt's directory, checked to stay under `root`.
-pub fn attempt_dir(root: &Path, campaign: &CampaignId, token: &Token) -> io::Result<PathBuf> {
-    let rel = Path::new(campaign.as_str())
-        .join(token.trial_id.as_str())
-        .join(format!("a{}", token.attempt));
+pub fn attempt_dir(root: &Path, tag: &AttemptTag) -> io::Result<PathBuf> {
+    let rel = Path::new(tag.campaign.as_str())
+        .join(tag.token.trial_id.as_str())
+        .join(format!("a{}", tag.token.attempt));
     if !rel.components().all(|c| matches!(c, Component::Normal(_))) {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -106,7 +106,7 @@ pub fn write_file(dir: &Path, name: &str, value: &Value) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lanes_common::ids::TrialId;
+    use lanes_common::ids::{Token, TrialId};
 
     #[test]
     fn paths_stay_under_the_root_and_secrets_are_redacted() {
@@ -114,7 +114,8 @@ mod tests {
             trial_id: TrialId::new("MB-01.r0.a").unwrap(),
             attempt: 2,
         };
-        let d = attempt_dir(Path::new("/art"), &CampaignId::new("c").unwrap(), &t).unwrap();
+        let tag = AttemptTag::new(lanes_common::ids::CampaignId::new("c").unwrap(), t);
+        let d = attempt_dir(Path::new("/art"), &tag).unwrap();
         assert_eq!(d, Path::new("/art/c/MB-01.r0.a/a2"));
         let p = serde_json::json!({"vm_password": "hunter2", "x": 1});
         let r = redact(&p, &["vm_password".to_owned()]);

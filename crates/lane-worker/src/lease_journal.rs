@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use lanes_common::ids::{CampaignId, Token};
+use lanes_common::ids::{AttemptTag, CampaignId, Token};
 use lanes_common::lease::LeaseSecret;
 
 /// One held lease.
@@ -28,6 +28,13 @@ pub struct Held {
     /// outbox (see the security docs).
     #[serde(default)]
     pub lease: LeaseSecret,
+}
+
+impl Held {
+    /// The attempt this lease is for.
+    pub fn tag(&self) -> AttemptTag {
+        AttemptTag::new(self.campaign.clone(), self.token.clone())
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -44,28 +51,28 @@ impl LeaseJournal {
     }
 
     /// Ids are validated, so they are safe as file-name parts.
-    fn path(&self, campaign: &CampaignId, token: &Token) -> PathBuf {
+    fn path(&self, tag: &AttemptTag) -> PathBuf {
         self.dir.join(format!(
-            "{campaign}__{}__a{}.lease",
-            token.trial_id, token.attempt
+            "{}__{}__a{}.lease",
+            tag.campaign, tag.token.trial_id, tag.token.attempt
         ))
     }
 
-    pub fn add(&self, campaign: &CampaignId, token: &Token, lease: &LeaseSecret) -> io::Result<()> {
+    pub fn add(&self, tag: &AttemptTag, lease: &LeaseSecret) -> io::Result<()> {
         let held = Held {
-            campaign: campaign.clone(),
-            token: token.clone(),
+            campaign: tag.campaign.clone(),
+            token: tag.token.clone(),
             lease: lease.clone(),
         };
         fs::write(
-            self.path(campaign, token),
+            self.path(tag),
             serde_json::to_vec(&held).map_err(io::Error::other)?,
         )
     }
 
     /// A missing entry is fine (removed twice).
-    pub fn remove(&self, campaign: &CampaignId, token: &Token) -> io::Result<()> {
-        match fs::remove_file(self.path(campaign, token)) {
+    pub fn remove(&self, tag: &AttemptTag) -> io::Result<()> {
+        match fs::remove_file(self.path(tag)) {
             Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
             _ => Ok(()),
         }
@@ -108,16 +115,20 @@ mod tests {
         }
     }
 
+    fn tag(campaign: &str, attempt: u32) -> AttemptTag {
+        AttemptTag::new(CampaignId::new(campaign).unwrap(), token(attempt))
+    }
+
     #[test]
     fn held_leases_survive_a_restart_until_removed() {
         let dir = tempfile::tempdir().unwrap();
         let c = CampaignId::new("c").unwrap();
         {
             let j = LeaseJournal::open(dir.path()).unwrap();
-            j.add(&c, &token(1), &LeaseSecret::new("s1")).unwrap();
-            j.add(&c, &token(2), &LeaseSecret::new("s2")).unwrap();
-            j.remove(&c, &token(1)).unwrap();
-            j.remove(&c, &token(1)).unwrap();
+            j.add(&tag("c", 1), &LeaseSecret::new("s1")).unwrap();
+            j.add(&tag("c", 2), &LeaseSecret::new("s2")).unwrap();
+            j.remove(&tag("c", 1)).unwrap();
+            j.remove(&tag("c", 1)).unwrap();
         }
         std::fs::write(dir.path().join("leases/torn.lease"), b"{\"camp").unwrap();
         let j = LeaseJournal::open(dir.path()).unwrap();
@@ -130,5 +141,28 @@ mod tests {
             }]
         );
         assert!(!dir.path().join("leases/torn.lease").exists());
+    }
+
+    #[test]
+    fn campaigns_sharing_a_token_hold_separate_leases() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = LeaseJournal::open(dir.path()).unwrap();
+        for (c, s) in [("a", "sa"), ("b", "sb"), ("a-b", "sab")] {
+            j.add(&tag(c, 1), &LeaseSecret::new(s)).unwrap();
+        }
+        j.remove(&tag("a", 1)).unwrap();
+        let held: Vec<(AttemptTag, LeaseSecret)> = j
+            .held()
+            .unwrap()
+            .into_iter()
+            .map(|h| (h.tag(), h.lease))
+            .collect();
+        assert_eq!(
+            held,
+            vec![
+                (tag("a-b", 1), LeaseSecret::new("sab")),
+                (tag("b", 1), LeaseSecret::new("sb")),
+            ]
+        );
     }
 }

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use lanes_common::ids::{CampaignId, Token};
+use lanes_common::ids::{AttemptTag, CampaignId};
 use lanes_common::lease::LeaseSecret;
 use lanes_common::row::Outcome;
 
@@ -36,6 +36,11 @@ pub fn pending_record(record: &Path) -> PathBuf {
 }
 
 impl Entry {
+    /// The attempt this entry is about.
+    pub fn tag(&self) -> AttemptTag {
+        AttemptTag::new(self.campaign.clone(), self.outcome.token.clone())
+    }
+
     /// Gives the attempt record its final name; call once the entry is durable. Idempotent:
     /// a replay after a crash between the outbox write and the rename finishes the rename.
     pub fn seal_record(&self) {
@@ -82,11 +87,12 @@ impl Outbox {
         })
     }
 
-    /// Ids are validated, so they are safe as file-name parts.
-    fn path(&self, campaign: &CampaignId, token: &Token) -> PathBuf {
+    /// Ids are validated, so they are safe as file-name parts. Neither a campaign nor a trial
+    /// id has a `_`, so `campaign__trial__aN` names exactly one attempt.
+    fn path(&self, tag: &AttemptTag) -> PathBuf {
         self.dir.join(format!(
-            "{campaign}__{}__a{}.json",
-            token.trial_id, token.attempt
+            "{}__{}__a{}.json",
+            tag.campaign, tag.token.trial_id, tag.token.attempt
         ))
     }
 
@@ -96,7 +102,7 @@ impl Outbox {
             // ENOSPC, as a full disk answers.
             return Err(io::Error::from_raw_os_error(28));
         }
-        let path = self.path(&entry.campaign, &entry.outcome.token);
+        let path = self.path(&entry.tag());
         let tmp = path.with_extension("tmp");
         {
             let mut f = File::create(&tmp)?;
@@ -124,8 +130,8 @@ impl Outbox {
     }
 
     /// Removes an acknowledged entry; a missing one is fine (acknowledged twice).
-    pub fn remove(&self, campaign: &CampaignId, token: &Token) -> io::Result<()> {
-        match fs::remove_file(self.path(campaign, token)) {
+    pub fn remove(&self, tag: &AttemptTag) -> io::Result<()> {
+        match fs::remove_file(self.path(tag)) {
             Ok(()) => sync_dir(&self.dir),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(e),
@@ -134,8 +140,8 @@ impl Outbox {
 
     /// Moves an entry the coordinator refused for good into `refused/`, with the reason next
     /// to it: it is never sent again, and never deleted.
-    pub fn set_aside(&self, campaign: &CampaignId, token: &Token, reason: &str) -> io::Result<()> {
-        let from = self.path(campaign, token);
+    pub fn set_aside(&self, tag: &AttemptTag, reason: &str) -> io::Result<()> {
+        let from = self.path(tag);
         if !from.exists() {
             return Ok(());
         }
@@ -184,10 +190,14 @@ impl Outbox {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lanes_common::ids::TrialId;
+    use lanes_common::ids::{Token, TrialId};
     use lanes_common::row::Status;
 
     fn entry(attempt: u32) -> Entry {
+        entry_of("c", attempt)
+    }
+
+    fn entry_of(campaign: &str, attempt: u32) -> Entry {
         let token = Token {
             trial_id: TrialId::new("T1.r0.a").unwrap(),
             attempt,
@@ -195,7 +205,7 @@ mod tests {
         let mut o = Outcome::new(token, "lane-0", "host", Status::Completed);
         o.score = Some(1.0);
         Entry {
-            campaign: CampaignId::new("c").unwrap(),
+            campaign: CampaignId::new(campaign).unwrap(),
             outcome: o,
             record: None,
             lease: Default::default(),
@@ -220,10 +230,8 @@ mod tests {
             "replayed once, the torn write is gone"
         );
         // The replay is acknowledged: removed, and a second ack is harmless.
-        ob.remove(&pending[0].campaign, &pending[0].outcome.token)
-            .unwrap();
-        ob.remove(&pending[0].campaign, &pending[0].outcome.token)
-            .unwrap();
+        ob.remove(&pending[0].tag()).unwrap();
+        ob.remove(&pending[0].tag()).unwrap();
         assert!(ob.pending().unwrap().is_empty());
         assert!(
             Outbox::open(dir.path())
@@ -263,5 +271,21 @@ mod tests {
         ob.put(&entry(2)).unwrap();
         ob.put(&entry(2)).unwrap();
         assert_eq!(ob.pending().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn campaigns_sharing_a_token_keep_separate_entries() {
+        let dir = tempfile::tempdir().unwrap();
+        let ob = Outbox::open(dir.path()).unwrap();
+        let (a, b) = (entry_of("coll-a", 1), entry_of("coll-b", 1));
+        ob.put(&a).unwrap();
+        ob.put(&b).unwrap();
+        assert_eq!(ob.pending().unwrap(), vec![a.clone(), b.clone()]);
+        // Acknowledging one campaign's attempt leaves the other's outcome pending.
+        ob.remove(&a.tag()).unwrap();
+        assert_eq!(ob.pending().unwrap(), vec![b.clone()]);
+        ob.set_aside(&b.tag(), "refused").unwrap();
+        assert!(ob.pending().unwrap().is_empty());
+        assert!(dir.path().join("refused/coll-b__T1.r0.a__a1.json").exists());
     }
 }

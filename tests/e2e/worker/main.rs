@@ -12,5 +12,6 @@ mod http_agent;
 mod policy;
 mod retries;
 mod scheduling;
+mod shared_ids;
 mod traces;
 mod worker;

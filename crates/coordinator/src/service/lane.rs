@@ -12,7 +12,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use lanes_common::convert::{lease_of, no_work, token, wire_enum, worker_offer};
-use lanes_common::ids::{ArmId, CampaignId, LaneName, Token};
+use lanes_common::ids::{ArmId, AttemptTag, CampaignId, LaneName, Token};
 use lanes_common::limits::{check_outcome, check_register, check_release};
 use lanes_common::log_safe::LogSafe;
 use lanes_common::policy::WorkerOffer;
@@ -199,7 +199,7 @@ impl LaneSvc {
         let mut by_campaign: BTreeMap<String, Vec<(Token, Phase)>> = BTreeMap::new();
         // Each token's attempt span, kept only when spans are exported: a renewal that tells
         // the lane to stop is then recorded in the attempt's trace.
-        let mut traces: BTreeMap<Token, String> = BTreeMap::new();
+        let mut traces: BTreeMap<AttemptTag, String> = BTreeMap::new();
         for (i, tp) in items.into_iter().enumerate() {
             let lease = lease_of(tp.token.as_ref());
             let t = token(&format!("tokens[{i}].token"), tp.token).map_err(from_convert)?;
@@ -219,7 +219,7 @@ impl LaneSvc {
                 }
             }
             if otel::exporting() && !tp.traceparent.is_empty() {
-                traces.insert(t.clone(), tp.traceparent);
+                traces.insert(AttemptTag::new(c.clone(), t.clone()), tp.traceparent);
             }
             by_campaign.entry(tp.campaign).or_default().push((t, phase));
         }
@@ -234,8 +234,9 @@ impl LaneSvc {
                             RenewState::Cancel => "cancel",
                             RenewState::Renewed => continue,
                         };
-                        if let Some(tp) = traces.get(t) {
-                            trace::renewal_refused(tp, t, said);
+                        let attempt = AttemptTag::new(c.clone(), t.clone());
+                        if let Some(tp) = traces.get(&attempt) {
+                            trace::renewal_refused(tp, &attempt, said);
                         }
                     }
                     out.extend(states.into_iter().map(|(t, st)| wire::renewal(&c, &t, st)));

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use tokio::sync::OnceCell;
 
-use lanes_common::ids::{CampaignId, Token};
+use lanes_common::ids::{AttemptTag, CampaignId, Token};
 use lanes_common::lease::{KEY_BYTES, LeaseKey, LeaseSecret};
 use lanes_common::proto as pb;
 
@@ -16,9 +16,9 @@ use crate::store::{Store, StoreError};
 pub(crate) enum LeaseRefused {
     /// The secret is missing or is not the one issued to this worker for this token.
     #[error(
-        "permission denied: the lease secret of {token} does not match one issued to this worker"
+        "permission denied: the lease secret of {attempt} does not match one issued to this worker"
     )]
-    Denied { token: Token },
+    Denied { attempt: AttemptTag },
     /// The key could not be read: the store is down; the message may be sent again.
     #[error("{0}")]
     Store(#[from] StoreError),
@@ -83,7 +83,7 @@ impl Leases {
             Ok(())
         } else {
             Err(LeaseRefused::Denied {
-                token: token.clone(),
+                attempt: AttemptTag::new(campaign.clone(), token.clone()),
             })
         }
     }

@@ -114,15 +114,20 @@ pub(crate) fn record_ack(span: &tracing::Span, a: &crate::store::CompleteAck) {
 
 /// A renewal that told the lane to stop (`lost` or `cancel`), as an event in the attempt's
 /// trace: a short `renew` span under the lane's attempt span.
-pub(crate) fn renewal_refused(traceparent: &str, t: &lanes_common::ids::Token, state: &str) {
+pub(crate) fn renewal_refused(
+    traceparent: &str,
+    attempt: &lanes_common::ids::AttemptTag,
+    state: &str,
+) {
     let Ok(Some(tp)) = TraceParent::parse_opt(traceparent) else {
         return;
     };
     let span = tracing::info_span!(
         target: otel::TARGET,
         "renew",
-        lanes.trial_id = %t.trial_id,
-        lanes.attempt = t.attempt,
+        lanes.campaign = %attempt.campaign,
+        lanes.trial_id = %attempt.token.trial_id,
+        lanes.attempt = attempt.token.attempt,
         lanes.renewal = state,
     );
     otel::set_parent(&span, &tp);

@@ -503,3 +503,69 @@ async fn an_unreadable_http_ca_file_stops_the_worker_at_start() {
     assert!(err.to_string().contains("missing-ca.pem"), "{err}");
     assert!(rig.tap.snapshot().is_empty(), "a session was opened");
 }
+
+/// Two campaigns over one dataset hold attempt 1 of the same trial on one worker at once. Each
+/// lease is tracked under its campaign: every heartbeat renews both, each proven with its own
+/// secret, and the session is never refused. Keyed by token alone, the second assignment
+/// overwrote the first's lease: one lease went unrenewed and the other campaign's messages
+/// carried the wrong secret.
+#[tokio::test(start_paused = true)]
+async fn campaigns_sharing_a_token_each_keep_their_own_lease() {
+    let mut rig = Rig::new("shared", 1, 2);
+    // A driver that never answers `initialize`: both lanes hold their lease in admission.
+    rig.config.driver_override = Some(vec!["sleep".into(), "1000".into()]);
+    rig.submit("coll-x", 1, "sim = {}").await;
+    rig.submit("coll-y", 1, "sim = {}").await;
+    rig.start();
+    let renewed = rig
+        .tap
+        .wait_for("a heartbeat renewing both campaigns' attempts", |log| {
+            log.iter().find_map(|s| match s {
+                Seen::Got {
+                    msg: Out::HeartbeatAck(a),
+                    ..
+                } if a.tokens.len() == 2 => Some(a.tokens.clone()),
+                _ => None,
+            })
+        })
+        .await;
+    let mut campaigns: Vec<(String, String, i32)> = renewed
+        .iter()
+        .map(|r| {
+            let t = r.token.as_ref().expect("a token");
+            (
+                r.campaign.clone(),
+                format!("{}#a{}", t.trial_id, t.attempt),
+                r.state,
+            )
+        })
+        .collect();
+    campaigns.sort();
+    let renewed_state = pb::RenewState::Renewed as i32;
+    assert_eq!(
+        campaigns,
+        vec![
+            ("coll-x".to_owned(), "T0.r0.a#a1".to_owned(), renewed_state),
+            ("coll-y".to_owned(), "T0.r0.a#a1".to_owned(), renewed_state),
+        ]
+    );
+    // The two heartbeat entries carry different secrets, each the one its campaign issued.
+    let beat = rig
+        .tap
+        .wait_for("the heartbeat itself", |log| {
+            log.iter().find_map(|s| match s {
+                Seen::Sent {
+                    msg: In::Heartbeat(h),
+                    ..
+                } if h.tokens.len() == 2 => Some(h.tokens.clone()),
+                _ => None,
+            })
+        })
+        .await;
+    let secrets: std::collections::BTreeSet<&str> = beat
+        .iter()
+        .filter_map(|t| t.token.as_ref().map(|t| t.lease.as_str()))
+        .collect();
+    assert_eq!(secrets.len(), 2, "{beat:?}");
+    rig.stop().await;
+}

@@ -144,8 +144,7 @@ impl LaneActor {
                     cur.phase_span = phase_span(&cur.span, p);
                 }
                 let _ = self.supervisor.cast(SupMsg::Phase {
-                    campaign: tag.campaign,
-                    token: tag.token,
+                    tag,
                     phase: p,
                     traceparent: cur.traceparent.clone(),
                     span: cur.span.clone(),
@@ -444,13 +443,13 @@ impl LaneActor {
     ) {
         let artifacts_root = self.config.artifacts.clone();
         let supervisor = self.supervisor.clone();
+        let dir = artifacts::attempt_dir(&artifacts_root, &tag);
         let campaign = tag.campaign.clone();
         self.spawn_event(myself, span, tag, async move {
             let mut record = None;
             if with_record {
                 let written = tokio::task::spawn_blocking({
                     let json = serde_json::to_value(&o).map_err(std::io::Error::other);
-                    let dir = artifacts::attempt_dir(&artifacts_root, &campaign, &o.token);
                     move || write_pending_record(dir, json)
                 })
                 .await
@@ -497,7 +496,7 @@ impl LaneActor {
                 w.abort();
             }
             let _ = self.supervisor.cast(SupMsg::Finished {
-                token: cur.tag.token,
+                tag: cur.tag,
                 published,
             });
         }
@@ -571,7 +570,7 @@ impl LaneActor {
         });
         let launch = admit::launch(&spec, &self.config, |name| std::env::var(name).ok());
         AdmitCtx {
-            dir: artifacts::attempt_dir(&self.config.artifacts, &unit.campaign, &cur.tag.token),
+            dir: artifacts::attempt_dir(&self.config.artifacts, &cur.tag),
             record,
             key: admit::driver_key(&launch, &spec),
             launch,

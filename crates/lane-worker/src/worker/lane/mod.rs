@@ -38,7 +38,7 @@ pub(crate) enum LaneMsg {
     },
     /// What a heartbeat said about one of this lane's leases.
     Renewal {
-        token: Token,
+        tag: AttemptTag,
         news: LeaseNews,
     },
     Ping(RpcReplyPort<()>),
@@ -89,7 +89,7 @@ struct Unit {
     remaining: VecDeque<pb::AssignedTrial>,
     /// Later trials of the group whose lease the store took back or asked to cancel before
     /// they started: the lane never boots them.
-    dropped: HashMap<Token, LeaseNews>,
+    dropped: HashMap<AttemptTag, LeaseNews>,
 }
 
 /// The attempt being run.
@@ -118,10 +118,6 @@ struct Current {
 }
 
 impl Current {
-    fn token(&self) -> &Token {
-        &self.tag.token
-    }
-
     /// Feeds one event to the machine and returns what it decided.
     fn apply(&mut self, event: Event) -> Vec<Effect> {
         let machine = self
@@ -265,18 +261,19 @@ impl LaneActor {
             let _ = myself.cast(LaneMsg::Next);
             return;
         };
-        match unit.dropped.remove(&token) {
+        let tag = AttemptTag::new(unit.campaign.clone(), token.clone());
+        match unit.dropped.remove(&tag) {
             Some(LeaseNews::Lost) => {
-                tracing::info!(trial = %token.trial_id, "lease lost before the trial started: not running it");
+                tracing::info!(attempt = %tag, "lease lost before the trial started: not running it");
                 let _ = self.supervisor.cast(SupMsg::Finished {
-                    token,
+                    tag,
                     published: false,
                 });
                 let _ = myself.cast(LaneMsg::Next);
                 return;
             }
             Some(LeaseNews::Cancel) => {
-                tracing::info!(trial = %token.trial_id, "cancelled before the trial started: released unstarted");
+                tracing::info!(attempt = %tag, "cancelled before the trial started: released unstarted");
                 let _ = self.supervisor.cast(SupMsg::GiveBack(pb::Assignment {
                     campaign: unit.campaign.to_string(),
                     lane: self.name.clone(),
@@ -307,7 +304,7 @@ impl LaneActor {
         });
         state.current = Some(Current {
             trial,
-            tag: AttemptTag::new(unit.campaign.clone(), token),
+            tag,
             machine: Some(machine),
             started_utc: now_utc(),
             phase_started: Instant::now(),
@@ -356,24 +353,24 @@ impl LaneActor {
         &self,
         myself: &ActorRef<LaneMsg>,
         state: &mut LaneState,
-        token: Token,
+        tag: AttemptTag,
         news: LeaseNews,
     ) {
         let Some(cur) = state.current.as_ref() else {
             return;
         };
-        if *cur.token() != token {
+        if cur.tag != tag {
             // A later trial of the group, not started yet: remember not to boot it.
-            if let Some(unit) = state.unit.as_mut() {
+            if let Some(unit) = state.unit.as_mut().filter(|u| u.campaign == tag.campaign) {
                 let waiting = unit.remaining.iter().any(|t| {
                     t.token
                         .clone()
                         .and_then(|t| Token::try_from(t).ok())
                         .as_ref()
-                        == Some(&token)
+                        == Some(&tag.token)
                 });
                 if waiting {
-                    unit.dropped.insert(token, news);
+                    unit.dropped.insert(tag, news);
                 }
             }
             return;
@@ -444,7 +441,7 @@ impl Actor for LaneActor {
                 self.next_trial(&myself, state).await;
             }
             LaneMsg::Event { tag, event } => self.feed(&myself, state, Some(&tag), event).await,
-            LaneMsg::Renewal { token, news } => self.renewal(&myself, state, token, news).await,
+            LaneMsg::Renewal { tag, news } => self.renewal(&myself, state, tag, news).await,
             LaneMsg::Next => self.next_trial(&myself, state).await,
             LaneMsg::HealthUrl { tag, url } => {
                 if let Some(cur) = state.current.as_mut().filter(|c| c.tag == tag) {

@@ -6,7 +6,7 @@ use std::time::Duration;
 use ractor::ActorRef;
 
 use lanes_common::convert::{lease_of, token_with_lease};
-use lanes_common::ids::{CampaignId, Token};
+use lanes_common::ids::{AttemptTag, CampaignId, Token};
 use lanes_common::proto as pb;
 use lanes_common::proto::coordinator_message::Msg as Out;
 use lanes_common::proto::worker_message::Msg as In;
@@ -21,9 +21,12 @@ use crate::worker::lane::{LaneMsg, LeaseNews};
 impl Supervisor {
     pub(super) fn route_renewals(state: &SupState, renewals: Vec<pb::TokenRenewal>) {
         for r in renewals {
-            let Some(t) = r.token.and_then(|t| Token::try_from(t).ok()) else {
+            let (Ok(campaign), Some(Ok(token))) =
+                (CampaignId::new(r.campaign), r.token.map(Token::try_from))
+            else {
                 continue;
             };
+            let t = AttemptTag::new(campaign, token);
             let news = match pb::RenewState::try_from(r.state)
                 .map_err(|_| ())
                 .and_then(|s| RenewState::try_from(s).map_err(|_| ()))
@@ -39,7 +42,7 @@ impl Supervisor {
             if let Some(f) = state.in_flight.get(&t)
                 && let Some(lane) = state.lanes.get(&f.lane)
             {
-                let _ = lane.cast(LaneMsg::Renewal { token: t, news });
+                let _ = lane.cast(LaneMsg::Renewal { tag: t, news });
             }
         }
     }
@@ -52,9 +55,9 @@ impl Supervisor {
                     .in_flight
                     .iter()
                     .map(|(t, f)| pb::TokenPhase {
-                        token: Some(token_with_lease(t, &f.lease)),
+                        token: Some(token_with_lease(&t.token, &f.lease)),
                         phase: pb::Phase::from(f.phase) as i32,
-                        campaign: f.campaign.to_string(),
+                        campaign: t.campaign.to_string(),
                         traceparent: f.traceparent.clone(),
                     })
                     .collect();
@@ -74,9 +77,9 @@ impl Supervisor {
                     let tokens = state
                         .orphans
                         .iter()
-                        .map(|(t, (c, lease))| pb::CampaignToken {
-                            token: Some(token_with_lease(t, lease)),
-                            campaign: c.to_string(),
+                        .map(|(t, lease)| pb::CampaignToken {
+                            token: Some(token_with_lease(&t.token, lease)),
+                            campaign: t.campaign.to_string(),
                         })
                         .collect();
                     Self::send(state, In::Forfeit(pb::Forfeit { tokens })).await;
@@ -109,9 +112,8 @@ impl Supervisor {
                     if let Some(tok) = t.token.clone().and_then(|t| Token::try_from(t).ok()) {
                         Self::track(
                             state,
-                            tok,
+                            AttemptTag::new(campaign.clone(), tok),
                             InFlight {
-                                campaign: campaign.clone(),
                                 lease,
                                 lane: a.lane.clone(),
                                 phase: Phase::Assigned,
@@ -162,21 +164,16 @@ impl Supervisor {
                     CampaignId::new(a.campaign.clone()),
                     a.token.map(Token::try_from),
                 ) {
-                    state.acks.record(&AckLine {
-                        campaign: c.to_string(),
-                        trial_id: t.trial_id.to_string(),
-                        attempt: t.attempt,
-                        seq: a.seq,
-                        counted: a.counted,
-                    });
+                    let t = AttemptTag::new(c, t);
+                    state.acks.record(&AckLine::new(&t, a.seq, a.counted));
                     // Acknowledged from memory: the store has it, so its record is final.
                     if let Some(e) = state.unpersisted.remove(&t) {
                         e.seal_record();
                     }
-                    if state.pending.remove(&(c.clone(), t.clone())).is_some() {
-                        let (c, t) = (c.clone(), t.clone());
+                    if state.pending.remove(&t).is_some() {
+                        let t = t.clone();
                         Self::outbox_task(state, "remove an acknowledged outcome", move |o| {
-                            o.remove(&c, &t)
+                            o.remove(&t)
                         });
                     }
                     if let Some(span) = state.in_flight.get(&t).and_then(|f| f.span.as_ref()) {
@@ -185,7 +182,7 @@ impl Supervisor {
                     // Published attempts stay in flight (renewed) until their ack.
                     Self::untrack(state, &t);
                     // A replay of a previous process's outcome: its journal entry goes too.
-                    let _ = state.journal.remove(&c, &t);
+                    let _ = state.journal.remove(&t);
                 }
             }
             Out::OutcomeError(e) => {
@@ -196,13 +193,14 @@ impl Supervisor {
                         CampaignId::new(e.campaign.clone()),
                         e.token.map(Token::try_from),
                     ) {
-                        state.pending.remove(&(c.clone(), t.clone()));
-                        let (c2, t2, reason) = (c.clone(), t.clone(), e.reason.clone());
+                        let t = AttemptTag::new(c, t);
+                        state.pending.remove(&t);
+                        let (t2, reason) = (t.clone(), e.reason.clone());
                         Self::outbox_task(state, "set a refused outcome aside", move |o| {
-                            o.set_aside(&c2, &t2, &reason)
+                            o.set_aside(&t2, &reason)
                         });
                         Self::untrack(state, &t);
-                        let _ = state.journal.remove(&c, &t);
+                        let _ = state.journal.remove(&t);
                     }
                     return;
                 }
@@ -216,8 +214,9 @@ impl Supervisor {
                     if let (Ok(c), Some(Ok(t))) =
                         (CampaignId::new(ct.campaign), ct.token.map(Token::try_from))
                     {
+                        let t = AttemptTag::new(c, t);
                         state.orphans.remove(&t);
-                        if let Err(e) = state.journal.remove(&c, &t) {
+                        if let Err(e) = state.journal.remove(&t) {
                             tracing::warn!(error = %e, "cannot remove a lease journal entry");
                         }
                     }

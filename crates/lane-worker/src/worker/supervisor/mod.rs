@@ -24,7 +24,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent
 use tokio::sync::mpsc;
 
 use lanes_common::convert::{lease_of, token_with_lease};
-use lanes_common::ids::{CampaignId, Token};
+use lanes_common::ids::{AttemptTag, CampaignId, Token};
 use lanes_common::lease::LeaseSecret;
 use lanes_common::proto as pb;
 use lanes_common::proto::worker_message::Msg as In;
@@ -48,8 +48,7 @@ pub(crate) enum SupMsg {
     Inbound(pb::CoordinatorMessage),
     WantWork(String),
     Phase {
-        campaign: CampaignId,
-        token: Token,
+        tag: AttemptTag,
         phase: Phase,
         traceparent: String,
         span: tracing::Span,
@@ -65,7 +64,7 @@ pub(crate) enum SupMsg {
     /// Writing the outcomes held in memory again finished: these are on disk now, and the
     /// error says why the outbox is still not writable.
     Repersisted {
-        written: Vec<Token>,
+        written: Vec<AttemptTag>,
         error: Option<String>,
     },
     /// Free disk space under the artifacts directory, measured off the actor.
@@ -73,7 +72,7 @@ pub(crate) enum SupMsg {
     /// Trials a lane will not run: released as cancelled through the outbox.
     GiveBack(pb::Assignment),
     Finished {
-        token: Token,
+        tag: AttemptTag,
         published: bool,
     },
     /// A retry timer for a lane's work request (only asks if the lane is still idle).
@@ -98,7 +97,6 @@ pub(crate) struct Supervisor {
 }
 
 struct InFlight {
-    campaign: CampaignId,
     /// The lease secret issued with the attempt, sent back with every message about it.
     lease: LeaseSecret,
     lane: String,
@@ -131,19 +129,20 @@ pub(crate) struct SupState {
     lanes: BTreeMap<String, ActorRef<LaneMsg>>,
     /// Lanes waiting for a work answer or ready to ask.
     idle: BTreeSet<String>,
-    in_flight: BTreeMap<Token, InFlight>,
+    /// Keyed by campaign and token: campaigns over one dataset share trial ids.
+    in_flight: BTreeMap<AttemptTag, InFlight>,
     draining: bool,
     /// Outcomes the outbox could not take (a full or broken disk): kept here, sent and
     /// replayed from memory, and written again every tick. While any is here the worker takes
     /// no new work.
-    unpersisted: BTreeMap<Token, Entry>,
+    unpersisted: BTreeMap<AttemptTag, Entry>,
     /// The last outbox write failed and none has succeeded since.
     outbox_broken: bool,
     /// Per lane, when the coordinator's last NoWork said to ask again (its retry-after hint).
     ask_after: BTreeMap<String, tokio::time::Instant>,
     /// What the outbox holds on disk and the coordinator has not acknowledged: a mirror in
     /// memory, so replays and the shutdown count never scan the directory.
-    pending: BTreeMap<(CampaignId, Token), Entry>,
+    pending: BTreeMap<AttemptTag, Entry>,
     /// A rewrite of `unpersisted` is running.
     repersisting: bool,
     /// Free space is below the disk floor (measured every tick, off the actor).
@@ -152,7 +151,7 @@ pub(crate) struct SupState {
     journal: LeaseJournal,
     /// Leases a previous process held whose outcome is not in the outbox: forfeited on
     /// register until the coordinator acknowledges them.
-    orphans: BTreeMap<Token, (CampaignId, LeaseSecret)>,
+    orphans: BTreeMap<AttemptTag, LeaseSecret>,
     /// The health last told to the coordinator: (outbox broken, outcomes held in memory).
     told: Option<(bool, usize)>,
     /// The optional audit trail of acknowledged outcomes.
@@ -172,19 +171,19 @@ impl Supervisor {
     }
 
     /// Starts tracking a held lease (renewed by heartbeats, journaled for a restart).
-    fn track(state: &mut SupState, token: Token, f: InFlight) {
-        if let Err(e) = state.journal.add(&f.campaign, &token, &f.lease) {
-            tracing::warn!(error = %e, trial = %token, "cannot journal a held lease");
+    fn track(state: &mut SupState, tag: AttemptTag, f: InFlight) {
+        if let Err(e) = state.journal.add(&tag, &f.lease) {
+            tracing::warn!(error = %e, attempt = %tag, "cannot journal a held lease");
         }
-        state.in_flight.insert(token, f);
+        state.in_flight.insert(tag, f);
     }
 
     /// Stops tracking a lease that left this worker.
-    fn untrack(state: &mut SupState, token: &Token) {
-        if let Some(f) = state.in_flight.remove(token)
-            && let Err(e) = state.journal.remove(&f.campaign, token)
+    fn untrack(state: &mut SupState, tag: &AttemptTag) {
+        if state.in_flight.remove(tag).is_some()
+            && let Err(e) = state.journal.remove(tag)
         {
-            tracing::warn!(error = %e, trial = %token, "cannot remove a lease journal entry");
+            tracing::warn!(error = %e, attempt = %tag, "cannot remove a lease journal entry");
         }
     }
 
@@ -252,19 +251,19 @@ impl Supervisor {
             let Some(token) = t.token.and_then(|t| Token::try_from(t).ok()) else {
                 continue;
             };
+            let tag = AttemptTag::new(campaign.clone(), token.clone());
             let o = lanes_common::row::Outcome::new(
-                token.clone(),
+                token,
                 &a.lane,
                 &self.config.host,
                 lanes_common::row::Status::Cancelled,
             );
             // Renewed, in phase publish, until the coordinator acknowledges the release.
-            if !state.in_flight.contains_key(&token) {
+            if !state.in_flight.contains_key(&tag) {
                 Self::track(
                     state,
-                    token,
+                    tag,
                     InFlight {
-                        campaign: campaign.clone(),
                         lease: lease.clone(),
                         lane: a.lane.clone(),
                         phase: Phase::Publish,
@@ -310,9 +309,9 @@ impl Supervisor {
             .iter()
             .filter(|(_, f)| alive.contains(&f.lane))
             .map(|(t, f)| pb::TokenPhase {
-                token: Some(token_with_lease(t, &f.lease)),
+                token: Some(token_with_lease(&t.token, &f.lease)),
                 phase: pb::Phase::from(f.phase) as i32,
-                campaign: f.campaign.to_string(),
+                campaign: t.campaign.to_string(),
                 traceparent: f.traceparent.clone(),
             })
             .collect();
@@ -343,16 +342,13 @@ impl Actor for Supervisor {
         for e in &pending {
             e.seal_record();
         }
-        let replayable: BTreeSet<Token> = pending.iter().map(|e| e.outcome.token.clone()).collect();
-        let pending: BTreeMap<(CampaignId, Token), Entry> = pending
-            .into_iter()
-            .map(|e| ((e.campaign.clone(), e.outcome.token.clone()), e))
-            .collect();
-        let orphans: BTreeMap<Token, (CampaignId, LeaseSecret)> = journal
+        let pending: BTreeMap<AttemptTag, Entry> =
+            pending.into_iter().map(|e| (e.tag(), e)).collect();
+        let orphans: BTreeMap<AttemptTag, LeaseSecret> = journal
             .held()?
             .into_iter()
-            .filter(|h| !replayable.contains(&h.token))
-            .map(|h| (h.token, (h.campaign, h.lease)))
+            .map(|h| (h.tag(), h.lease))
+            .filter(|(tag, _)| !pending.contains_key(tag))
             .collect();
         let mut lanes = BTreeMap::new();
         let mut idle = BTreeSet::new();
@@ -440,15 +436,13 @@ impl Actor for Supervisor {
                     .insert(campaign.to_string());
             }
             SupMsg::Phase {
-                campaign,
-                token,
+                tag,
                 phase,
                 traceparent,
                 span,
             } => {
-                if let Some(f) = state.in_flight.get_mut(&token) {
+                if let Some(f) = state.in_flight.get_mut(&tag) {
                     f.phase = phase;
-                    f.campaign = campaign;
                     f.traceparent = traceparent;
                     f.span = Some(span);
                 }
@@ -470,9 +464,9 @@ impl Actor for Supervisor {
                 }
             }
             SupMsg::GiveBack(a) => self.give_back(&myself, state, a),
-            SupMsg::Finished { token, published } => {
+            SupMsg::Finished { tag, published } => {
                 if !published {
-                    Self::untrack(state, &token);
+                    Self::untrack(state, &tag);
                 }
             }
             SupMsg::Tick => {
@@ -534,7 +528,7 @@ impl Actor for Supervisor {
             };
             tracing::error!(lane = %name, error = %err, "lane crashed; restarting it");
             // Its attempts are abandoned: their leases expire and the store retries them.
-            let abandoned: Vec<Token> = state
+            let abandoned: Vec<AttemptTag> = state
                 .in_flight
                 .iter()
                 .filter(|(_, f)| f.lane == name)

@@ -3,7 +3,7 @@
 
 use ractor::{ActorRef, RpcReplyPort};
 
-use lanes_common::ids::Token;
+use lanes_common::ids::AttemptTag;
 use lanes_common::proto as pb;
 use lanes_common::proto::worker_message::Msg as In;
 use lanes_common::row::Phase;
@@ -23,7 +23,7 @@ impl Supervisor {
         // The lane never sees the lease secret; the entry takes it from the tracked lease,
         // so a replay after a restart can still prove the lease.
         if entry.lease.is_empty()
-            && let Some(f) = state.in_flight.get(&entry.outcome.token)
+            && let Some(f) = state.in_flight.get(&entry.tag())
         {
             entry.lease = f.lease.clone();
         }
@@ -54,10 +54,7 @@ impl Supervisor {
     ) {
         match written {
             Ok(()) => {
-                state.pending.insert(
-                    (entry.campaign.clone(), entry.outcome.token.clone()),
-                    (*entry).clone(),
-                );
+                state.pending.insert(entry.tag(), (*entry).clone());
             }
             Err(e) => {
                 tracing::error!(
@@ -69,16 +66,14 @@ impl Supervisor {
                     .outcome
                     .publication_errors
                     .push(format!("outbox: {e}"));
-                state
-                    .unpersisted
-                    .insert(entry.outcome.token.clone(), (*entry).clone());
+                state.unpersisted.insert(entry.tag(), (*entry).clone());
                 state.outbox_broken = true;
             }
         }
         if let Some(reply) = reply {
             let _ = reply.send(());
         }
-        if let Some(f) = state.in_flight.get_mut(&entry.outcome.token) {
+        if let Some(f) = state.in_flight.get_mut(&entry.tag()) {
             f.phase = Phase::Publish;
         }
         let o = wire_outcome(state, &entry);
@@ -111,18 +106,22 @@ impl Supervisor {
             .await
             .unwrap_or_else(|e| (Vec::new(), Some(e.to_string())));
             let _ = me.cast(SupMsg::Repersisted {
-                written: written.into_iter().map(|e| e.outcome.token).collect(),
+                written: written.iter().map(Entry::tag).collect(),
                 error,
             });
         });
     }
 
     /// What a rewrite of the kept outcomes achieved.
-    pub(super) fn repersisted(state: &mut SupState, written: Vec<Token>, error: Option<String>) {
+    pub(super) fn repersisted(
+        state: &mut SupState,
+        written: Vec<AttemptTag>,
+        error: Option<String>,
+    ) {
         state.repersisting = false;
         for t in written {
             if let Some(e) = state.unpersisted.remove(&t) {
-                state.pending.insert((e.campaign.clone(), t), e);
+                state.pending.insert(t, e);
             }
         }
         match error {
@@ -176,7 +175,7 @@ fn wire_outcome(state: &SupState, e: &Entry) -> pb::Outcome {
         lease: e.lease.expose().to_owned(),
         ..t
     });
-    if let Some(f) = state.in_flight.get(&e.outcome.token) {
+    if let Some(f) = state.in_flight.get(&e.tag()) {
         o.traceparent = f.traceparent.clone();
     }
     o
