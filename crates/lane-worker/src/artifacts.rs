@@ -97,8 +97,8 @@ pub fn write_record(dir: &Path, record: &Value) -> io::Result<()> {
 
 /// Writes a JSON file into an attempt's directory, fsynced.
 pub fn write_file(dir: &Path, name: &str, value: &Value) -> io::Result<()> {
-    std::fs::create_dir_all(dir)?;
-    let mut f = std::fs::File::create(dir.join(name))?;
+    crate::private_fs::create_dir(dir)?;
+    let mut f = crate::private_fs::create_file(&dir.join(name))?;
     f.write_all(&serde_json::to_vec_pretty(value).map_err(io::Error::other)?)?;
     f.sync_all()
 }

@@ -46,7 +46,8 @@ impl LeaseJournal {
     /// The journal that belongs to an outbox directory.
     pub fn open(outbox: &Path) -> io::Result<Self> {
         let dir = outbox.join("leases");
-        fs::create_dir_all(&dir)?;
+        // Secrets: the owner only, like the outbox.
+        crate::private_fs::create_dir(&dir)?;
         Ok(Self { dir })
     }
 
@@ -64,9 +65,9 @@ impl LeaseJournal {
             token: tag.token.clone(),
             lease: lease.clone(),
         };
-        fs::write(
-            self.path(tag),
-            serde_json::to_vec(&held).map_err(io::Error::other)?,
+        crate::private_fs::write(
+            &self.path(tag),
+            &serde_json::to_vec(&held).map_err(io::Error::other)?,
         )
     }
 

@@ -27,6 +27,7 @@ pub mod lease_journal;
 pub mod lifecycle;
 pub mod metrics;
 pub mod outbox;
+pub mod private_fs;
 pub(crate) mod redact;
 pub mod secrets;
 pub mod sim;

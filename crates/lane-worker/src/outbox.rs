@@ -12,6 +12,8 @@ use lanes_common::ids::{AttemptTag, CampaignId};
 use lanes_common::lease::LeaseSecret;
 use lanes_common::row::Outcome;
 
+use crate::private_fs;
+
 /// One unacknowledged outcome.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Entry {
@@ -73,7 +75,7 @@ fn sync_dir(dir: &Path) -> io::Result<()> {
 
 impl Outbox {
     pub fn open(dir: &Path) -> io::Result<Self> {
-        fs::create_dir_all(dir)?;
+        private_fs::create_dir(dir)?;
         // A crash mid-write leaves only a temp file; it was never acknowledged or sent.
         for e in fs::read_dir(dir)? {
             let p = e?.path();
@@ -105,7 +107,7 @@ impl Outbox {
         let path = self.path(&entry.tag());
         let tmp = path.with_extension("tmp");
         {
-            let mut f = File::create(&tmp)?;
+            let mut f = private_fs::create_file(&tmp)?;
             f.write_all(&serde_json::to_vec(entry).map_err(io::Error::other)?)?;
             f.sync_all()?;
         }
@@ -122,7 +124,7 @@ impl Outbox {
         }
         let path = self.dir.join("probe.tmp");
         {
-            let mut f = File::create(&path)?;
+            let mut f = private_fs::create_file(&path)?;
             f.write_all(b"probe")?;
             f.sync_all()?;
         }
@@ -146,10 +148,10 @@ impl Outbox {
             return Ok(());
         }
         let dir = self.dir.join("refused");
-        fs::create_dir_all(&dir)?;
+        private_fs::create_dir(&dir)?;
         let name = from.file_name().expect("a file name").to_owned();
         fs::rename(&from, dir.join(&name))?;
-        fs::write(dir.join(name).with_extension("reason"), reason)?;
+        private_fs::write(&dir.join(name).with_extension("reason"), reason.as_bytes())?;
         sync_dir(&dir)?;
         sync_dir(&self.dir)
     }

@@ -2,7 +2,9 @@
 //! messages) and from a byte stream (a driver's stderr) in which a secret may be split
 //! across two reads.
 
+use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
 
 /// What a secret value is replaced with.
 pub const MASK: &str = "***";
@@ -104,6 +106,49 @@ impl Secrets {
     }
 }
 
+/// The lease secrets this worker holds, shared by its supervisor (which alone sees them, and
+/// adds and removes them) and its lanes, which mask all of them in everything a driver says:
+/// a driver that reads another lane's lease (from a file it should not reach, or from memory)
+/// must not get it into a row or an artifact. Counted, since two leases never share a secret
+/// but a secret is added once per attempt and may be removed twice.
+#[derive(Clone, Default)]
+pub struct HeldLeases(Arc<Mutex<BTreeMap<String, usize>>>);
+
+impl fmt::Debug for HeldLeases {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.0.lock().unwrap_or_else(PoisonError::into_inner).len();
+        write!(f, "HeldLeases({n} values)")
+    }
+}
+
+impl HeldLeases {
+    /// A lease is held from now on.
+    pub fn hold(&self, secret: &str) {
+        if secret.is_empty() {
+            return;
+        }
+        let mut m = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        *m.entry(secret.to_owned()).or_default() += 1;
+    }
+
+    /// A lease left the worker.
+    pub fn release(&self, secret: &str) {
+        let mut m = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(n) = m.get_mut(secret) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(secret);
+            }
+        }
+    }
+
+    /// Every secret held now.
+    pub fn secrets(&self) -> Secrets {
+        let m = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        Secrets::new(m.keys().cloned())
+    }
+}
+
 fn find(haystack: &[u8], needle: &[u8], from: usize) -> Option<usize> {
     haystack
         .get(from..)?
@@ -144,6 +189,22 @@ impl StreamScrubber {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn held_leases_are_masked_until_every_hold_is_released() {
+        let held = HeldLeases::default();
+        held.hold("lease-one-0123");
+        held.hold("lease-two-4567");
+        held.hold("lease-one-0123");
+        held.hold("");
+        let said = "got lease-one-0123 and lease-two-4567";
+        assert_eq!(held.secrets().scrubbed(said), "got *** and ***");
+        held.release("lease-one-0123");
+        held.release("lease-two-4567");
+        held.release("lease-two-4567");
+        assert_eq!(held.secrets().scrubbed(said), "got *** and lease-two-4567");
+        assert_eq!(format!("{held:?}"), "HeldLeases(1 values)");
+    }
 
     fn secrets(v: &[&str]) -> Secrets {
         Secrets::new(v.iter().map(|s| (*s).to_owned()))

@@ -392,3 +392,113 @@ async fn drivers_left_by_a_killed_worker_die_when_it_starts_again() {
         std::panic::resume_unwind(e.into_panic());
     }
 }
+
+/// A driver that reads every lease the worker journals (under `payload.outbox`), waits until
+/// it sees the other lane's lease too, and returns what it read in its final text.
+fn snoop_driver(dir: &Path) -> PathBuf {
+    driver_file(
+        dir,
+        "snoop_driver.py",
+        r#"    name, version = "snoop-driver", "1.0"
+
+    def read_leases(self, outbox):
+        import os
+        leases = os.path.join(outbox, "leases")
+        try:
+            texts = [open(os.path.join(leases, n)).read() for n in sorted(os.listdir(leases))]
+            return len(texts), "read " + " | ".join(texts)
+        except OSError as e:
+            return -1, "denied " + type(e).__name__
+
+    def run_agent(self, p):
+        deadline = time.time() + 5
+        while True:
+            n, text = self.read_leases(p["payload"]["outbox"])
+            if n < 0 or n >= 2 or time.time() > deadline:
+                return {"status": "completed", "turns": 1, "final_text": text}
+            time.sleep(0.05)
+
+    def evaluate(self, p):
+        return {"score": 1.0, "passed": True}
+"#,
+    )
+}
+
+/// The driver is an adversary that reads the worker's files. As another account
+/// (`user = "nobody"`) it cannot read the lease journal at all: the outbox is 0700 and its
+/// files 0600 (they were 0755 and 0644, and a driver returned every lane's lease secret in
+/// its final text). As the worker's own account it can, and every lease secret the worker
+/// holds is masked in what it returns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_driver_cannot_read_or_return_lease_secrets() {
+    use std::os::unix::fs::PermissionsExt;
+    if !nix::unistd::Uid::effective().is_root()
+        || !matches!(nix::unistd::User::from_name("nobody"), Ok(Some(_)))
+    {
+        eprintln!("skipped: needs root and a `nobody` account to run a driver as another user");
+        return;
+    }
+    let f = Fleet::start().await;
+    let open = |p: &Path| std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755));
+    // The scratch directory and the artifacts root are world-traversable, as /srv/lanes is.
+    open(f.dir.path()).unwrap();
+    let art = f.dir.path().join("art");
+    std::fs::create_dir(&art).unwrap();
+    open(&art).unwrap();
+    let driver = snoop_driver(f.dir.path());
+    open(&driver).unwrap();
+    let drivers = f.dir.path().join("drivers.toml");
+    let command = format!(
+        "command = [\"python3\", {:?}]",
+        driver.display().to_string()
+    );
+    let cwd = f.dir.path().display().to_string();
+    std::fs::write(
+        &drivers,
+        format!("[other]\n{command}\ncwd = {cwd:?}\nuser = \"nobody\"\n[own]\n{command}\n"),
+    )
+    .unwrap();
+    let campaign_of = |id: &str, name: &str| {
+        let outbox = art.join(".outbox").display().to_string();
+        format!(
+            "id = \"{id}\"\nphase1_runs = 1\nschedule_seed = 9\npairing = \"none\"\nlease_ttl_s = 5\n[defaults]\ntimeout_s = 20\n[[arms]]\nid = \"a\"\n[driver]\nname = \"{name}\"\n[tasks]\nitems = [\n  {{ id = \"T0\", payload = {{ outbox = {outbox:?} }} }},\n  {{ id = \"T1\", payload = {{ outbox = {outbox:?} }} }},\n]\n"
+        )
+    };
+    let mut c = client(&f.coord.url(), Some(CLIENT_TOKEN)).await;
+    let drivers_arg = drivers.display().to_string();
+    let _w = Worker::start_args(
+        &f.coord.url(),
+        &art,
+        2,
+        "h",
+        &[],
+        None,
+        &["--drivers", &drivers_arg],
+    );
+    for (id, name) in [("as-other", "other"), ("as-own", "own")] {
+        c.submit(submit_request(&campaign_of(id, name)))
+            .await
+            .unwrap();
+        let st = wait_ended(&f.coord.url(), id, Duration::from_secs(60)).await;
+        assert_eq!(st.state, pb::CampaignState::Done as i32, "{id}: {st:?}");
+    }
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&art.join(".outbox")), 0o700);
+    assert_eq!(mode(&art.join(".outbox/leases")), 0o700);
+    for r in rows(&f.store, "as-other").await {
+        let text = r.final_text.clone().unwrap_or_default();
+        assert_eq!(text, "denied PermissionError", "{r:#?}");
+    }
+    for r in rows(&f.store, "as-own").await {
+        let text = r.final_text.clone().unwrap_or_default();
+        // Both lanes' leases were read, and each secret is masked.
+        assert!(text.starts_with("read "), "{text}");
+        assert_eq!(text.matches("\"lease\":\"***\"").count(), 2, "{text}");
+        assert_eq!(text.matches("\"lease\":").count(), 2, "{text}");
+    }
+    // The attempt records are private too.
+    let record = art.join("as-own/T0.r0.a/a1");
+    assert_eq!(mode(&record), 0o700);
+    assert_eq!(mode(&record.join("attempt.json")), 0o600);
+    assert_eq!(mode(&record.join("outcome.json")), 0o600);
+}

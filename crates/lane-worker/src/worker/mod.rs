@@ -113,6 +113,7 @@ pub async fn run_with_link(
         supervisor::Supervisor {
             config: config.clone(),
             http,
+            leases: Default::default(),
         },
         (),
     )

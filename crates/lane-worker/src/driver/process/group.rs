@@ -125,10 +125,13 @@ fn write_record(dir: &Path, pid: u32) -> io::Result<PathBuf> {
         start_time: st.start_time,
         boot_id: boot_id().ok_or_else(|| not_found("no boot id"))?,
     };
-    fs::create_dir_all(dir)?;
+    crate::private_fs::create_dir(dir)?;
     let path = dir.join(format!("{pid}.json"));
     let tmp = dir.join(format!("{pid}.json.tmp"));
-    fs::write(&tmp, serde_json::to_vec(&record).map_err(io::Error::other)?)?;
+    crate::private_fs::write(
+        &tmp,
+        &serde_json::to_vec(&record).map_err(io::Error::other)?,
+    )?;
     fs::rename(&tmp, &path)?;
     Ok(path)
 }

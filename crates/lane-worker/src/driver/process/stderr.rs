@@ -148,14 +148,16 @@ async fn emit(shared: &Shared, sink: &mut Sink, out: &[u8], max: u64) {
 
 /// Opens `path` for appending (creating it and its parents); answers it and its length.
 async fn open_append(path: &Path) -> io::Result<(tokio::fs::File, u64)> {
-    if let Some(dir) = path.parent().filter(|dir| !dir.as_os_str().is_empty()) {
-        tokio::fs::create_dir_all(dir).await?;
-    }
-    let file = tokio::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .await?;
+    let path = path.to_owned();
+    let file = tokio::task::spawn_blocking(move || {
+        if let Some(dir) = path.parent().filter(|dir| !dir.as_os_str().is_empty()) {
+            crate::private_fs::create_dir(dir)?;
+        }
+        crate::private_fs::append_file(&path)
+    })
+    .await
+    .map_err(io::Error::other)??;
+    let file = tokio::fs::File::from_std(file);
     let len = file.metadata().await?.len();
     Ok((file, len))
 }

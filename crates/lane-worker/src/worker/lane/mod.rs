@@ -78,6 +78,8 @@ pub(crate) struct LaneActor {
     pub(crate) name: String,
     pub(crate) config: Arc<WorkerConfig>,
     pub(crate) http: crate::http::HttpClient,
+    /// Every lease secret the worker holds: masked in what the driver says.
+    pub(crate) leases: crate::secrets::HeldLeases,
     pub(crate) supervisor: ActorRef<SupMsg>,
 }
 

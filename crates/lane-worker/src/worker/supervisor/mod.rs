@@ -94,6 +94,8 @@ pub(crate) struct Supervisor {
     pub(crate) config: Arc<WorkerConfig>,
     /// Shared by the lanes, for task APIs and guest health URLs.
     pub(crate) http: crate::http::HttpClient,
+    /// The lease secrets held, which the lanes mask in what their drivers say.
+    pub(crate) leases: crate::secrets::HeldLeases,
 }
 
 struct InFlight {
@@ -149,6 +151,8 @@ pub(crate) struct SupState {
     disk_low: bool,
     /// The leases this worker holds, on disk for the next process.
     journal: LeaseJournal,
+    /// Their secrets, shared with the lanes (which mask them in driver output).
+    held: crate::secrets::HeldLeases,
     /// Leases a previous process held whose outcome is not in the outbox: forfeited on
     /// register until the coordinator acknowledges them.
     orphans: BTreeMap<AttemptTag, LeaseSecret>,
@@ -175,15 +179,19 @@ impl Supervisor {
         if let Err(e) = state.journal.add(&tag, &f.lease) {
             tracing::warn!(error = %e, attempt = %tag, "cannot journal a held lease");
         }
-        state.in_flight.insert(tag, f);
+        state.held.hold(f.lease.expose());
+        if let Some(old) = state.in_flight.insert(tag, f) {
+            state.held.release(old.lease.expose());
+        }
     }
 
     /// Stops tracking a lease that left this worker.
     fn untrack(state: &mut SupState, tag: &AttemptTag) {
-        if state.in_flight.remove(tag).is_some()
-            && let Err(e) = state.journal.remove(tag)
-        {
-            tracing::warn!(error = %e, attempt = %tag, "cannot remove a lease journal entry");
+        if let Some(f) = state.in_flight.remove(tag) {
+            state.held.release(f.lease.expose());
+            if let Err(e) = state.journal.remove(tag) {
+                tracing::warn!(error = %e, attempt = %tag, "cannot remove a lease journal entry");
+            }
         }
     }
 
@@ -199,6 +207,7 @@ impl Supervisor {
             name: name.to_owned(),
             config: self.config.clone(),
             http: self.http.clone(),
+            leases: self.leases.clone(),
             supervisor: myself.clone(),
         };
         let (lane, _) = Actor::spawn_linked(registered, lane, (), myself.get_cell()).await?;
@@ -385,6 +394,7 @@ impl Actor for Supervisor {
             outbox_broken: false,
             ask_after: BTreeMap::new(),
             journal,
+            held: self.leases.clone(),
             pending,
             repersisting: false,
             // Unknown until the first measurement: no credit is sent before it.
