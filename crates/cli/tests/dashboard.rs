@@ -343,6 +343,36 @@ fn every_route_refuses_the_unauthenticated_and_artifacts_stay_inside() {
 }
 
 /// The Chromium to drive, or `None` (loudly) outside scripts/test.sh; in CI its absence fails.
+/// Guessing through the `Authorization` header counts against the address as guessing at the
+/// login form does: after 20 wrong tokens every request from it gets 429 with a `Retry-After`,
+/// a right token included, until its wait ends. Before, header guesses were never counted and
+/// a locked-out address still got in with the header.
+#[test]
+fn wrong_bearer_tokens_lock_the_address_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = fleet(dir.path());
+    let right = format!("Bearer {CLIENT_TOKEN}");
+    let right = [("Authorization", right.as_str())];
+    assert_eq!(http(&f.ui, "GET", "/", &right, "").status, 200);
+    for i in 0..20 {
+        let wrong = format!("Bearer guess-{i:020}");
+        let a = http(&f.ui, "GET", "/", &[("Authorization", &wrong)], "");
+        assert_eq!(a.status, 303, "guess {i} is sent to the login form");
+    }
+    let form = format!("token={CLIENT_TOKEN}");
+    for (what, method, path, headers, body) in [
+        ("the right token", "GET", "/", &right[..], ""),
+        ("no credentials", "GET", "/login", &[][..], ""),
+        ("an asset", "GET", "/assets/live.js", &[][..], ""),
+        ("the login form", "POST", "/login", &[][..], form.as_str()),
+    ] {
+        let a = http(&f.ui, method, path, headers, body);
+        assert_eq!(a.status, 429, "{what}: {}", a.text());
+        let wait: u64 = a.header("retry-after").unwrap().parse().unwrap();
+        assert!((1..=61).contains(&wait), "{what}: {wait}");
+    }
+}
+
 fn chromium() -> Option<String> {
     let found = browser::chromium();
     if found.is_none() {

@@ -166,12 +166,31 @@ impl Access {
         })
     }
 
+    /// How long `peer` must still wait when it failed too often lately; `None` when it may
+    /// try now. A locked-out peer gets nothing, whatever it sends.
+    pub(crate) fn locked_for(&self, peer: IpAddr) -> Option<Duration> {
+        let failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
+        let (since, n) = failures.get(&peer)?;
+        (*n >= FAILURES)
+            .then(|| FAILURE_WINDOW.checked_sub(since.elapsed()))
+            .flatten()
+    }
+
     /// Whether `peer` may try to log in now (it has not failed too often lately).
     pub(crate) fn may_try(&self, peer: IpAddr) -> bool {
-        let failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
-        failures
-            .get(&peer)
-            .is_none_or(|(since, n)| since.elapsed() >= FAILURE_WINDOW || *n < FAILURES)
+        self.locked_for(peer).is_none()
+    }
+
+    /// Counts a wrong `Authorization: Bearer` token from `peer` as a failed login (a guesser
+    /// would otherwise skip the login form's limit); answers whether it was wrong.
+    pub(crate) fn check_bearer(&self, headers: &HeaderMap, peer: IpAddr) -> bool {
+        match bearer(headers) {
+            Some(token) if !self.open() && self.mark_of(token).is_none() => {
+                self.failed(peer);
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Counts a failed login of `peer`.
@@ -442,6 +461,8 @@ mod tests {
             a.failed(guesser);
         }
         assert!(!a.may_try(guesser));
+        let wait = a.locked_for(guesser).expect("locked out");
+        assert!(wait > Duration::ZERO && wait <= FAILURE_WINDOW, "{wait:?}");
         assert!(
             a.may_try(user),
             "one peer's failures never lock out another"
@@ -455,6 +476,24 @@ mod tests {
         ] {
             assert!(!code_shape_ok(bad), "{bad}");
         }
+    }
+
+    #[test]
+    fn wrong_bearer_tokens_count_as_failed_logins() {
+        let a = access(&["client-token-for-tests"]);
+        let peer: IpAddr = "10.0.0.3".parse().unwrap();
+        let right = with("authorization", "Bearer client-token-for-tests");
+        let wrong = with("authorization", "Bearer guess-0000000000000");
+        assert!(!a.check_bearer(&right, peer));
+        assert!(!a.check_bearer(&HeaderMap::new(), peer));
+        for _ in 0..FAILURES {
+            assert!(a.may_try(peer));
+            assert!(a.check_bearer(&wrong, peer));
+        }
+        assert!(a.locked_for(peer).is_some());
+        // Nothing is counted on an open dashboard, which reads no token.
+        let open = access(&[]);
+        assert!(!open.check_bearer(&wrong, peer));
     }
 
     #[test]

@@ -21,6 +21,7 @@ mod grid;
 mod html;
 mod ledger;
 mod live;
+mod lockout;
 mod login;
 mod pages;
 mod tls;
@@ -311,6 +312,10 @@ fn router(d: Arc<Dashboard>) -> Router {
             get(artifacts::serve),
         )
         .fallback(not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            d.clone(),
+            lockout::guard,
+        ))
         .layer(axum::middleware::map_response(security_headers))
         .with_state(d)
 }
