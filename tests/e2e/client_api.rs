@@ -247,6 +247,149 @@ async fn a_stream_over_the_client_message_limit_is_refused_whole() {
     assert_eq!(err.code(), Code::NotFound);
 }
 
+/// `TaskSpec`, `SubmitRequest` and `SubmitChunk` with their text fields as `bytes`: the same
+/// wire format, so a test can send what a careless client could, text that is not UTF-8.
+#[derive(Clone, PartialEq, prost::Message)]
+struct RawTaskSpec {
+    #[prost(string, tag = "1")]
+    id: String,
+    #[prost(bytes = "vec", tag = "7")]
+    payload_json: Vec<u8>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct RawSubmitRequest {
+    #[prost(bytes = "vec", optional, tag = "1")]
+    spec_json: Option<Vec<u8>>,
+    #[prost(message, repeated, tag = "2")]
+    tasks: Vec<RawTaskSpec>,
+    #[prost(bytes = "vec", optional, tag = "3")]
+    campaign_toml: Option<Vec<u8>>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct RawSubmitChunk {
+    #[prost(message, optional, tag = "1")]
+    header: Option<RawSubmitRequest>,
+}
+
+/// Sends `raw` as a Submit (or, with `stream`, as the header of a SubmitStream).
+async fn submit_raw(url: &str, raw: RawSubmitRequest, stream: bool) -> tonic::Status {
+    use tonic::codegen::http::uri::PathAndQuery;
+    let channel = tonic::service::interceptor::InterceptedService::new(
+        channel(url).await,
+        Bearer(Some(CLIENT_TOKEN.to_owned())),
+    );
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready().await.unwrap();
+    let answer = if stream {
+        let codec = tonic_prost::ProstCodec::<RawSubmitChunk, pb::SubmitResponse>::default();
+        let chunk = RawSubmitChunk { header: Some(raw) };
+        let path = PathAndQuery::from_static("/lanes.v1.CampaignService/SubmitStream");
+        grpc.client_streaming(
+            tonic::Request::new(tokio_stream::iter([chunk])),
+            path,
+            codec,
+        )
+        .await
+    } else {
+        let codec = tonic_prost::ProstCodec::<RawSubmitRequest, pb::SubmitResponse>::default();
+        let path = PathAndQuery::from_static("/lanes.v1.CampaignService/Submit");
+        grpc.unary(tonic::Request::new(raw), path, codec).await
+    };
+    answer.expect_err("text that is not UTF-8 is refused")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn text_that_is_not_utf8_is_invalid_argument_naming_the_field() {
+    let e = env().await;
+    let url = e.coord.url();
+    let bad = b"{\"id\": \"caf\xe9\"}".to_vec();
+    let json = r#"{"id": "utf8", "phase1_runs": 1, "schedule_seed": 5,
+                   "arms": [{"id": "a"}], "driver": {"kind": {"sim": {}}}}"#;
+    let task = |payload_json: Vec<u8>| RawTaskSpec {
+        id: "t0".into(),
+        payload_json,
+    };
+    let cases = [
+        (
+            "spec_json",
+            RawSubmitRequest {
+                spec_json: Some(bad.clone()),
+                tasks: vec![task(b"{}".to_vec())],
+                campaign_toml: None,
+            },
+        ),
+        (
+            "campaign_toml",
+            RawSubmitRequest {
+                spec_json: None,
+                tasks: vec![task(b"{}".to_vec())],
+                campaign_toml: Some(b"id = \"caf\xe9\"".to_vec()),
+            },
+        ),
+        (
+            "payload_json",
+            RawSubmitRequest {
+                spec_json: Some(json.as_bytes().to_vec()),
+                tasks: vec![task(bad.clone())],
+                campaign_toml: None,
+            },
+        ),
+    ];
+    for stream in [false, true] {
+        for (field, raw) in cases.clone() {
+            let err = submit_raw(&url, raw, stream).await;
+            assert_eq!(
+                err.code(),
+                Code::InvalidArgument,
+                "{field} (stream: {stream}): {err:?}"
+            );
+            assert!(
+                err.message().contains(field) && err.message().contains("UTF-8"),
+                "{field} (stream: {stream}): {}",
+                err.message()
+            );
+        }
+    }
+    // Nothing was stored, and the same spec in valid text goes through.
+    let mut c = client(&url, Some(CLIENT_TOKEN)).await;
+    let err = trials_of(&mut c, "utf8").await.unwrap_err();
+    assert_eq!(err.code(), Code::NotFound);
+    let r = c
+        .submit(pb::SubmitRequest {
+            spec: Some(Spec::SpecJson(json.into())),
+            tasks: tasks(1),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.id, "utf8");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_twice_in_spec_json_is_a_field_violation() {
+    let e = env().await;
+    let mut c = client(&e.coord.url(), Some(CLIENT_TOKEN)).await;
+    let json = r#"{"id": "first", "phase1_runs": 1, "schedule_seed": 5,
+                   "arms": [{"id": "a"}], "driver": {"kind": {"sim": {}}}, "id": "second"}"#;
+    let err = c
+        .submit(pb::SubmitRequest {
+            spec: Some(Spec::SpecJson(json.into())),
+            tasks: tasks(1),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    let v = &err.get_details_bad_request().unwrap().field_violations[0];
+    assert_eq!(v.field, "spec_json.id");
+    assert!(v.description.contains("duplicate key"), "{}", v.description);
+    for id in ["first", "second"] {
+        let err = trials_of(&mut c, id).await.unwrap_err();
+        assert_eq!(err.code(), Code::NotFound, "{id}");
+    }
+}
+
 async fn list_services(url: &str, token: Option<&str>) -> Result<Vec<String>, tonic::Status> {
     let mut r = ServerReflectionClient::with_interceptor(
         channel(url).await,

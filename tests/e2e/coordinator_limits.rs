@@ -194,6 +194,25 @@ async fn fields_over_their_limits_are_refused_naming_the_field_and_the_limit() {
                 ..outcome()
             },
         ),
+        // Figures no attempt can have: they would poison the spend and the budget gate.
+        (
+            "outcome.cost_usd: cost_usd must be a finite number from 0 to 10000 USD, got 1e308",
+            pb::Outcome {
+                cost_usd: Some(1e308),
+                ..outcome()
+            },
+        ),
+        (
+            "outcome.tokens.input: tokens.input is 18446744073709551615, over the maximum of \
+             10000000000",
+            pb::Outcome {
+                tokens: Some(pb::Tokens {
+                    input: u64::MAX,
+                    ..Default::default()
+                }),
+                ..outcome()
+            },
+        ),
     ];
     for (want, o) in oversized {
         l.send(In::Outcome(o)).await;
@@ -338,6 +357,43 @@ async fn a_campaign_whose_run_groups_exceed_the_lane_message_limit_is_refused() 
         Msg::Assignment(a) => assert_eq!(a.trials.len(), 1),
         other => panic!("expected an assignment, got {other:?}"),
     }
+}
+
+/// A resume refused for every task of a big campaign: the refusal lists the first conflicts and
+/// counts the rest, so it fits the status's trailers (in full it overflowed a client's metadata
+/// limit, and the client saw RESOURCE_EXHAUSTED instead of the refusal).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_resume_refused_for_thousands_of_conflicts_fits_its_status() {
+    use prost::Message as _;
+    let e = env(test_config()).await;
+    let mut c = client(&e.coord.url(), Some(CLIENT_TOKEN)).await;
+    let mut r = submit_request(&small_campaign("drift", 3_000, ""));
+    c.submit(r.clone()).await.unwrap();
+    for t in &mut r.tasks {
+        t.payload_json = format!("{{\"changed\":\"{}\"}}", t.id);
+    }
+    let err = c.submit(r).await.unwrap_err();
+    refused(
+        &err,
+        Code::FailedPrecondition,
+        &[
+            "resume refused: tasks[T0].payload_sha256: recorded ",
+            " more",
+        ],
+    );
+    assert!(
+        err.message().len() + err.details().len() <= 6 * 1024,
+        "{} bytes of message and {} of details",
+        err.message().len(),
+        err.details().len()
+    );
+    let details = pb::SubmitResponse::decode(err.details()).unwrap();
+    assert!(
+        (1..=50).contains(&details.conflicts.len()),
+        "{} conflicts in the details",
+        details.conflicts.len()
+    );
+    assert_eq!(details.conflicts[0].field, "tasks[T0].payload_sha256");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

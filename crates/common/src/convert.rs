@@ -14,6 +14,7 @@ use crate::row::{
 use crate::spec::env::check_name;
 use crate::spec::{Campaign, Payload, Task};
 use crate::state::{CampaignState, RenewState, StopMode, StopReason};
+use crate::strict_json;
 
 /// A wire message that does not convert to the domain.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -468,6 +469,7 @@ impl TryFrom<pb::Outcome> for Outcome {
                 OutcomeError::Score { .. } => "outcome.score".to_owned(),
                 OutcomeError::Kind { .. } => "outcome.failure_kind".to_owned(),
                 OutcomeError::Number { field, .. } => format!("outcome.{field}"),
+                OutcomeError::Figure(f) => format!("outcome.{}", f.field()),
             };
             ConvertError::new(field, e.to_string())
         })
@@ -521,10 +523,13 @@ pub fn task_from_wire(i: usize, t: pb::TaskSpec) -> Result<Task, ConvertError> {
     let value: serde_json::Value = if t.payload_json.is_empty() {
         serde_json::Value::Object(Default::default())
     } else {
-        serde_json::from_str(&t.payload_json)
-            .map_err(|e| ConvertError::new(field("payload_json"), e.to_string()))?
+        // Strictly: serde_json would keep the last of a repeated key.
+        strict_json::from_str(&t.payload_json).map_err(|e| match e.path() {
+            Some(path) => ConvertError::new(field(&format!("payload_json.{path}")), e.to_string()),
+            None => ConvertError::new(field("payload_json"), e.to_string()),
+        })?
     };
-    let payload = Payload::new(&value)
+    let payload = Payload::from_client(&value)
         .map_err(|e| ConvertError::new(field("payload_json"), e.to_string()))?;
     Ok(Task {
         id,

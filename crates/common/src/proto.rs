@@ -4,6 +4,8 @@
 #[allow(unreachable_pub, clippy::all, clippy::pedantic, missing_docs)]
 pub mod v1 {
     tonic::include_proto!("lanes.v1");
+    // The servers, built apart with `crate::request_codec` (see build.rs).
+    include!(concat!(env!("OUT_DIR"), "/servers/lanes.v1.rs"));
 }
 
 pub use v1::*;

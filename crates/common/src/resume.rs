@@ -7,10 +7,14 @@
 //! only grows (tasks appended, more runs). Operational options may always change.
 
 use std::collections::{BTreeSet, HashMap};
+use std::fmt;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::limits::{
+    MAX_REFUSAL_BYTES, MAX_REFUSAL_ITEMS, MAX_REFUSAL_TEXT_BYTES, cut_quoted, status_bytes,
+};
 use crate::schedule::{self, Trial};
 use crate::spec::{Campaign, CampaignSpec, DriverConfig, DriverKind, Task};
 use crate::spec_hash::{measured_header, task_line};
@@ -23,6 +27,65 @@ pub struct Conflict {
     pub field: String,
     pub recorded: String,
     pub submitted: String,
+}
+
+/// A refused resume in words that fit a gRPC status, whose message and details travel in its
+/// trailers: the first conflicts, each text cut to [`MAX_REFUSAL_TEXT_BYTES`], at most
+/// [`MAX_REFUSAL_ITEMS`] of them in about [`MAX_REFUSAL_BYTES`]; the rest are counted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub listed: Vec<Conflict>,
+    /// Conflicts beyond `listed`.
+    pub more: usize,
+}
+
+impl Refusal {
+    pub fn new(conflicts: Vec<Conflict>) -> Self {
+        let total = conflicts.len();
+        let mut listed = Vec::new();
+        let mut bytes = 0;
+        for mut c in conflicts {
+            for text in [&mut c.field, &mut c.recorded, &mut c.submitted] {
+                cut_quoted(text, MAX_REFUSAL_TEXT_BYTES);
+            }
+            let n = status_bytes(&c.field)
+                + status_bytes(&c.recorded)
+                + status_bytes(&c.submitted)
+                + "; : recorded , submitted ".len();
+            // The first always fits, so a refusal never comes without a reason.
+            if !listed.is_empty()
+                && (listed.len() == MAX_REFUSAL_ITEMS || bytes + n > MAX_REFUSAL_BYTES)
+            {
+                break;
+            }
+            bytes += n;
+            listed.push(c);
+        }
+        Self {
+            more: total - listed.len(),
+            listed,
+        }
+    }
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("resume refused: ")?;
+        for (i, c) in self.listed.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            write!(
+                f,
+                "{}: recorded {}, submitted {}",
+                c.field, c.recorded, c.submitted
+            )?;
+        }
+        if self.more > 0 {
+            write!(f, "; and {} more", self.more)?;
+        }
+        Ok(())
+    }
 }
 
 /// What an accepted resubmission does.

@@ -460,6 +460,10 @@ pub enum OutcomeError {
     /// A number that must be finite and in range is not.
     #[error("{field} must be a finite number in range, got {value}")]
     Number { field: &'static str, value: f64 },
+    /// A cost or token count no attempt can have (`limits::MAX_ATTEMPT_COST_USD`,
+    /// `limits::MAX_ATTEMPT_TOKENS`).
+    #[error(transparent)]
+    Figure(#[from] crate::limits::FigureError),
 }
 
 impl Outcome {
@@ -527,20 +531,52 @@ impl Outcome {
                 kind: self.failure_kind,
             });
         }
+        // The phase walls too: a row is JSON, which has no NaN or infinity (a `null` there
+        // made the row unreadable), and a wall is a duration (found by fuzzing).
+        let w = &self.walls;
         for (field, value) in [
             ("score", self.score),
-            ("cost_usd", self.cost_usd),
-            ("gate.cost_usd", self.gate.as_ref().and_then(|g| g.cost_usd)),
             (
                 "quota.utilisation",
                 self.quota.as_ref().map(|q| q.utilisation),
             ),
+            ("walls.admit_s", Some(w.admit_s)),
+            ("walls.boot_s", Some(w.boot_s)),
+            ("walls.reset_s", Some(w.reset_s)),
+            ("walls.gate_s", Some(w.gate_s)),
+            ("walls.agent_s", Some(w.agent_s)),
+            ("walls.evaluate_s", Some(w.evaluate_s)),
+            ("walls.publish_s", Some(w.publish_s)),
         ] {
             if let Some(v) = value
                 && (!v.is_finite() || v < 0.0)
             {
                 return Err(OutcomeError::Number { field, value: v });
             }
+        }
+        // A check's score, for the same reason: JSON would write a NaN as `null`.
+        if let Some(v) = self
+            .checks
+            .iter()
+            .filter_map(|c| c.score)
+            .find(|v| !v.is_finite())
+        {
+            return Err(OutcomeError::Number {
+                field: "checks.score",
+                value: v,
+            });
+        }
+        // Bounded, so one attempt cannot swamp the spend, the budget gate and the report.
+        for (field, value) in [
+            ("cost_usd", self.cost_usd),
+            ("gate.cost_usd", self.gate.as_ref().and_then(|g| g.cost_usd)),
+        ] {
+            if let Some(v) = value {
+                crate::limits::check_cost_usd(field, v)?;
+            }
+        }
+        if let Some(t) = &self.tokens {
+            crate::limits::check_tokens(t)?;
         }
         if let Some(text) = &mut self.final_text {
             truncate_chars(text, FINAL_TEXT_MAX_CHARS);

@@ -8,15 +8,18 @@ use std::path::Path;
 use std::sync::LazyLock;
 
 use crate::convert::task_from_wire;
+use crate::limits::{
+    MAX_REFUSAL_BYTES, MAX_REFUSAL_ITEMS, MAX_REFUSAL_TEXT_BYTES, cut_quoted, status_bytes,
+};
 use crate::proto as pb;
 use crate::spec::{Campaign, CampaignSpec, SpecErrorKind, Task, json_schema, shape_violations};
 use crate::spec::{MAX_TASKS, load_sent_str, validate_tasks};
+use crate::strict_json;
 
 /// At most this many violations are kept, in at most this many bytes of text; the rest are
-/// counted. They travel twice in the status's trailers (the message and the details), and
-/// gRPC clients refuse trailers much over 8 KiB.
-const MAX_VIOLATIONS: usize = 50;
-const MAX_VIOLATION_BYTES: usize = 2048;
+/// counted (they travel in the status's trailers: see the limits).
+const MAX_VIOLATIONS: usize = MAX_REFUSAL_ITEMS;
+const MAX_VIOLATION_BYTES: usize = MAX_REFUSAL_BYTES;
 
 /// The spec's schema, built once: the shape check reads it on every `spec_json` submit.
 static SCHEMA: LazyLock<serde_json::Value> = LazyLock::new(json_schema);
@@ -69,8 +72,10 @@ struct Violations {
 
 impl Violations {
     fn push(&mut self, field: impl Into<String>, description: impl Into<String>) {
-        let (field, description) = (field.into(), description.into());
-        let bytes = field.len() + description.len();
+        let (mut field, description) = (field.into(), description.into());
+        // A field may quote a client's JSON key.
+        cut_quoted(&mut field, MAX_REFUSAL_TEXT_BYTES);
+        let bytes = status_bytes(&field) + status_bytes(&description);
         // The first always fits (cut if need be), so a refusal never comes without a reason.
         if !self.list.is_empty()
             && (self.list.len() == MAX_VIOLATIONS || self.bytes + bytes > MAX_VIOLATION_BYTES)
@@ -80,14 +85,7 @@ impl Violations {
         }
         self.bytes += bytes;
         let mut description = description;
-        if description.len() > MAX_VIOLATION_BYTES {
-            let mut cut = MAX_VIOLATION_BYTES;
-            while !description.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            description.truncate(cut);
-            description.push('…');
-        }
+        cut_quoted(&mut description, MAX_VIOLATION_BYTES);
         self.list.push(Violation { field, description });
     }
 
@@ -183,14 +181,17 @@ type Parsed = (CampaignSpec, Option<Vec<Task>>);
 /// `spec_json`: every missing or unknown key first, then serde's types, then the rules.
 fn from_json(json: &str, v: &mut Violations) -> Option<Parsed> {
     let field = |f: &str| format!("spec_json.{f}");
-    let mut value: serde_json::Value = match serde_json::from_str(json) {
+    let mut value = match strict_json::from_str(json) {
         Ok(value @ serde_json::Value::Object(_)) => value,
         Ok(_) => {
             v.push("spec_json", "must be a JSON object");
             return None;
         }
         Err(e) => {
-            v.push("spec_json", format!("bad JSON: {e}"));
+            match e.path() {
+                Some(path) => v.push(field(&path), e.to_string()),
+                None => v.push("spec_json", format!("bad JSON: {e}")),
+            }
             return None;
         }
     };

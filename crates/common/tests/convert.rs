@@ -327,6 +327,71 @@ fn numbers_out_of_range_are_refused() {
     assert_eq!(wire_err(to_wire(&o)).field, "outcome.quota.utilisation");
 }
 
+#[test]
+fn driver_figures_over_their_per_attempt_maxima_are_refused() {
+    use lanes_common::limits::{MAX_ATTEMPT_COST_USD, MAX_ATTEMPT_TOKENS};
+    use lanes_common::row::{GateRecord, GateVerdict};
+    // One attempt reporting 1e308 USD or u64::MAX tokens would poison the campaign's spend,
+    // its budget gate and its report.
+    let mut o = full_outcome();
+    o.cost_usd = Some(MAX_ATTEMPT_COST_USD);
+    o.tokens = Some(TokenUsage {
+        input: MAX_ATTEMPT_TOKENS,
+        output: MAX_ATTEMPT_TOKENS,
+        cache_read: MAX_ATTEMPT_TOKENS,
+        cache_write: MAX_ATTEMPT_TOKENS,
+    });
+    assert_eq!(
+        from_wire(to_wire(&o)).unwrap(),
+        o,
+        "the maxima themselves are taken"
+    );
+    for cost in [
+        1e308,
+        MAX_ATTEMPT_COST_USD * 1.001,
+        f64::INFINITY,
+        f64::NAN,
+        -0.5,
+    ] {
+        let mut o = full_outcome();
+        o.cost_usd = Some(cost);
+        let e = wire_err(to_wire(&o));
+        assert_eq!(e.field, "outcome.cost_usd", "{cost}: {e}");
+        let mut o = full_outcome();
+        o.gate = Some(GateRecord {
+            verdict: GateVerdict::Proceed,
+            reason: None,
+            turns: 1,
+            cost_usd: Some(cost),
+        });
+        let e = wire_err(to_wire(&o));
+        assert_eq!(e.field, "outcome.gate.cost_usd", "{cost}: {e}");
+    }
+    let e = {
+        let mut o = full_outcome();
+        o.cost_usd = Some(1e308);
+        wire_err(to_wire(&o))
+    };
+    assert!(
+        e.reason.contains("10000"),
+        "the message gives the maximum: {e}"
+    );
+    for (count, set) in [
+        (
+            "input",
+            (|t: &mut TokenUsage| t.input = u64::MAX) as fn(&mut TokenUsage),
+        ),
+        ("output", |t| t.output = MAX_ATTEMPT_TOKENS + 1),
+        ("cache_read", |t| t.cache_read = u64::MAX),
+        ("cache_write", |t| t.cache_write = u64::MAX),
+    ] {
+        let mut o = full_outcome();
+        set(o.tokens.as_mut().unwrap());
+        let e = wire_err(to_wire(&o));
+        assert_eq!(e.field, format!("outcome.tokens.{count}"), "{e}");
+    }
+}
+
 // ---- rows ------------------------------------------------------------------------------------
 
 fn store_fields(seq: u64) -> StoreFields {
@@ -446,7 +511,7 @@ proptest! {
     /// Costs, scores and walls are arbitrary floats: the ledger's JSON must keep them exactly.
     #[test]
     fn row_floats_survive_the_wire(
-        cost in 0.0f64..1e6,
+        cost in 0.0f64..=lanes_common::limits::MAX_ATTEMPT_COST_USD,
         score in 0.0f64..1.0,
         agent_s in 0.0f64..1e5,
         utilisation in 0.0f64..1.5,

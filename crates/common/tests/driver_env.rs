@@ -92,3 +92,59 @@ fn a_driver_is_named_like_an_id_and_is_one_of_name_command_sim() {
     let req = pb::SubmitRequest::try_from(&c).unwrap();
     assert_eq!(Campaign::try_from(req).unwrap().spec, c.spec);
 }
+
+#[test]
+fn an_env_over_its_limits_is_refused_naming_the_entry_and_the_limit() {
+    use lanes_common::limits::{
+        MAX_DRIVER_ENV, MAX_DRIVER_ENV_NAME_BYTES, MAX_DRIVER_ENV_VALUE_BYTES,
+    };
+    // 20,000 entries and a 1 MiB value used to be taken, then copied into every assignment.
+    let entries = |n: usize| -> String { (0..n).map(|i| format!("V{i} = \"x\"\n")).collect() };
+    let c = load(&format!(
+        "command = [\"d\"]\n[driver.env]\n{}",
+        entries(MAX_DRIVER_ENV)
+    ))
+    .unwrap();
+    assert_eq!(c.spec.driver.env.len(), MAX_DRIVER_ENV);
+    let e = load(&format!(
+        "command = [\"d\"]\n[driver.env]\n{}",
+        entries(MAX_DRIVER_ENV + 1)
+    ))
+    .unwrap_err();
+    assert_eq!(e.field, "driver.env");
+    assert!(e.line.is_some(), "{e}");
+    assert!(e.to_string().contains("more than 256 env variables"), "{e}");
+
+    let big = "v".repeat(MAX_DRIVER_ENV_VALUE_BYTES + 1);
+    let e = load(&format!("command = [\"d\"]\nenv = {{ BIG = \"{big}\" }}")).unwrap_err();
+    assert_eq!(e.field, "driver.env.BIG");
+    assert!(
+        e.to_string()
+            .contains("is 4097 bytes, over the limit of 4096 bytes"),
+        "{e}"
+    );
+    let name = "N".repeat(MAX_DRIVER_ENV_NAME_BYTES + 1);
+    let e = load(&format!("command = [\"d\"]\nenv = {{ {name} = \"x\" }}")).unwrap_err();
+    assert!(
+        e.to_string().contains("257 bytes, over the limit of 256"),
+        "{e}"
+    );
+
+    // A submitted spec is held to the same limits.
+    let e = submit_with_env("BIG", &big).unwrap_err();
+    assert!(
+        e.contains("spec_json.driver.env.BIG") && e.contains("over the limit of 4096 bytes"),
+        "{e}"
+    );
+    let mut c = load("command = [\"d\"]").unwrap();
+    c.spec.driver.env = (0..20_000)
+        .map(|i| (format!("V{i}"), "x".to_owned()))
+        .collect();
+    let e = Campaign::try_from(pb::SubmitRequest::try_from(&c).unwrap())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("spec_json.driver.env") && e.contains("more than 256 env variables"),
+        "{e}"
+    );
+}

@@ -524,3 +524,47 @@ fn a_driver_change_is_refused_naming_the_field() {
         ("set", "set to another value")
     );
 }
+
+#[test]
+fn a_refusal_of_thousands_of_conflicts_lists_the_first_and_counts_the_rest() {
+    use lanes_common::limits::{MAX_REFUSAL_BYTES, MAX_REFUSAL_ITEMS};
+    use lanes_common::resume::Refusal;
+    // A refusal travels in a gRPC status: 20,000 conflicts in full overflowed a client's
+    // metadata limit, and the client saw RESOURCE_EXHAUSTED instead of the refusal.
+    let conflicts: Vec<Conflict> = (0..20_000)
+        .map(|i| Conflict {
+            field: format!("tasks[T{i}].payload_sha256"),
+            recorded: "a".repeat(64),
+            submitted: "b".repeat(64),
+        })
+        .collect();
+    let r = Refusal::new(conflicts.clone());
+    assert_eq!(r.listed[..], conflicts[..r.listed.len()]);
+    assert!(r.listed.len() <= MAX_REFUSAL_ITEMS);
+    assert_eq!(r.listed.len() + r.more, conflicts.len());
+    let shown = r.to_string();
+    assert!(shown.starts_with("resume refused: tasks[T0].payload_sha256: recorded aaa"));
+    assert!(
+        shown.ends_with(&format!("; and {} more", r.more)),
+        "{shown}"
+    );
+    assert!(
+        shown.len() <= 2 * MAX_REFUSAL_BYTES,
+        "{} bytes",
+        shown.len()
+    );
+
+    // One huge value is cut, never dropped: a refusal always says why.
+    let r = Refusal::new(vec![Conflict {
+        field: "arms[0].config.prompt".into(),
+        recorded: "x".repeat(60_000),
+        submitted: "y".repeat(60_000),
+    }]);
+    assert_eq!((r.listed.len(), r.more), (1, 0));
+    let shown = r.to_string();
+    assert!(
+        shown.contains("arms[0].config.prompt: recorded xxx"),
+        "{shown}"
+    );
+    assert!(shown.len() <= MAX_REFUSAL_BYTES, "{} bytes", shown.len());
+}

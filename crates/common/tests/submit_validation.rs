@@ -9,7 +9,7 @@ use std::path::Path;
 
 use lanes_common::proto as pb;
 use lanes_common::spec::{self, Campaign, DriverKind, SimFault, SpecErrorKind};
-use lanes_common::submit::Violation;
+use lanes_common::submit::{SubmitAssembly, Violation};
 
 const VALID: &str = r#"id = "valid-campaign"
 phase1_runs = 2
@@ -365,6 +365,11 @@ fn cases() -> Vec<Case> {
             |_, r| r.tasks[1].payload_json = format!("{{\"x\":\"{}\"}}", "y".repeat(70_000)),
         ),
         case(
+            "payload not an object",
+            edit("payload = { x = 1 }", "payload = [1, 2]"),
+            |_, r| r.tasks[1].payload_json = "[1,2]".into(),
+        ),
+        case(
             "campaign id",
             edit("id = \"valid-campaign\"", "id = \"Valid_Campaign\""),
             |_, r| {
@@ -450,4 +455,81 @@ fn a_submit_refuses_what_the_loader_refuses() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The first violation of a refused submit.
+fn first_violation(r: pb::SubmitRequest) -> Violation {
+    match Campaign::try_from(r) {
+        Ok(_) => panic!("the submit was taken"),
+        Err(e) => e.violations[0].clone(),
+    }
+}
+
+#[test]
+fn a_key_twice_in_spec_json_or_a_payload_is_refused_naming_the_key_and_its_path() {
+    let valid = load(VALID).unwrap();
+    // At the top level: the last `id` used to win, changing the campaign's id.
+    let mut r = wire(&valid);
+    let json = spec_json(&mut r);
+    *json = json.replacen('{', "{\"id\":\"other-campaign\",", 1);
+    let v = first_violation(r);
+    assert_eq!(v.field, "spec_json.id", "{v:?}");
+    assert!(v.description.contains("duplicate key \"id\""), "{v:?}");
+
+    // At any depth: an arm's config.
+    let mut r = wire(&valid);
+    let json = spec_json(&mut r);
+    assert!(json.contains("\"model\":\"m\""), "{json}");
+    *json = json.replacen("\"model\":\"m\"", "\"model\":\"m\",\"model\":\"n\"", 1);
+    let v = first_violation(r);
+    assert_eq!(v.field, "spec_json.arms[0].config.model", "{v:?}");
+    assert!(v.description.contains("duplicate key \"model\""), "{v:?}");
+
+    // A task's payload_json, sent whole or in a stream chunk.
+    let mut r = wire(&valid);
+    r.tasks[1].payload_json = r#"{"x":1,"y":[{"z":1,"z":2}]}"#.into();
+    let v = first_violation(r.clone());
+    assert_eq!(v.field, "tasks[1].payload_json.y[0].z", "{v:?}");
+    assert!(v.description.contains("duplicate key \"z\""), "{v:?}");
+    let tasks = std::mem::take(&mut r.tasks);
+    let mut stream = SubmitAssembly::new(usize::MAX);
+    stream
+        .push(pb::SubmitChunk {
+            chunk: Some(pb::submit_chunk::Chunk::Header(r)),
+        })
+        .unwrap();
+    stream
+        .push(pb::SubmitChunk {
+            chunk: Some(pb::submit_chunk::Chunk::Tasks(pb::TaskChunk { tasks })),
+        })
+        .unwrap();
+    let e = stream.finish().unwrap_err();
+    assert_eq!(e.violations[0].field, "tasks[1].payload_json.y[0].z", "{e}");
+}
+
+#[test]
+fn a_payload_json_that_is_not_an_object_is_refused() {
+    let valid = load(VALID).unwrap();
+    for bad in ["[1,2]", "3", "null", "\"s\""] {
+        let mut r = wire(&valid);
+        r.tasks[1].payload_json = bad.into();
+        let v = first_violation(r);
+        assert_eq!(v.field, "tasks[1].payload_json", "{bad}: {v:?}");
+        assert!(
+            v.description.contains("must be a JSON object"),
+            "{bad}: {v:?}"
+        );
+    }
+}
+
+#[test]
+fn nan_in_a_campaign_toml_is_refused_naming_its_line() {
+    let text = edit("payload = { x = 1 }", "payload = { x = nan }");
+    let v = first_violation(pb::SubmitRequest {
+        spec: Some(pb::submit_request::Spec::CampaignToml(text)),
+        tasks: Vec::new(),
+    });
+    assert_eq!(v.field, "campaign_toml.tasks.items[1].payload.x", "{v:?}");
+    assert!(v.description.starts_with("line 20: "), "{v:?}");
+    assert!(v.description.contains("not nan"), "{v:?}");
 }

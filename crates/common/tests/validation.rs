@@ -419,6 +419,76 @@ fn inline_payload_over_64_kib() {
 }
 
 #[test]
+fn nan_or_inf_in_a_payload_or_an_arm_config_is_refused_on_its_line() {
+    // TOML has nan and inf, JSON has neither: they used to be stored as null.
+    let text = edit(
+        VALID,
+        "payload = { x = 1 }",
+        "payload = { x = 1, deep = { f = nan } }",
+    );
+    let e = load_err(&text);
+    assert_place(
+        &e,
+        Path::new(FILE),
+        Some(20),
+        "tasks.items[1].payload.deep.f",
+    );
+    assert!(e.to_string().contains("not nan"), "{e}");
+
+    let text = edit(
+        VALID,
+        "config = { model = \"m\" }",
+        "config = { model = \"m\", t = [1.0, -inf] }",
+    );
+    let e = load_err(&text);
+    assert_place(&e, Path::new(FILE), Some(12), "arms[0].config.t[1]");
+    assert!(e.to_string().contains("not -inf"), "{e}");
+
+    // A tasks file cannot carry one either: JSON has no NaN, and 1e999 is out of range.
+    for bad in ["1e999", "NaN", "-Infinity"] {
+        let f = WithTasksFile::new(&format!(
+            "{{\"id\":\"t1\"}}\n{{\"id\":\"t2\",\"payload\":{{\"x\":{bad}}}}}\n"
+        ));
+        let e = f.load_err();
+        assert_place(&e, &f.tasks, Some(2), "tasks");
+    }
+}
+
+#[test]
+fn a_payload_that_is_not_an_object_is_refused_on_its_line() {
+    let text = edit(VALID, "payload = { x = 1 }", "payload = [1, 2]");
+    let e = load_err(&text);
+    assert_place(&e, Path::new(FILE), Some(20), "tasks.items[1].payload");
+    assert!(e.to_string().contains("must be a JSON object"), "{e}");
+    for bad in ["[1,2]", "3", "\"s\"", "true"] {
+        let f = WithTasksFile::new(&format!(
+            "{{\"id\":\"t1\"}}\n{{\"id\":\"t2\",\"payload\":{bad}}}\n"
+        ));
+        let e = f.load_err();
+        assert_place(&e, &f.tasks, Some(2), "payload");
+        assert!(
+            e.to_string().contains("must be a JSON object"),
+            "{bad}: {e}"
+        );
+    }
+}
+
+#[test]
+fn a_key_twice_in_a_tasks_file_payload_is_refused_on_its_line() {
+    // serde_json keeps the last value of a repeated key without a word.
+    let f = WithTasksFile::new(
+        "{\"id\":\"t1\"}\n{\"id\":\"t2\",\"payload\":{\"a\":{\"k\":1,\"k\":2}}}\n",
+    );
+    let e = f.load_err();
+    assert_place(&e, &f.tasks, Some(2), "tasks");
+    let shown = e.to_string();
+    assert!(
+        shown.contains("duplicate key \"k\"") && shown.contains("payload.a"),
+        "{shown}"
+    );
+}
+
+#[test]
 fn missing_tasks_file() {
     let f = WithTasksFile::new("{\"id\":\"t1\"}\n");
     std::fs::remove_file(&f.tasks).unwrap();

@@ -6,13 +6,15 @@ use tonic::{Code, Status};
 use lanes_common::convert::ConvertError;
 use lanes_common::limits::LimitError;
 use lanes_common::proto as pb;
+use lanes_common::resume::Refusal;
 use lanes_common::submit::SubmitInvalid;
 use tonic_types::{ErrorDetails, FieldViolation, StatusExt};
 
 use crate::store::StoreError;
 
 /// The status for a store error. A refused resume carries its conflicts in the details, as an
-/// encoded `SubmitResponse`.
+/// encoded `SubmitResponse`: the first of them, like the message (`Refusal`), so that both fit
+/// the trailers a client accepts.
 pub(crate) fn from_store(e: StoreError) -> Status {
     let message = e.to_string();
     match e {
@@ -21,25 +23,14 @@ pub(crate) fn from_store(e: StoreError) -> Status {
         StoreError::StaleToken(_) => Status::failed_precondition(message),
         StoreError::ForeignToken(..) => Status::invalid_argument(message),
         StoreError::Refused(conflicts) => {
-            let listed: Vec<String> = conflicts
-                .iter()
-                .map(|c| {
-                    format!(
-                        "{}: recorded {}, submitted {}",
-                        c.field, c.recorded, c.submitted
-                    )
-                })
-                .collect();
+            let refusal = Refusal::new(conflicts);
+            let message = refusal.to_string();
             let details = pb::SubmitResponse {
-                conflicts: conflicts.into_iter().map(Into::into).collect(),
+                conflicts: refusal.listed.into_iter().map(Into::into).collect(),
                 ..Default::default()
             }
             .encode_to_vec();
-            Status::with_details(
-                Code::FailedPrecondition,
-                format!("resume refused: {}", listed.join("; ")),
-                details.into(),
-            )
+            Status::with_details(Code::FailedPrecondition, message, details.into())
         }
         StoreError::InvalidOutcome(_) => Status::invalid_argument(message),
         StoreError::Active(..) => Status::failed_precondition(message),

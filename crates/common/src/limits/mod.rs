@@ -45,6 +45,12 @@ pub const MAX_SECRET_KEY_BYTES: usize = 256;
 pub const MAX_PINS: usize = 64;
 pub const MAX_PIN_KEY_BYTES: usize = 256;
 pub const MAX_PIN_VALUE_BYTES: usize = 1024;
+/// `[driver] env`: how many variables, each name, each value (a literal or `$NAME`). Real
+/// drivers need a few keys and switches; an env is copied into every assignment and every
+/// driver process.
+pub const MAX_DRIVER_ENV: usize = 256;
+pub const MAX_DRIVER_ENV_NAME_BYTES: usize = 256;
+pub const MAX_DRIVER_ENV_VALUE_BYTES: usize = 4096;
 
 /// The coordinator's default cap on the trials of one campaign (`--max-trials`).
 pub const DEFAULT_MAX_TRIALS: u64 = 10_000_000;
@@ -81,6 +87,28 @@ pub const MAX_ARTIFACT_BYTES: usize = 1024;
 pub const MAX_DRIVER_NAME_BYTES: usize = 256;
 /// A timestamp (`started_utc`, `ended_utc`).
 pub const MAX_TIMESTAMP_BYTES: usize = 64;
+
+// ---- driver figures --------------------------------------------------------------------------
+
+/// The most one attempt may report spending, in USD: an outcome's `cost_usd` (its gate's cost
+/// included) and its gate's `cost_usd`. Far above any real attempt; a driver reporting more is
+/// broken, and one such figure would swamp the spend, the budget gate and the report.
+pub const MAX_ATTEMPT_COST_USD: f64 = 10_000.0;
+/// The most tokens one attempt may report, per count (`input`, `output`, `cache_read`,
+/// `cache_write`): 10^10, so sums over a campaign's trials stay exact and never overflow.
+pub const MAX_ATTEMPT_TOKENS: u64 = 10_000_000_000;
+
+// ---- refusals --------------------------------------------------------------------------------
+
+/// A refusal's list (a submit's field violations, a resume's conflicts): at most this many
+/// items, in at most this many bytes of text; the rest are counted ("and K more"). The list
+/// travels twice in the status's trailers (the message and the details), and gRPC clients
+/// refuse trailers much over 8 KiB.
+pub const MAX_REFUSAL_ITEMS: usize = 50;
+pub const MAX_REFUSAL_BYTES: usize = 2048;
+/// Each field path and value a refusal quotes (a JSON key, a recorded arm config may be
+/// 64 KiB); longer is cut, marked `…`.
+pub const MAX_REFUSAL_TEXT_BYTES: usize = 256;
 
 /// What a limit counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -172,6 +200,77 @@ fn over(
     }
 }
 
+/// A figure a driver reported that no attempt can have.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum FigureError {
+    #[error("{field} must be a finite number from 0 to {max} USD, got {}", Figure(*.value))]
+    Cost {
+        field: &'static str,
+        value: f64,
+        max: f64,
+    },
+    #[error("{field} is {value}, over the maximum of {max} per attempt")]
+    Tokens {
+        field: &'static str,
+        value: u64,
+        max: u64,
+    },
+}
+
+impl FigureError {
+    /// The figure, as a dotted path in the outcome (`gate.cost_usd`, `tokens.input`).
+    pub fn field(&self) -> &'static str {
+        match self {
+            FigureError::Cost { field, .. } | FigureError::Tokens { field, .. } => field,
+        }
+    }
+}
+
+/// A float as people read it: `1e308`, not 309 digits.
+struct Figure(f64);
+
+impl std::fmt::Display for Figure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.0.is_finite() && self.0.abs() >= 1e15 {
+            write!(f, "{:e}", self.0)
+        } else {
+            write!(f, "{}", self.0)
+        }
+    }
+}
+
+/// Refuses a cost that is negative, not a finite number, or over [`MAX_ATTEMPT_COST_USD`].
+pub fn check_cost_usd(field: &'static str, value: f64) -> Result<(), FigureError> {
+    if (0.0..=MAX_ATTEMPT_COST_USD).contains(&value) {
+        Ok(())
+    } else {
+        Err(FigureError::Cost {
+            field,
+            value,
+            max: MAX_ATTEMPT_COST_USD,
+        })
+    }
+}
+
+/// Refuses a token count over [`MAX_ATTEMPT_TOKENS`].
+pub fn check_tokens(t: &crate::row::TokenUsage) -> Result<(), FigureError> {
+    for (field, value) in [
+        ("tokens.input", t.input),
+        ("tokens.output", t.output),
+        ("tokens.cache_read", t.cache_read),
+        ("tokens.cache_write", t.cache_write),
+    ] {
+        if value > MAX_ATTEMPT_TOKENS {
+            return Err(FigureError::Tokens {
+                field,
+                value,
+                max: MAX_ATTEMPT_TOKENS,
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Cuts `text` to at most `limit` bytes, at a character boundary.
 pub(crate) fn cut(text: &mut String, limit: usize) {
     if text.len() > limit {
@@ -180,6 +279,29 @@ pub(crate) fn cut(text: &mut String, limit: usize) {
             end -= 1;
         }
         text.truncate(end);
+    }
+}
+
+/// The bytes `text` takes as a gRPC status message, which is percent-encoded: a byte outside
+/// printable ASCII (or `%`) takes three.
+pub(crate) fn status_bytes(text: &str) -> usize {
+    text.bytes()
+        .map(|b| {
+            if (0x20..0x7f).contains(&b) && b != b'%' {
+                1
+            } else {
+                3
+            }
+        })
+        .sum()
+}
+
+/// Cuts `text` to at most `limit` bytes and marks the cut with `…`, for text quoted back in
+/// a refusal.
+pub(crate) fn cut_quoted(text: &mut String, limit: usize) {
+    if text.len() > limit {
+        cut(text, limit);
+        text.push('…');
     }
 }
 

@@ -80,6 +80,13 @@ pub enum SpecErrorKind {
     ZeroPhase1Runs,
     #[error("payload is {bytes} bytes, over the limit of 65536 (64 KiB)")]
     PayloadTooLarge { bytes: usize },
+    /// A task payload that is an array, a string, a number, a boolean or null.
+    #[error("a task payload must be a JSON object, not {0}")]
+    PayloadNotObject(&'static str),
+    /// A TOML `nan` or `inf` where JSON is stored (a payload, an arm's config): JSON has
+    /// neither, and it would be stored as null.
+    #[error("must be a finite number, not {0} (JSON has no NaN or infinity)")]
+    NotFinite(&'static str),
     #[error("tasks file {path} cannot be read: {reason}")]
     TasksFileMissing { path: PathBuf, reason: String },
     #[error("bad JSON: {0}")]

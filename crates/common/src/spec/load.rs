@@ -58,7 +58,7 @@ struct RawDefaults {
 struct RawArm {
     id: Spanned<String>,
     #[serde(default)]
-    config: Option<toml::Value>,
+    config: Option<Spanned<toml::Value>>,
     provider: Option<String>,
     expected_cost_usd: Option<Spanned<f64>>,
 }
@@ -80,7 +80,7 @@ struct RawInlineTask {
     timeout_s: Option<u32>,
     max_turns: Option<u32>,
     max_cost_usd: Option<f64>,
-    payload: Option<toml::Value>,
+    payload: Option<Spanned<toml::Value>>,
 }
 
 #[derive(Deserialize)]
@@ -339,7 +339,12 @@ fn arms(ctx: &mut Ctx<'_>, raw: Vec<RawArm>) -> Result<Vec<Arm>, SpecError> {
             ctx.mark(format!("{field}.expected_cost_usd"), v.span());
         }
         let config = match a.config {
-            Some(v) => toml_to_json(v),
+            Some(v) => {
+                let span = v.span();
+                let mut path = format!("{field}.config");
+                toml_to_json(v.into_inner(), &mut path)
+                    .map_err(|value| ctx.at(span, &path, SpecErrorKind::NotFinite(value)))?
+            }
             None => serde_json::Value::Object(Default::default()),
         };
         arms.push(Arm {
@@ -478,7 +483,17 @@ fn tasks(
             let mut out = Vec::with_capacity(items.len());
             for (i, item) in items.into_iter().enumerate() {
                 let line = ctx.line_of(item.id.span().start);
-                let payload = item.payload.map(toml_to_json);
+                let payload = match item.payload {
+                    Some(p) => {
+                        let span = p.span();
+                        let mut path = format!("tasks.items[{i}].payload");
+                        let json = toml_to_json(p.into_inner(), &mut path).map_err(|value| {
+                            ctx.at(span, &path, SpecErrorKind::NotFinite(value))
+                        })?;
+                        Some(json)
+                    }
+                    None => None,
+                };
                 let task = build_task(
                     item.id.into_inner(),
                     item.group,
@@ -522,18 +537,43 @@ fn tasks(
     Ok(tasks)
 }
 
-/// TOML values as JSON; datetimes become their RFC 3339 text.
-fn toml_to_json(v: toml::Value) -> serde_json::Value {
+/// A TOML value (a payload, an arm's config) as JSON; datetimes become their RFC 3339 text.
+/// TOML's `nan` and `inf` are refused, not stored as null: the error is how the float is
+/// spelled, and `path` (the value's own, `arms[0].config`) is left at it (`arms[0].config.t[1]`).
+fn toml_to_json(v: toml::Value, path: &mut String) -> Result<serde_json::Value, &'static str> {
     use serde_json::Value as J;
-    match v {
+    use std::fmt::Write as _;
+    Ok(match v {
         toml::Value::String(s) => J::String(s),
         toml::Value::Integer(i) => J::from(i),
-        toml::Value::Float(f) => serde_json::Number::from_f64(f).map_or(J::Null, J::Number),
+        toml::Value::Float(f) => match serde_json::Number::from_f64(f) {
+            Some(n) => J::Number(n),
+            None if f.is_nan() => return Err("nan"),
+            None if f > 0.0 => return Err("inf"),
+            None => return Err("-inf"),
+        },
         toml::Value::Boolean(b) => J::Bool(b),
         toml::Value::Datetime(d) => J::String(d.to_string()),
-        toml::Value::Array(a) => J::Array(a.into_iter().map(toml_to_json).collect()),
-        toml::Value::Table(t) => {
-            J::Object(t.into_iter().map(|(k, v)| (k, toml_to_json(v))).collect())
+        toml::Value::Array(a) => {
+            let mut out = Vec::with_capacity(a.len());
+            for (i, v) in a.into_iter().enumerate() {
+                let len = path.len();
+                let _ = write!(path, "[{i}]");
+                out.push(toml_to_json(v, path)?);
+                path.truncate(len);
+            }
+            J::Array(out)
         }
-    }
+        toml::Value::Table(t) => {
+            let mut out = serde_json::Map::with_capacity(t.len());
+            for (k, v) in t {
+                let len = path.len();
+                let _ = write!(path, ".{k}");
+                let v = toml_to_json(v, path)?;
+                path.truncate(len);
+                out.insert(k, v);
+            }
+            J::Object(out)
+        }
+    })
 }

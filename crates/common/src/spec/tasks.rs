@@ -8,6 +8,7 @@ use super::error::{SpecError, SpecErrorKind};
 use crate::canonical;
 use crate::ids::TaskId;
 use crate::limits::{MAX_PAYLOAD_BYTES, MAX_TASKS};
+use crate::strict_json;
 
 /// One task of a campaign.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -50,6 +51,15 @@ impl Payload {
         })
     }
 
+    /// A payload a client sent: it must be a JSON object (a driver reads its keys), of at most
+    /// [`MAX_PAYLOAD_BYTES`]. (Stored payloads are read back with [`Payload::new`].)
+    pub fn from_client(value: &serde_json::Value) -> Result<Self, SpecErrorKind> {
+        if !value.is_object() {
+            return Err(SpecErrorKind::PayloadNotObject(json_kind(value)));
+        }
+        Self::new(value)
+    }
+
     /// The canonical JSON text.
     pub fn json(&self) -> &str {
         &self.canonical
@@ -83,6 +93,27 @@ impl<'de> Deserialize<'de> for Payload {
     }
 }
 
+/// What a JSON value is, for an error message.
+fn json_kind(value: &serde_json::Value) -> &'static str {
+    match value {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
+    }
+}
+
+/// A tasks file's payload, read strictly (a repeated key is refused, not the last one kept);
+/// `null`, like a missing payload, is the empty one.
+fn strict_payload<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<serde_json::Value>, D::Error> {
+    let value = strict_json::deserialize_at("payload", d)?;
+    Ok((!value.is_null()).then_some(value))
+}
+
 /// A line of a tasks file, before validation.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -98,7 +129,7 @@ struct RawTask {
     max_turns: Option<u32>,
     #[serde(default)]
     max_cost_usd: Option<f64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "strict_payload")]
     payload: Option<serde_json::Value>,
 }
 
@@ -115,7 +146,7 @@ pub(super) fn build_task(
 ) -> Result<Task, (&'static str, SpecErrorKind)> {
     let id = TaskId::new(id).map_err(|e| ("id", SpecErrorKind::InvalidId(e)))?;
     let payload = match payload {
-        Some(v) => Payload::new(v).map_err(|e| ("payload", e))?,
+        Some(v) => Payload::from_client(v).map_err(|e| ("payload", e))?,
         None => Payload::default(),
     };
     Ok(Task {

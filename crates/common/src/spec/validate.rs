@@ -10,9 +10,10 @@ use super::error::SpecErrorKind;
 use super::{CampaignSpec, DriverKind, SimConfig, SimFault, Task};
 use crate::canonical;
 use crate::limits::{
-    MAX_ARM_CONFIG_BYTES, MAX_ARMS, MAX_COMMAND_ARG_BYTES, MAX_COMMAND_ARGS, MAX_GROUP_BYTES,
-    MAX_PIN_KEY_BYTES, MAX_PIN_VALUE_BYTES, MAX_PINS, MAX_PROVIDER_BYTES, MAX_RUNS,
-    MAX_SECRET_KEY_BYTES, MAX_SECRET_KEYS, MAX_TAG_BYTES, MAX_TAGS, MAX_TASKS,
+    MAX_ARM_CONFIG_BYTES, MAX_ARMS, MAX_COMMAND_ARG_BYTES, MAX_COMMAND_ARGS, MAX_DRIVER_ENV,
+    MAX_DRIVER_ENV_NAME_BYTES, MAX_DRIVER_ENV_VALUE_BYTES, MAX_GROUP_BYTES, MAX_PIN_KEY_BYTES,
+    MAX_PIN_VALUE_BYTES, MAX_PINS, MAX_PROVIDER_BYTES, MAX_RUNS, MAX_SECRET_KEY_BYTES,
+    MAX_SECRET_KEYS, MAX_TAG_BYTES, MAX_TAGS, MAX_TASKS,
 };
 use crate::row::{FailureKind, Status};
 
@@ -190,6 +191,26 @@ impl CampaignSpec {
             }
             // The name is valid by its type; whether a worker runs it is the worker's call.
             DriverKind::Named(_) => {}
+        }
+        // Every assignment carries the env, and every driver process gets it.
+        if let Some(k) = too_many("env variables", d.env.len(), MAX_DRIVER_ENV) {
+            return bad("driver.env", k);
+        }
+        for (name, value) in &d.env {
+            // A name over its limit is not quoted back in the field.
+            if name.len() > MAX_DRIVER_ENV_NAME_BYTES {
+                return invalid(
+                    "driver.env",
+                    format!(
+                        "a variable name is {} bytes, over the limit of \
+                         {MAX_DRIVER_ENV_NAME_BYTES} bytes",
+                        name.len()
+                    ),
+                );
+            }
+            if let Some(k) = too_long(value.len(), MAX_DRIVER_ENV_VALUE_BYTES) {
+                return bad(format!("driver.env.{name}"), k);
+            }
         }
         if let Err((field, e)) = check_env(&d.env) {
             return bad(field, SpecErrorKind::Env(e));

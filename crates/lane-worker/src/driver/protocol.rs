@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use lanes_common::limits;
 use lanes_common::row::{Check, DriverIdentity, FailureKind, QuotaReading, TokenUsage};
 
 /// The protocol name sent in `initialize`.
@@ -97,7 +98,11 @@ pub struct GateResult {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// What the gate's model calls cost; counted in the row and the budget.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "bounded_cost"
+    )]
     pub cost_usd: Option<f64>,
 }
 
@@ -157,9 +162,17 @@ pub struct AgentResult {
     pub final_text: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub turns: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "bounded_tokens"
+    )]
     pub tokens: Option<TokenUsage>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "bounded_cost"
+    )]
     pub cost_usd: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quota: Option<QuotaReading>,
@@ -235,6 +248,25 @@ pub struct ErrorData {
     pub extra: BTreeMap<String, serde_json::Value>,
 }
 
+/// A cost within `0..=MAX_ATTEMPT_COST_USD`: beyond it the answer is broken (a protocol error
+/// in the attempt's row), never a spend.
+fn bounded_cost<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    let cost: Option<f64> = Option::deserialize(d)?;
+    if let Some(c) = cost {
+        limits::check_cost_usd("cost_usd", c).map_err(serde::de::Error::custom)?;
+    }
+    Ok(cost)
+}
+
+/// Token counts of at most `MAX_ATTEMPT_TOKENS` each, or the answer is broken.
+fn bounded_tokens<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<TokenUsage>, D::Error> {
+    let tokens: Option<TokenUsage> = Option::deserialize(d)?;
+    if let Some(t) = &tokens {
+        limits::check_tokens(t).map_err(serde::de::Error::custom)?;
+    }
+    Ok(tokens)
+}
+
 /// Reads a failure kind leniently: an unknown name is no kind, not a broken answer.
 fn known_kind<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<FailureKind>, D::Error> {
     let name: Option<String> = Option::deserialize(d)?;
@@ -259,5 +291,37 @@ mod tests {
         );
         let missing: AgentResult = serde_json::from_str(r#"{"status":"completed"}"#).unwrap();
         assert_eq!(missing.failure_kind, None);
+    }
+
+    #[test]
+    fn figures_beyond_their_maxima_are_a_broken_answer() {
+        use lanes_common::limits::{MAX_ATTEMPT_COST_USD, MAX_ATTEMPT_TOKENS};
+        let agent = |extra: &str| {
+            serde_json::from_str::<AgentResult>(&format!(r#"{{"status":"completed"{extra}}}"#))
+        };
+        let ok = agent(&format!(
+            r#","cost_usd":{MAX_ATTEMPT_COST_USD},"tokens":{{"input":{MAX_ATTEMPT_TOKENS},"output":0}}"#
+        ))
+        .unwrap();
+        assert_eq!(ok.cost_usd, Some(MAX_ATTEMPT_COST_USD));
+        for (extra, field) in [
+            (r#","cost_usd":1e308"#, "cost_usd"),
+            (r#","cost_usd":-0.01"#, "cost_usd"),
+            (
+                r#","tokens":{"input":18446744073709551615,"output":0}"#,
+                "tokens.input",
+            ),
+            (
+                r#","tokens":{"input":0,"output":0,"cache_write":10000000001}"#,
+                "tokens.cache_write",
+            ),
+        ] {
+            let e = agent(extra).unwrap_err().to_string();
+            assert!(e.contains(field), "{extra}: {e}");
+        }
+        let e = serde_json::from_str::<GateResult>(r#"{"infeasible":false,"cost_usd":1e300}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("cost_usd"), "{e}");
     }
 }

@@ -562,6 +562,28 @@ async fn a_result_that_does_not_deserialize_is_bad_result() {
 }
 
 #[tokio::test]
+async fn an_absurd_cost_is_a_bad_result_naming_the_figure() {
+    let d = driver(
+        r#"
+for msg in requests():
+    ok(msg, {"status": "completed", "cost_usd": 1e308, "turns": 1})
+"#,
+    )
+    .await;
+    let err = d
+        .call::<_, AgentResult>("run_agent", &json!({}), CALL)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, DriverError::BadResult { method, reason }
+            if method == "run_agent" && reason.contains("cost_usd")),
+        "{err}"
+    );
+    // The attempt's row says the driver broke the protocol, not that it spent 1e308 USD.
+    assert!(err.is_crash());
+}
+
+#[tokio::test]
 async fn shutdown_lets_the_driver_exit() {
     let d = driver(ECHO).await;
     let start = Instant::now();

@@ -254,6 +254,48 @@ mod tests {
     }
 
     #[test]
+    fn an_absurd_figure_is_a_harness_error_not_a_spend() {
+        // The task API's figures reach the outcome without the driver codec's check.
+        let agent = |cost_usd, tokens| AgentResult {
+            status: AgentStatus::Completed,
+            failure_kind: None,
+            reset_epoch: None,
+            runtime_outcome: None,
+            infeasible: false,
+            final_text: None,
+            turns: Some(3),
+            tokens,
+            cost_usd,
+            quota: None,
+            error: None,
+        };
+        let huge_tokens = lanes_common::row::TokenUsage {
+            input: u64::MAX,
+            output: 1,
+            cache_read: 0,
+            cache_write: 0,
+        };
+        for (a, field) in [
+            (agent(Some(1e308), None), "cost_usd"),
+            (agent(Some(-2.0), None), "cost_usd"),
+            (agent(None, Some(huge_tokens)), "tokens.input"),
+        ] {
+            let mut v = verdict(Status::Completed);
+            v.score = Some(1.0);
+            v.agent = Some(a);
+            let o = published(&ctx(), v, &Secrets::default());
+            assert_eq!(
+                (o.status, o.failure_kind),
+                (Status::InfraError, Some(FailureKind::HarnessError)),
+                "{o:?}"
+            );
+            assert_eq!((o.cost_usd, o.tokens), (None, None));
+            let error = o.error.unwrap();
+            assert!(error.contains(field), "{error}");
+        }
+    }
+
+    #[test]
     fn release_and_blocked_rows_are_scrubbed_too() {
         let secrets = Secrets::new(["hunter22".to_owned()]);
         let stderr_error = "driver: driver exited (exit status: 1); stderr tail: pw=hunter22";
