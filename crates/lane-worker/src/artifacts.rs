@@ -90,17 +90,26 @@ fn secret_text(v: &Value, out: &mut Vec<String>) {
     }
 }
 
-/// Writes `attempt.json` (fsynced).
+/// Writes `attempt.json`, not fsynced: it is written before the attempt has any effect, but
+/// it is a record for people, not state anything recovers from (the ledger and the outbox
+/// are). A machine crash can lose the records of attempts in flight, whose leases then expire
+/// and whose rows say so; an fsync per admission cost hundreds of lanes starting together
+/// seconds of admission (they queued on the disk and the blocking pool).
 pub fn write_record(dir: &Path, record: &Value) -> io::Result<()> {
-    write_file(dir, "attempt.json", record)
+    write(dir, "attempt.json", record)?;
+    Ok(())
 }
 
 /// Writes a JSON file into an attempt's directory, fsynced.
 pub fn write_file(dir: &Path, name: &str, value: &Value) -> io::Result<()> {
+    write(dir, name, value)?.sync_all()
+}
+
+fn write(dir: &Path, name: &str, value: &Value) -> io::Result<std::fs::File> {
     crate::private_fs::create_dir(dir)?;
     let mut f = crate::private_fs::create_file(&dir.join(name))?;
     f.write_all(&serde_json::to_vec_pretty(value).map_err(io::Error::other)?)?;
-    f.sync_all()
+    Ok(f)
 }
 
 #[cfg(test)]

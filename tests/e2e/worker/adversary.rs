@@ -489,13 +489,18 @@ async fn a_driver_cannot_read_or_return_lease_secrets() {
         let text = r.final_text.clone().unwrap_or_default();
         assert_eq!(text, "denied PermissionError", "{r:#?}");
     }
+    // Every lease read is masked; the attempt that ran first waited to read the other lane's
+    // too (the second may run after the first's lease left the journal).
+    let mut most = 0;
     for r in rows(&f.store, "as-own").await {
         let text = r.final_text.clone().unwrap_or_default();
-        // Both lanes' leases were read, and each secret is masked.
         assert!(text.starts_with("read "), "{text}");
-        assert_eq!(text.matches("\"lease\":\"***\"").count(), 2, "{text}");
-        assert_eq!(text.matches("\"lease\":").count(), 2, "{text}");
+        let read = text.matches("\"lease\":").count();
+        assert!(read >= 1, "{text}");
+        assert_eq!(text.matches("\"lease\":\"***\"").count(), read, "{text}");
+        most = most.max(read);
     }
+    assert_eq!(most, 2, "an attempt read both lanes' leases");
     // The attempt records are private too.
     let record = art.join("as-own/T0.r0.a/a1");
     assert_eq!(mode(&record), 0o700);

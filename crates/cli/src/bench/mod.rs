@@ -10,6 +10,7 @@ mod coordinator_proc;
 mod lanes;
 mod report;
 mod stats;
+mod walls;
 mod workers;
 
 use std::sync::{Arc, Mutex};
@@ -91,6 +92,11 @@ pub(crate) struct Args {
     /// With --workers, the sim driver's agent takes this long. Default 0.
     #[arg(long, value_name = "S", default_value = "0", value_parser = agent_seconds)]
     agent_s: Duration,
+    /// With --workers: the sim driver's settings, as the body of the campaign's `sim = { … }`
+    /// table (e.g. 'boot_s = 0.2, agent_s = [3, 6], evaluate_s = 0.1'); replaces --agent-s.
+    /// The report then gives the rows' admit walls and the campaign's ideal length.
+    #[arg(long, value_name = "TABLE", requires = "workers")]
+    sim: Option<String>,
     /// Print every figure as one JSON object instead of text.
     #[arg(long)]
     json: bool,
@@ -155,12 +161,14 @@ fn submit_request(
     trials: u32,
     runs: u32,
     agent: Duration,
+    sim: Option<&str>,
 ) -> anyhow::Result<pb::SubmitRequest> {
     let n_tasks = trials / runs;
     let a = agent.as_secs_f64();
+    let sim = sim.map_or_else(|| format!("agent_s = [{a:?}, {a:?}]"), str::to_owned);
     let text = format!(
         "id = \"{id}\"\nphase1_runs = {runs}\nschedule_seed = 1\npairing = \"none\"\nlease_ttl_s = 3600\n\
-         [[arms]]\nid = \"a\"\n[driver]\nsim = {{ agent_s = [{a:?}, {a:?}] }}\n[tasks]\nfile = \"tasks.jsonl\"\n"
+         [[arms]]\nid = \"a\"\n[driver]\nsim = {{ {sim} }}\n[tasks]\nfile = \"tasks.jsonl\"\n"
     );
     // The tasks go through a JSONL file, as a large campaign's do: a TOML array of a million
     // inline tables is far slower to parse than the store is to take it.
@@ -248,7 +256,13 @@ async fn setup(args: &Args, store: &StoreTarget) -> anyhow::Result<Ready> {
     )
     .await?;
     let campaign = format!("bench-{}", ceiling::random_hex()?);
-    let request = submit_request(&campaign, args.trials, args.runs, args.agent_s)?;
+    let request = submit_request(
+        &campaign,
+        args.trials,
+        args.runs,
+        args.agent_s,
+        args.sim.as_deref(),
+    )?;
     let mem_before = redis_memory(store).await?;
     let submitted = Instant::now();
     call("submit", client.submit(request))
@@ -308,6 +322,15 @@ async fn bench(args: &Args, store: StoreTarget) -> anyhow::Result<(Report, Code)
     )
     .await
     .with_context(|| log(&coord))?;
+    // Real workers' rows carry their walls: read before the coordinator goes.
+    let walls = match workers {
+        Some(_) => Some(
+            walls::read(&mut client, &campaign, args.lanes)
+                .await
+                .with_context(|| log(&coord))?,
+        ),
+        None => None,
+    };
     if status.state == pb::CampaignState::Done as i32 {
         ending = Ending::Done;
     } else {
@@ -372,6 +395,7 @@ async fn bench(args: &Args, store: StoreTarget) -> anyhow::Result<(Report, Code)
         claim: stats.claims.summary(),
         renew: stats.renews.summary(),
         outcome_ack: stats.acks.summary(),
+        walls,
         coordinator: CoordinatorFigures::new(
             coord.pid(),
             usage.cpu.saturating_sub(cpu_before).as_secs_f64(),

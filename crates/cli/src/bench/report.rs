@@ -5,6 +5,7 @@ use serde::Serialize;
 
 use super::ceiling::Ceiling;
 use super::stats::Summary;
+use super::walls::WallFigures;
 use super::workers::WorkerFigures;
 
 /// The store the coordinator ran on.
@@ -78,6 +79,8 @@ pub(crate) struct Report {
     pub(crate) claim: Summary,
     pub(crate) renew: Summary,
     pub(crate) outcome_ack: Summary,
+    /// Real workers only: the rows' admit walls and the campaign's ideal length.
+    pub(crate) walls: Option<WallFigures>,
     pub(crate) coordinator: CoordinatorFigures,
     /// Redis only: (`used_memory` after the submit − before) / trials.
     pub(crate) redis_memory_per_trial_bytes: Option<f64>,
@@ -221,6 +224,16 @@ impl Report {
                     "  workers           {} processes, {:.1}% of one core together ({:.2} s CPU, their driver children aside), largest peak RSS {:.1} MB\n",
                     w.count, w.cpu_percent, w.cpu_s, w.peak_rss_mb
                 );
+                if let Some(walls) = &self.walls {
+                    t += &format!("  admit wall        {}\n", lat(&walls.admit, true));
+                    t += &format!(
+                        "  campaign          {:.2} s against an ideal {:.2} s (the rows' other walls over {} lanes): {:.2}×\n",
+                        self.elapsed_s,
+                        walls.ideal_s,
+                        self.lanes,
+                        self.elapsed_s / walls.ideal_s.max(f64::MIN_POSITIVE)
+                    );
+                }
             }
         }
         t += &format!(
@@ -283,6 +296,7 @@ mod tests {
             },
             renew: Summary::default(),
             outcome_ack: Summary::default(),
+            walls: None,
             coordinator: CoordinatorFigures::new(1, 9.5, 25.0, 58_000_000, 61_000_000),
             redis_memory_per_trial_bytes: None,
             ceiling: Some(Ceiling {

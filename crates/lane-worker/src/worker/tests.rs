@@ -569,3 +569,58 @@ async fn campaigns_sharing_a_token_each_keep_their_own_lease() {
     assert_eq!(secrets.len(), 2, "{beat:?}");
     rig.stop().await;
 }
+
+/// A lane starts its driver before it asks for work, and its first admission initializes
+/// that process instead of starting one: with hundreds of lanes starting at once, driver
+/// starts queued for the CPU while the leases waited, and admission took seconds.
+#[tokio::test(start_paused = true)]
+async fn a_lane_starts_its_driver_before_it_asks_for_work_and_admits_on_it() {
+    let mut rig = Rig::new("spare", 1, 1);
+    // Never answers `initialize`: the lane stays in admission, holding its lease.
+    rig.config.driver_override = Some(vec!["sleep".into(), "1000".into()]);
+    rig.submit("spare", 1, "sim = {}").await;
+    let records = rig.config.outbox.join(crate::driver::process::RECORDS_DIR);
+    // The drivers running, as the worker records them (one file per pid, written at spawn).
+    let running = || -> std::collections::BTreeSet<String> {
+        std::fs::read_dir(&records)
+            .map(|d| {
+                d.filter_map(|e| e.ok()?.file_name().into_string().ok())
+                    .filter(|n| n.ends_with(".json"))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    rig.start();
+    rig.tap
+        .wait_for("a work request", |log| {
+            log.iter()
+                .any(|s| {
+                    matches!(
+                        s,
+                        Seen::Sent {
+                            msg: In::WorkRequest(_),
+                            ..
+                        }
+                    )
+                })
+                .then_some(())
+        })
+        .await;
+    let before = running();
+    assert_eq!(
+        before.len(),
+        1,
+        "the lane's driver runs before it asks for work"
+    );
+    rig.tap
+        .wait_for("a heartbeat renewing the assigned lease", |log| {
+            heartbeats(log).into_iter().find(|h| !h.is_empty())
+        })
+        .await;
+    assert_eq!(
+        running(),
+        before,
+        "admission used the driver already running"
+    );
+    rig.stop().await;
+}

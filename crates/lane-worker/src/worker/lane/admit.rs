@@ -37,6 +37,18 @@ pub(crate) struct DriverSlot {
     pub(super) started: Option<Vec<String>>,
     /// Counts restarts, when metrics are on.
     pub(super) restarts: Option<crate::metrics::WorkerMetrics>,
+    /// A driver process started before the lane asked for work, not initialized yet.
+    pub(super) spare: Option<Spare>,
+}
+
+/// A driver process started ahead of any assignment, so that the first attempt's admission
+/// does not wait for a process to start: with hundreds of lanes starting at once, their
+/// driver starts queue for the CPU and took seconds. Only a process that does not depend on
+/// the campaign is started ahead (the sim, or `--driver` without env); the campaign's
+/// settings reach it with `initialize`.
+pub(crate) struct Spare {
+    key: Vec<String>,
+    driver: Arc<DriverProcess>,
 }
 
 impl DriverSlot {
@@ -46,6 +58,69 @@ impl DriverSlot {
             d.kill().await;
         }
         self.key = None;
+    }
+
+    /// Kills the driver and the spare (the lane stops).
+    pub(super) async fn stop(&mut self) {
+        self.restart().await;
+        if let Some(s) = self.spare.take() {
+            s.driver.kill().await;
+        }
+    }
+}
+
+impl Spare {
+    /// Kills the process (a lane that stopped before it took it).
+    pub(super) async fn kill(self) {
+        self.driver.kill().await;
+    }
+}
+
+/// What a driver process is started from: two launches with the same key start the same
+/// process (in memory only: env values are secrets).
+fn process_key(l: &Launch) -> Vec<String> {
+    let mut k = l.command.clone();
+    k.push(format!("cwd={:?} user={:?}", l.cwd, l.user));
+    k.extend(l.env.iter().map(|(n, v)| format!("{n}={v}")));
+    k
+}
+
+/// The driver this worker's lanes start ahead: the `--driver` override (with no env), or
+/// else the built-in sim.
+fn spare_launch(config: &WorkerConfig) -> Launch {
+    Launch {
+        command: config
+            .driver_override
+            .clone()
+            .unwrap_or_else(|| config.sim_command.clone()),
+        cwd: None,
+        user: None,
+        env: Vec::new(),
+    }
+}
+
+/// Starts the spare driver of a lane; `None` when it cannot start (the first attempt then
+/// starts its driver itself, and says why if it cannot either).
+pub(super) async fn start_spare(config: &WorkerConfig) -> Option<Spare> {
+    let launch = spare_launch(config);
+    let (program, args) = launch.command.split_first()?;
+    let command = DriverCommand {
+        program: program.clone(),
+        args: args.to_vec(),
+        cwd: None,
+        env: Vec::new(),
+        user: None,
+        record_dir: Some(config.outbox.join(crate::driver::process::RECORDS_DIR)),
+    };
+    match DriverProcess::spawn(&command).await {
+        Ok(d) => Some(Spare {
+            key: process_key(&launch),
+            driver: Arc::new(d),
+        }),
+        Err(e) => {
+            tracing::debug!(error = %e, "no spare driver started");
+            None
+        }
     }
 }
 
@@ -171,31 +246,37 @@ pub(super) async fn admit(mut ctx: AdmitCtx, slot: &mut DriverSlot) -> Event {
         Ok(d) => d.clone(),
         Err(e) => return preflight(e.to_string()),
     };
+    // The record and the driver are made ready together: neither waits for the other (with
+    // hundreds of lanes admitting at once, each waits its turn on the disk or the CPU), and
+    // neither touches the attempt's VM.
     let record_dir = dir.clone();
     let record = std::mem::take(&mut ctx.record);
     let written =
-        tokio::task::spawn_blocking(move || artifacts::write_record(&record_dir, &record)).await;
+        tokio::task::spawn_blocking(move || artifacts::write_record(&record_dir, &record));
+    let started = async {
+        match ctx.launch {
+            Ok(launch) => ensure_driver(
+                slot,
+                launch,
+                ctx.key,
+                (&ctx.lane, &ctx.host),
+                &ctx.spec,
+                &ctx.driver_records,
+            )
+            .await
+            .map_err(|e| format!("driver: {e}")),
+            Err(reason) => Err(format!("driver refused on this worker: {reason}")),
+        }
+    };
+    let (written, started) = tokio::join!(written, started);
     match written {
         Ok(Ok(())) => {}
         Ok(Err(e)) => return preflight(format!("attempt record: {e}")),
         Err(e) => return preflight(format!("attempt record: {e}")),
     }
-    let launch = match ctx.launch {
-        Ok(l) => l,
-        Err(reason) => return preflight(format!("driver refused on this worker: {reason}")),
-    };
-    let started = ensure_driver(
-        slot,
-        launch,
-        ctx.key,
-        (&ctx.lane, &ctx.host),
-        &ctx.spec,
-        &ctx.driver_records,
-    )
-    .await;
     let driver = match started {
         Ok(d) => d,
-        Err(e) => return preflight(format!("driver: {e}")),
+        Err(reason) => return preflight(reason),
     };
     driver.set_stderr_file(Some(dir.join("driver.stderr")), &ctx.secrets);
     if let Some(id) = &slot.identity {
@@ -251,21 +332,29 @@ async fn ensure_driver(
     if let Some(old) = slot.driver.take() {
         old.kill().await;
     }
-    let Some((program, args)) = launch.command.split_first() else {
-        return Err(DriverError::Spawn {
-            program: String::new(),
-            source: std::io::Error::new(std::io::ErrorKind::InvalidInput, "empty command"),
-        });
+    let driver = match slot.spare.take() {
+        Some(s) if s.key == process_key(&launch) && s.driver.is_alive() => s.driver,
+        spare => {
+            if let Some(s) = spare {
+                s.driver.kill().await;
+            }
+            let Some((program, args)) = launch.command.split_first() else {
+                return Err(DriverError::Spawn {
+                    program: String::new(),
+                    source: std::io::Error::new(std::io::ErrorKind::InvalidInput, "empty command"),
+                });
+            };
+            let command = DriverCommand {
+                program: program.clone(),
+                args: args.to_vec(),
+                cwd: launch.cwd,
+                env: launch.env,
+                user: launch.user,
+                record_dir: Some(records.to_path_buf()),
+            };
+            Arc::new(DriverProcess::spawn(&command).await?)
+        }
     };
-    let command = DriverCommand {
-        program: program.clone(),
-        args: args.to_vec(),
-        cwd: launch.cwd,
-        env: launch.env,
-        user: launch.user,
-        record_dir: Some(records.to_path_buf()),
-    };
-    let driver = Arc::new(DriverProcess::spawn(&command).await?);
     if slot.started.as_ref() == Some(&want)
         && let Some(m) = &slot.restarts
     {

@@ -51,6 +51,8 @@ pub(crate) enum LaneMsg {
         tag: AttemptTag,
         url: String,
     },
+    /// The spare driver started (or could not): the lane asks for work now.
+    Warmed(Option<Box<admit::Spare>>),
     /// Admission finished: the driver slot comes back with its result.
     Admitted {
         tag: AttemptTag,
@@ -405,12 +407,32 @@ impl Actor for LaneActor {
         })
     }
 
+    /// Starts the lane's spare driver off the actor; the lane asks for work once it is up,
+    /// so no lease waits for a process to start.
+    async fn post_start(
+        &self,
+        myself: ActorRef<LaneMsg>,
+        _state: &mut LaneState,
+    ) -> Result<(), ActorProcessingErr> {
+        let config = self.config.clone();
+        tokio::spawn(async move {
+            let spare = admit::start_spare(&config).await.map(Box::new);
+            // The lane stopped meanwhile: its spare must not outlive it.
+            if let Err(ractor::MessagingErr::SendErr(LaneMsg::Warmed(Some(s)))) =
+                myself.cast(LaneMsg::Warmed(spare))
+            {
+                s.kill().await;
+            }
+        });
+        Ok(())
+    }
+
     async fn post_stop(
         &self,
         _myself: ActorRef<LaneMsg>,
         state: &mut LaneState,
     ) -> Result<(), ActorProcessingErr> {
-        state.slot.restart().await;
+        state.slot.stop().await;
         Ok(())
     }
 
@@ -448,6 +470,18 @@ impl Actor for LaneActor {
             LaneMsg::HealthUrl { tag, url } => {
                 if let Some(cur) = state.current.as_mut().filter(|c| c.tag == tag) {
                     cur.health_url = Some(url);
+                }
+            }
+            LaneMsg::Warmed(spare) => {
+                if state.unit.is_some() {
+                    // Work came first (a work request of the lane this one replaced was
+                    // answered): it started its own driver, and asks for work when done.
+                    if let Some(s) = spare {
+                        s.kill().await;
+                    }
+                } else {
+                    state.slot.spare = spare.map(|s| *s);
+                    let _ = self.supervisor.cast(SupMsg::WantWork(self.name.clone()));
                 }
             }
             LaneMsg::Admitted { tag, slot, event } => {

@@ -359,15 +359,14 @@ impl Actor for Supervisor {
             .map(|h| (h.tag(), h.lease))
             .filter(|(tag, _)| !pending.contains_key(tag))
             .collect();
+        // Each lane says it is idle (WantWork) once its spare driver is up.
         let mut lanes = BTreeMap::new();
-        let mut idle = BTreeSet::new();
         for i in 0..self.config.lanes {
             let name = format!("{}-{i}", self.config.worker_id);
             let lane = self
                 .spawn_lane(&myself, &name, Some(format!("lane:{name}")))
                 .await?;
-            lanes.insert(name.clone(), lane);
-            idle.insert(name);
+            lanes.insert(name, lane);
         }
         self.measure_disk(&myself);
         let me = myself.clone();
@@ -387,7 +386,7 @@ impl Actor for Supervisor {
             excluded: BTreeMap::new(),
             outbox,
             lanes,
-            idle,
+            idle: BTreeSet::new(),
             in_flight: BTreeMap::new(),
             draining: false,
             unpersisted: BTreeMap::new(),
@@ -548,10 +547,10 @@ impl Actor for Supervisor {
                 Self::untrack(state, &t);
             }
             // Unnamed: the crashed actor's registry name may not be released yet.
+            // It asks for work itself once its spare driver is up.
             let lane = self.spawn_lane(&myself, &name, None).await?;
-            state.lanes.insert(name.clone(), lane);
-            state.idle.insert(name.clone());
-            self.ask_work(state, name).await;
+            state.idle.remove(&name);
+            state.lanes.insert(name, lane);
         }
         Ok(())
     }
