@@ -3,7 +3,7 @@
 //! back for `lanes report --from FILE`. The file is written beside its final name and renamed
 //! into place only once it is whole, so an archive that exists is complete.
 
-use std::io::{BufRead, BufReader, BufWriter, Read, Write};
+use std::io::{BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
@@ -182,17 +182,13 @@ fn now_ms() -> i64 {
 
 /// Reads an archive, compressed or not (told by its first bytes, not its name).
 pub(crate) fn read(path: &Path) -> anyhow::Result<Archive> {
-    let mut file = BufReader::new(
+    let file = BufReader::new(
         std::fs::File::open(path).with_context(|| format!("cannot read {}", path.display()))?,
     );
-    let gz = file.fill_buf()?.starts_with(&[0x1f, 0x8b]);
-    let mut text = String::new();
-    if gz {
-        flate2::read::MultiGzDecoder::new(file).read_to_string(&mut text)
-    } else {
-        file.read_to_string(&mut text)
-    }
-    .with_context(|| format!("cannot read {}", path.display()))?;
-    archive::read(text.lines())
-        .with_context(|| format!("{} is not a whole archive", path.display()))
+    archive::read_from(file).map_err(|e| match e {
+        archive::ArchiveError::Unreadable(_) => {
+            anyhow::Error::new(e).context(format!("cannot read {}", path.display()))
+        }
+        e => anyhow::Error::new(e).context(format!("{} is not a whole archive", path.display())),
+    })
 }

@@ -1,8 +1,11 @@
 //! The archive of a campaign (`lanes archive`): one JSON object a line, a header with the
 //! spec, the amendments and the status, then every task, then every ledger row, then an end
 //! line with the counts. The end line is what tells a whole archive from a cut one, and
-//! [`read`] refuses an archive without it or whose counts disagree. No I/O: the caller reads
-//! and writes the lines (and any compression).
+//! [`read`] refuses an archive without it or whose counts disagree. No file I/O: the caller
+//! opens and writes the file (and compresses what it writes); [`read_from`] reads an archive's
+//! bytes, gzip-compressed or not.
+
+use std::io::{BufRead, Read as _};
 
 use serde::{Deserialize, Serialize};
 
@@ -72,6 +75,31 @@ pub enum ArchiveError {
     Spec(String),
     #[error("row {index}: {reason}")]
     Row { index: usize, reason: String },
+    /// The bytes could not be read: a broken gzip stream, text that is not UTF-8, or the
+    /// reader's own error.
+    #[error("cannot read the archive: {0}")]
+    Unreadable(String),
+}
+
+/// The first bytes of a gzip stream.
+const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
+
+/// Reads an archive from its bytes, gzip-compressed or not (told by its first bytes, not by a
+/// file name; `lanes archive --to FILE.gz` writes one gzip member, and any number are read).
+pub fn read_from(mut bytes: impl BufRead) -> Result<Archive, ArchiveError> {
+    let unreadable = |e: std::io::Error| ArchiveError::Unreadable(e.to_string());
+    let gz = bytes
+        .fill_buf()
+        .map_err(unreadable)?
+        .starts_with(&GZIP_MAGIC);
+    let mut text = String::new();
+    if gz {
+        flate2::bufread::MultiGzDecoder::new(bytes).read_to_string(&mut text)
+    } else {
+        bytes.read_to_string(&mut text)
+    }
+    .map_err(unreadable)?;
+    read(text.lines())
 }
 
 /// The line of `line` as JSON text.

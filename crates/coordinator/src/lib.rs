@@ -30,6 +30,10 @@ pub mod tls;
 mod wire;
 
 pub use dashboard::DashboardConfig;
+/// Entry points for the fuzz targets (`fuzz/`): the dashboard's path, query, form and header
+/// handling, forwarded as it is. Not an API.
+#[doc(hidden)]
+pub use dashboard::fuzzing;
 pub use in_process::InProcessCoordinator;
 pub use server::{CoordinatorConfig, Listeners, ServeError, run, run_with_health, serve};
 pub use store_health::StoreWatch;

@@ -80,21 +80,7 @@ pub(crate) fn read(
     attempt: &str,
     file: &str,
 ) -> Result<Vec<u8>, Refusal> {
-    let campaign =
-        CampaignId::new(campaign).map_err(|e| Refusal::BadPath(format!("campaign id: {e}")))?;
-    let trial = TrialId::new(trial).map_err(|e| Refusal::BadPath(format!("trial id: {e}")))?;
-    if !attempt_ok(attempt) {
-        return Err(Refusal::BadPath("the attempt is a<number>".into()));
-    }
-    if !file_name_ok(file) {
-        return Err(Refusal::BadPath(
-            "a file name is letters, digits, '.', '_' and '-', not starting with '.'".into(),
-        ));
-    }
-    let n: u32 = attempt[1..]
-        .parse()
-        .map_err(|_| Refusal::BadPath("the attempt is a<number>".into()))?;
-    let path = attempt_dir(root, &campaign, &trial, n).join(file);
+    let path = checked_path(root, campaign, trial, attempt, file)?;
     let root = root.canonicalize().map_err(|_| Refusal::NotFound)?;
     // No symlink as the file itself, and no waiting on a FIFO a driver left there.
     let mut f = {
@@ -122,6 +108,32 @@ pub(crate) fn read(
     Ok(bytes)
 }
 
+/// The path of an artifact under `root`, from the parts of its URL once each is checked
+/// (the checks that need no file system; [`read`] does the rest on the open handle).
+pub(super) fn checked_path(
+    root: &FsPath,
+    campaign: &str,
+    trial: &str,
+    attempt: &str,
+    file: &str,
+) -> Result<PathBuf, Refusal> {
+    let campaign =
+        CampaignId::new(campaign).map_err(|e| Refusal::BadPath(format!("campaign id: {e}")))?;
+    let trial = TrialId::new(trial).map_err(|e| Refusal::BadPath(format!("trial id: {e}")))?;
+    if !attempt_ok(attempt) {
+        return Err(Refusal::BadPath("the attempt is a<number>".into()));
+    }
+    if !file_name_ok(file) {
+        return Err(Refusal::BadPath(
+            "a file name is letters, digits, '.', '_' and '-', not starting with '.'".into(),
+        ));
+    }
+    let n: u32 = attempt[1..]
+        .parse()
+        .map_err(|_| Refusal::BadPath("the attempt is a<number>".into()))?;
+    Ok(attempt_dir(root, &campaign, &trial, n).join(file))
+}
+
 /// The real path of an open file (Linux: `/proc/self/fd/<n>`).
 fn opened_path(f: &std::fs::File) -> Option<PathBuf> {
     use std::os::fd::AsRawFd;
@@ -129,7 +141,7 @@ fn opened_path(f: &std::fs::File) -> Option<PathBuf> {
 }
 
 /// How a file is served: its type, and whether the browser must download it.
-fn kind(file: &str) -> (&'static str, bool) {
+pub(super) fn kind(file: &str) -> (&'static str, bool) {
     let ext = file
         .rsplit_once('.')
         .map_or("", |(_, e)| e)

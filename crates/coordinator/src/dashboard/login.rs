@@ -18,17 +18,17 @@ use super::{Dashboard, Peer, bad_request, error_page, unavailable};
 
 #[derive(Deserialize)]
 pub(crate) struct LoginQuery {
-    code: Option<String>,
-    next: Option<String>,
+    pub(super) code: Option<String>,
+    pub(super) next: Option<String>,
 }
 
 #[derive(Deserialize)]
 pub(crate) struct LoginForm {
     #[serde(default)]
-    token: String,
+    pub(super) token: String,
     #[serde(default)]
-    code: String,
-    next: Option<String>,
+    pub(super) code: String,
+    pub(super) next: Option<String>,
 }
 
 #[derive(Deserialize)]

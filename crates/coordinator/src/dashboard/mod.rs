@@ -17,6 +17,8 @@ mod access;
 mod api;
 mod artifacts;
 mod charts;
+#[doc(hidden)]
+pub mod fuzzing;
 mod grid;
 mod html;
 mod ledger;
