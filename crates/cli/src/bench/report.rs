@@ -226,6 +226,8 @@ impl Report {
                 );
                 if let Some(walls) = &self.walls {
                     t += &format!("  admit wall        {}\n", lat(&walls.admit, true));
+                    t += &format!("    first attempts  {}\n", lat(&walls.admit_first, true));
+                    t += &format!("    later attempts  {}\n", lat(&walls.admit_later, true));
                     t += &format!(
                         "  campaign          {:.2} s against an ideal {:.2} s (the rows' other walls over {} lanes): {:.2}×\n",
                         self.elapsed_s,

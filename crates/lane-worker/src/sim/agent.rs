@@ -3,8 +3,8 @@
 //! the lane's limits. Injected process faults (hang, garbage, crash) happen here.
 
 use std::io;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -16,8 +16,8 @@ use super::plan::Plan;
 use super::server::{ExitFn, Output};
 use crate::driver::protocol::{AgentParams, AgentResult, AgentStatus, ProgressParams, method};
 
-/// How often a sleeping agent looks for a `cancel`.
-const CANCEL_POLL: Duration = Duration::from_millis(10);
+/// How often a hung agent looks whether serving ended.
+const HANG_POLL: Duration = Duration::from_millis(10);
 /// Tokens the sim reports per turn.
 pub(super) const INPUT_TOKENS_PER_TURN: u64 = 1000;
 pub(super) const OUTPUT_TOKENS_PER_TURN: u64 = 200;
@@ -25,7 +25,7 @@ pub(super) const OUTPUT_TOKENS_PER_TURN: u64 = 200;
 /// A running `run_agent`.
 pub(super) struct Agent {
     pub(super) tag: String,
-    pub(super) cancel: Arc<AtomicBool>,
+    pub(super) cancel: Arc<CancelFlag>,
     pub(super) handle: JoinHandle<()>,
 }
 
@@ -45,7 +45,7 @@ impl AgentRun {
     /// Starts the run on its own thread.
     pub(super) fn spawn(self) -> io::Result<Agent> {
         let tag = self.params.attempt.tag.clone();
-        let cancel = Arc::new(AtomicBool::new(false));
+        let cancel = Arc::new(CancelFlag::default());
         let flag = cancel.clone();
         let handle = thread::Builder::new()
             .name(format!("sim-agent-{tag}"))
@@ -57,7 +57,7 @@ impl AgentRun {
         })
     }
 
-    fn run(self, cancel: &AtomicBool) {
+    fn run(self, cancel: &CancelFlag) {
         // Write errors mean the lane is gone; there is nobody left to tell.
         let fault = self.plan.fault;
         match fault {
@@ -65,7 +65,7 @@ impl AgentRun {
                 // A true hang: deaf to cancel, never answers. Only the end of serving (in
                 // production, the lane killing the process) releases the thread.
                 while !self.stopping.load(Ordering::SeqCst) {
-                    thread::sleep(CANCEL_POLL);
+                    thread::sleep(HANG_POLL);
                 }
                 return;
             }
@@ -208,20 +208,48 @@ pub(super) fn sleep_s(s: f64) {
     }
 }
 
+/// A `cancel` for one agent. The agent sleeps on it rather than polling, so a thousand
+/// sleeping agents cost no CPU (polling them every 10 ms took both cores of a small host).
+#[derive(Default)]
+pub(super) struct CancelFlag {
+    set: Mutex<bool>,
+    changed: Condvar,
+}
+
+impl CancelFlag {
+    pub(super) fn set(&self) {
+        *self.set.lock().unwrap_or_else(PoisonError::into_inner) = true;
+        self.changed.notify_all();
+    }
+
+    /// Sleeps until `deadline` or the cancel, whichever comes first; whether it was cancelled.
+    fn wait_until(&self, deadline: Instant) -> bool {
+        let mut set = self.set.lock().unwrap_or_else(PoisonError::into_inner);
+        loop {
+            // The time is up first: an agent that finished is not cancelled.
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            if *set {
+                return true;
+            }
+            set = self
+                .changed
+                .wait_timeout(set, deadline - now)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+    }
+}
+
 /// Sleep `s` seconds unless cancelled first; `Some(elapsed)` when cancelled.
-fn sleep_cancellable(s: f64, cancel: &AtomicBool) -> Option<Duration> {
+fn sleep_cancellable(s: f64, cancel: &CancelFlag) -> Option<Duration> {
     let total = Duration::try_from_secs_f64(s).unwrap_or(Duration::ZERO);
     let start = Instant::now();
-    loop {
-        let elapsed = start.elapsed();
-        if elapsed >= total {
-            return None;
-        }
-        if cancel.load(Ordering::SeqCst) {
-            return Some(elapsed);
-        }
-        thread::sleep(CANCEL_POLL.min(total - elapsed));
-    }
+    cancel
+        .wait_until(start + total)
+        .then(|| start.elapsed().min(total))
 }
 
 fn status_name(s: AgentStatus) -> &'static str {

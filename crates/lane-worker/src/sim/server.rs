@@ -514,7 +514,7 @@ impl Server {
 
     fn cancel(&self, which: impl Fn(&str) -> bool) {
         for a in self.agents.iter().filter(|a| which(&a.tag)) {
-            a.cancel.store(true, Ordering::SeqCst);
+            a.cancel.set();
         }
     }
 

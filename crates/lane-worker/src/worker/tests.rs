@@ -294,8 +294,8 @@ async fn the_outbox_is_replayed_before_any_work_is_asked_for() {
 #[tokio::test(start_paused = true)]
 async fn heartbeats_carry_only_the_leases_of_lanes_that_answer() {
     let mut rig = Rig::new("beats", 1, 2);
-    // A driver that never answers `initialize`: each lane holds its lease in admission until
-    // the 60 s deadline, which is virtual time here.
+    // A driver that never answers `initialize`: each lane's spare fails at the 60 s deadline
+    // (virtual time here), and then each lane holds its lease in admission until the next.
     rig.config.driver_override = Some(vec!["sleep".into(), "1000".into()]);
     rig.submit("beats", 2, "sim = {}").await;
     rig.start();
@@ -314,10 +314,6 @@ async fn heartbeats_carry_only_the_leases_of_lanes_that_answer() {
                 .then_some(())
         })
         .await;
-    // Lane 0 stops answering for 3 s; its assignment waits behind the wedge.
-    rig.lane(0)
-        .cast(LaneMsg::Wedge(Duration::from_secs(3)))
-        .unwrap();
     let (wedged, healthy) = rig
         .tap
         .wait_for("both lanes assigned", |log| {
@@ -327,9 +323,20 @@ async fn heartbeats_carry_only_the_leases_of_lanes_that_answer() {
             ))
         })
         .await;
+    // Lane 0 stops answering for 3 s while it holds its lease. One heartbeat may be under
+    // way as the wedge lands: the one after it is the first that must leave the lease out.
+    let before = rig
+        .tap
+        .wait_for("the heartbeats so far", |log| Some(heartbeats(log).len()))
+        .await;
+    rig.lane(0)
+        .cast(LaneMsg::Wedge(Duration::from_secs(3)))
+        .unwrap();
     let first = rig
         .tap
-        .wait_for("a heartbeat", |log| heartbeats(log).into_iter().next())
+        .wait_for("a heartbeat after the wedge", |log| {
+            heartbeats(log).into_iter().nth(before + 1)
+        })
         .await;
     assert!(first.contains(&healthy), "{first:?}");
     assert!(
@@ -570,15 +577,45 @@ async fn campaigns_sharing_a_token_each_keep_their_own_lease() {
     rig.stop().await;
 }
 
-/// A lane starts its driver before it asks for work, and its first admission initializes
-/// that process instead of starting one: with hundreds of lanes starting at once, driver
-/// starts queued for the CPU while the leases waited, and admission took seconds.
-#[tokio::test(start_paused = true)]
-async fn a_lane_starts_its_driver_before_it_asks_for_work_and_admits_on_it() {
+/// A driver in `sh` that appends each request's method to the file named by its argument,
+/// answers `initialize` and `teardown`, and never answers `boot` (the lane then holds its lease
+/// in boot).
+const RECORDING_DRIVER: &str = r#"
+while IFS= read -r line; do
+  method=$(printf '%s' "$line" | sed -n 's/.*"method":"\([a-z_]*\)".*/\1/p')
+  id=$(printf '%s' "$line" | sed -n 's/.*"id":\([0-9]*\).*/\1/p')
+  echo "$method" >> "$1"
+  case "$method" in
+    initialize) echo "{\"jsonrpc\":\"2.0\",\"id\":$id,\"result\":{\"name\":\"rec\",\"version\":\"1\",\"pins\":{}}}" ;;
+    teardown) echo "{\"jsonrpc\":\"2.0\",\"id\":$id,\"result\":{}}" ;;
+  esac
+done
+"#;
+
+/// A lane starts its driver, initializes it and tears down what an earlier process left
+/// before it asks for work, and its first admission uses that process with no call (the
+/// campaign has no sim settings): with hundreds of lanes starting at once, driver starts and
+/// calls queued for the CPU while the leases waited, and admission took seconds.
+#[tokio::test]
+async fn a_lane_readies_its_driver_before_it_asks_for_work_and_admits_on_it() {
     let mut rig = Rig::new("spare", 1, 1);
-    // Never answers `initialize`: the lane stays in admission, holding its lease.
-    rig.config.driver_override = Some(vec!["sleep".into(), "1000".into()]);
-    rig.submit("spare", 1, "sim = {}").await;
+    let dir = tempfile::tempdir().unwrap();
+    let (script, calls) = (dir.path().join("driver.sh"), dir.path().join("calls"));
+    std::fs::write(&script, RECORDING_DRIVER).unwrap();
+    rig.config.driver_override = Some(vec![
+        "/bin/sh".into(),
+        script.display().to_string(),
+        calls.display().to_string(),
+    ]);
+    // A campaign command, which the override replaces: no sim settings.
+    rig.submit("spare", 1, "command = [\"unused\"]").await;
+    let methods = || -> Vec<String> {
+        std::fs::read_to_string(&calls)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    };
     let records = rig.config.outbox.join(crate::driver::process::RECORDS_DIR);
     // The drivers running, as the worker records them (one file per pid, written at spawn).
     let running = || -> std::collections::BTreeSet<String> {
@@ -606,21 +643,37 @@ async fn a_lane_starts_its_driver_before_it_asks_for_work_and_admits_on_it() {
                 .then_some(())
         })
         .await;
-    let before = running();
     assert_eq!(
-        before.len(),
-        1,
-        "the lane's driver runs before it asks for work"
+        methods().get(..2),
+        Some(&["initialize".to_owned(), "teardown".to_owned()][..]),
+        "the driver is initialized and torn down before the lane asks for work"
     );
+    let before = running();
+    assert_eq!(before.len(), 1, "{before:?}");
     rig.tap
-        .wait_for("a heartbeat renewing the assigned lease", |log| {
-            heartbeats(log).into_iter().find(|h| !h.is_empty())
+        .wait_for("a heartbeat of the attempt in boot", |log| {
+            log.iter()
+                .any(|s| match s {
+                    Seen::Sent {
+                        msg: In::Heartbeat(h),
+                        ..
+                    } => h.tokens.iter().any(|t| t.phase == pb::Phase::Boot as i32),
+                    _ => false,
+                })
+                .then_some(())
         })
         .await;
     assert_eq!(
         running(),
         before,
         "admission used the driver already running"
+    );
+    // Admission ended before boot began: a call it made would have been answered by now.
+    let seen = methods();
+    assert_eq!(
+        seen.iter().filter(|m| *m == "initialize").count(),
+        1,
+        "admission made no call: {seen:?}"
     );
     rig.stop().await;
 }

@@ -41,14 +41,19 @@ pub(crate) struct DriverSlot {
     pub(super) spare: Option<Spare>,
 }
 
-/// A driver process started ahead of any assignment, so that the first attempt's admission
-/// does not wait for a process to start: with hundreds of lanes starting at once, their
-/// driver starts queue for the CPU and took seconds. Only a process that does not depend on
-/// the campaign is started ahead (the sim, or `--driver` without env); the campaign's
-/// settings reach it with `initialize`.
+/// A driver process started, initialized and torn down ahead of any assignment, so that the
+/// first attempt's admission does not wait for a process to start or for two calls: with
+/// hundreds of lanes starting at once, their driver starts and calls queue for the CPU and
+/// took seconds. Only a process that does not depend on the campaign is started ahead (the
+/// sim, or `--driver` without env). A campaign with sim settings re-initializes the built-in
+/// sim with them (one call; the sim takes a second `initialize`); any other driver gets
+/// `initialize` once, so a `--driver` spare serves only campaigns without sim settings.
 pub(crate) struct Spare {
     key: Vec<String>,
     driver: Arc<DriverProcess>,
+    identity: DriverIdentity,
+    /// The built-in sim: it may be initialized again with a campaign's sim settings.
+    is_sim: bool,
 }
 
 impl DriverSlot {
@@ -99,29 +104,110 @@ fn spare_launch(config: &WorkerConfig) -> Launch {
     }
 }
 
-/// Starts the spare driver of a lane; `None` when it cannot start (the first attempt then
-/// starts its driver itself, and says why if it cannot either).
-pub(super) async fn start_spare(config: &WorkerConfig) -> Option<Spare> {
+/// Starts the spare driver of a lane, initializes it without sim settings and tears down what
+/// an earlier process of the lane left behind; `None` when any step fails (the first attempt
+/// then starts its driver itself, and says why if it cannot either).
+pub(super) async fn start_spare(config: &WorkerConfig, lane: &str) -> Option<Spare> {
     let launch = spare_launch(config);
-    let (program, args) = launch.command.split_first()?;
-    let command = DriverCommand {
-        program: program.clone(),
-        args: args.to_vec(),
-        cwd: None,
-        env: Vec::new(),
-        user: None,
-        record_dir: Some(config.outbox.join(crate::driver::process::RECORDS_DIR)),
+    let key = process_key(&launch);
+    let is_sim = launch.command == config.sim_command;
+    let records = config.outbox.join(crate::driver::process::RECORDS_DIR);
+    let started = async {
+        let driver = spawn(launch, &records).await?;
+        drain_notifications(&driver, lane);
+        let identity = initialize(&driver, lane, &config.host, None).await?;
+        teardown_leftovers(&driver, lane).await;
+        Ok::<_, DriverError>(Spare {
+            key,
+            identity,
+            is_sim,
+            driver,
+        })
     };
-    match DriverProcess::spawn(&command).await {
-        Ok(d) => Some(Spare {
-            key: process_key(&launch),
-            driver: Arc::new(d),
-        }),
+    match started.await {
+        Ok(s) => Some(s),
         Err(e) => {
-            tracing::debug!(error = %e, "no spare driver started");
+            tracing::debug!(lane, error = %e, "no spare driver started");
             None
         }
     }
+}
+
+/// Starts a driver process.
+async fn spawn(
+    launch: Launch,
+    records: &std::path::Path,
+) -> Result<Arc<DriverProcess>, DriverError> {
+    let Some((program, args)) = launch.command.split_first() else {
+        return Err(DriverError::Spawn {
+            program: String::new(),
+            source: std::io::Error::new(std::io::ErrorKind::InvalidInput, "empty command"),
+        });
+    };
+    let command = DriverCommand {
+        program: program.clone(),
+        args: args.to_vec(),
+        cwd: launch.cwd,
+        env: launch.env,
+        user: launch.user,
+        record_dir: Some(records.to_path_buf()),
+    };
+    Ok(Arc::new(DriverProcess::spawn(&command).await?))
+}
+
+/// Logs the driver's progress and log notifications as they come, so they never pile up.
+fn drain_notifications(driver: &DriverProcess, lane: &str) {
+    let Some(mut notes) = driver.take_notifications() else {
+        return;
+    };
+    let lane = lane.to_owned();
+    tokio::spawn(async move {
+        while let Some(n) = notes.recv().await {
+            match n {
+                Notification::Progress(p) => {
+                    tracing::debug!(lane = %lane, tag = %p.tag, turns = ?p.turns, message = ?p.message, "driver progress");
+                }
+                Notification::Log(l) => {
+                    tracing::debug!(lane = %lane, level = %l.level, message = %l.message, "driver log");
+                }
+            }
+        }
+    });
+}
+
+async fn initialize(
+    driver: &DriverProcess,
+    lane: &str,
+    host: &str,
+    sim: Option<Value>,
+) -> Result<DriverIdentity, DriverError> {
+    driver
+        .call(
+            method::INITIALIZE,
+            &InitializeParams {
+                protocol: proto::PROTOCOL.into(),
+                lane: lane.to_owned(),
+                host: host.to_owned(),
+                sim,
+            },
+            INIT_DEADLINE,
+        )
+        .await
+}
+
+/// `teardown` without a tag: whatever an earlier process of the lane left behind. Its answer
+/// is ignored, as the protocol says.
+async fn teardown_leftovers(driver: &DriverProcess, lane: &str) {
+    let _: Result<Value, _> = driver
+        .call(
+            method::TEARDOWN,
+            &TeardownParams {
+                lane: lane.to_owned(),
+                tag: None,
+            },
+            TEARDOWN_DEADLINE,
+        )
+        .await;
 }
 
 /// What admission needs, owned, so it can run in a task.
@@ -332,27 +418,29 @@ async fn ensure_driver(
     if let Some(old) = slot.driver.take() {
         old.kill().await;
     }
-    let driver = match slot.spare.take() {
-        Some(s) if s.key == process_key(&launch) && s.driver.is_alive() => s.driver,
+    let sim = (!spec.sim_json.is_empty()).then(|| parse_json(&spec.sim_json));
+    let (driver, identity) = match slot.spare.take() {
+        Some(s)
+            if s.key == process_key(&launch)
+                && s.driver.is_alive()
+                && (sim.is_none() || s.is_sim) =>
+        {
+            // Initialized and torn down before the lane asked for work.
+            let identity = match sim {
+                None => s.identity,
+                Some(sim) => initialize(&s.driver, lane, host, Some(sim)).await?,
+            };
+            (s.driver, identity)
+        }
         spare => {
             if let Some(s) = spare {
                 s.driver.kill().await;
             }
-            let Some((program, args)) = launch.command.split_first() else {
-                return Err(DriverError::Spawn {
-                    program: String::new(),
-                    source: std::io::Error::new(std::io::ErrorKind::InvalidInput, "empty command"),
-                });
-            };
-            let command = DriverCommand {
-                program: program.clone(),
-                args: args.to_vec(),
-                cwd: launch.cwd,
-                env: launch.env,
-                user: launch.user,
-                record_dir: Some(records.to_path_buf()),
-            };
-            Arc::new(DriverProcess::spawn(&command).await?)
+            let driver = spawn(launch, records).await?;
+            drain_notifications(&driver, lane);
+            let identity = initialize(&driver, lane, host, sim).await?;
+            teardown_leftovers(&driver, lane).await;
+            (driver, identity)
         }
     };
     if slot.started.as_ref() == Some(&want)
@@ -361,49 +449,9 @@ async fn ensure_driver(
         m.driver_restarted();
     }
     slot.started = Some(want.clone());
-    // Progress and log notifications are logged as they come, so they never pile up.
-    if let Some(mut notes) = driver.take_notifications() {
-        let lane = lane.to_owned();
-        tokio::spawn(async move {
-            while let Some(n) = notes.recv().await {
-                match n {
-                    Notification::Progress(p) => {
-                        tracing::debug!(lane = %lane, tag = %p.tag, turns = ?p.turns, message = ?p.message, "driver progress");
-                    }
-                    Notification::Log(l) => {
-                        tracing::debug!(lane = %lane, level = %l.level, message = %l.message, "driver log");
-                    }
-                }
-            }
-        });
-    }
-    let sim = (!spec.sim_json.is_empty()).then(|| parse_json(&spec.sim_json));
-    let identity: DriverIdentity = driver
-        .call(
-            method::INITIALIZE,
-            &InitializeParams {
-                protocol: proto::PROTOCOL.into(),
-                lane: lane.to_owned(),
-                host: host.to_owned(),
-                sim,
-            },
-            INIT_DEADLINE,
-        )
-        .await?;
-    let _: Value = driver
-        .call(
-            method::TEARDOWN,
-            &TeardownParams {
-                lane: lane.to_owned(),
-                tag: None,
-            },
-            TEARDOWN_DEADLINE,
-        )
-        .await
-        .unwrap_or(Value::Null);
     slot.identity = Some(identity);
     slot.driver = Some(driver.clone());
-    slot.key = Some(want.clone());
+    slot.key = Some(want);
     Ok(driver)
 }
 

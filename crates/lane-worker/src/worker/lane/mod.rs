@@ -414,9 +414,9 @@ impl Actor for LaneActor {
         myself: ActorRef<LaneMsg>,
         _state: &mut LaneState,
     ) -> Result<(), ActorProcessingErr> {
-        let config = self.config.clone();
+        let (config, lane) = (self.config.clone(), self.name.clone());
         tokio::spawn(async move {
-            let spare = admit::start_spare(&config).await.map(Box::new);
+            let spare = admit::start_spare(&config, &lane).await.map(Box::new);
             // The lane stopped meanwhile: its spare must not outlive it.
             if let Err(ractor::MessagingErr::SendErr(LaneMsg::Warmed(Some(s)))) =
                 myself.cast(LaneMsg::Warmed(spare))
