@@ -268,6 +268,17 @@ fn task_conflicts(old: &[Task], new: &[Task]) -> Vec<Conflict> {
             &task_line(b),
             &mut out,
         );
+        // A Harbor task folder edited after the start: name the files, not only the hash.
+        let files = |t: &Task| {
+            t.payload
+                .value()
+                .get(crate::spec::harbor::PAYLOAD_KEY)
+                .and_then(|h| h.get("files"))
+                .cloned()
+        };
+        if let (Some(fa), Some(fb)) = (files(a), files(b)) {
+            diff_values(&format!("tasks[{}].harbor.files", a.id), &fa, &fb, &mut out);
+        }
     }
     out
 }

@@ -7,6 +7,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::error::{SpecError, SpecErrorKind};
+use super::harbor;
 use super::tasks::{build_task, parse_tasks_jsonl, unknown_field};
 use super::validate::{SpecInvalid, validate_tasks};
 use super::{
@@ -68,6 +69,8 @@ struct RawArm {
 struct RawTasks {
     file: Option<Spanned<String>>,
     items: Option<Vec<RawInlineTask>>,
+    /// A folder of Harbor task folders.
+    harbor: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -439,20 +442,88 @@ fn driver(
     ))
 }
 
+/// `[tasks] harbor = "DIR"`: every task folder under DIR, relative to the campaign file. Each
+/// task's payload holds its `task.toml` settings and the digests of its files; its
+/// `timeout_s` is the task's agent timeout.
+fn harbor_tasks(
+    ctx: &Ctx<'_>,
+    from: TasksFrom<'_>,
+    dir: Spanned<String>,
+) -> Result<Vec<Task>, SpecError> {
+    let TasksFrom::Folder(base) = from else {
+        return Err(ctx.at(
+            dir.span(),
+            "tasks.harbor",
+            SpecErrorKind::invalid(
+                "the coordinator reads no folder a client names: `lanes submit` reads the task \
+                 folders and sends them beside the campaign",
+            ),
+        ));
+    };
+    let path = base.join(dir.get_ref());
+    let refused = |e: harbor::HarborError| {
+        ctx.at(
+            dir.span(),
+            "tasks.harbor",
+            SpecErrorKind::invalid(e.to_string()),
+        )
+    };
+    let loaded = harbor::load_dir(&path).map_err(refused)?;
+    let mut tasks = Vec::with_capacity(loaded.len());
+    for (id, _, settings) in loaded {
+        let timeout_s = settings.timeout_s();
+        let payload = serde_json::json!({ harbor::PAYLOAD_KEY: settings });
+        let task = build_task(
+            id.clone(),
+            None,
+            Vec::new(),
+            timeout_s,
+            None,
+            None,
+            Some(&payload),
+        )
+        .map_err(|(field, kind)| {
+            ctx.at(
+                dir.span(),
+                "tasks.harbor",
+                SpecErrorKind::invalid(format!("task folder `{id}`: {field}: {kind}")),
+            )
+        })?;
+        tasks.push(task);
+    }
+    validate_tasks(&tasks).map_err(|e| {
+        ctx.at(
+            dir.span(),
+            "tasks.harbor",
+            SpecErrorKind::invalid(e.to_string()),
+        )
+    })?;
+    Ok(tasks)
+}
+
 fn tasks(
     ctx: &Ctx<'_>,
     from: TasksFrom<'_>,
     span: std::ops::Range<usize>,
     raw: RawTasks,
 ) -> Result<Vec<Task>, SpecError> {
+    let sources = [
+        raw.file.is_some(),
+        raw.items.is_some(),
+        raw.harbor.is_some(),
+    ];
+    if sources.iter().filter(|s| **s).count() > 1 {
+        return Err(ctx.at(
+            span,
+            "tasks",
+            SpecErrorKind::invalid("set one of `file`, `items` or `harbor`"),
+        ));
+    }
+    if let Some(dir) = raw.harbor {
+        return harbor_tasks(ctx, from, dir);
+    }
     let (lined, file, inline): (Vec<(usize, Task)>, PathBuf, bool) = match (raw.file, raw.items) {
-        (Some(_), Some(_)) => {
-            return Err(ctx.at(
-                span,
-                "tasks",
-                SpecErrorKind::invalid("set either `file` or `items`, not both"),
-            ));
-        }
+        (Some(_), Some(_)) => unreachable!("refused above"),
         (None, None) => return Err(ctx.at(span, "tasks", SpecErrorKind::NoTasks)),
         (Some(file), None) => {
             let TasksFrom::Folder(base) = from else {

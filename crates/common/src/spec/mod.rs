@@ -7,6 +7,7 @@
 
 pub mod env;
 mod error;
+pub mod harbor;
 mod load;
 mod schema;
 mod tasks;
