@@ -4,7 +4,11 @@
 # - python3 and python3-venv: Python drivers, and the test venv below;
 # - chromium: the dashboard's browser test drives it headless over the DevTools protocol;
 # - buildah: the image test builds deploy/Containerfile's runtime stage with it (without it,
-#   that one test says it was skipped).
+#   that one test says it was skipped);
+# - podman, runc and busybox-static: the container driver's tests run real containers, with
+#   podman storage of their own under the target folder, on a base image built offline from
+#   the host's static busybox (crun, podman's default runtime, refuses this kind of machine's
+#   cgroups: the tests select runc).
 # Debian packages are installed with apt-get when run as root; otherwise the script prints
 # the command to run (buildah is optional and only reported).
 set -euo pipefail
@@ -14,6 +18,12 @@ missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v python3 >/dev/null 2>&1 || missing+=(python3)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+# Installed with their recommended packages (networking for builds, fuse-overlayfs), as
+# the container tests were written against.
+containers=()
+command -v podman >/dev/null 2>&1 || containers+=(podman)
+command -v runc >/dev/null 2>&1 || [ -x /usr/sbin/runc ] || containers+=(runc)
+dpkg -s busybox-static >/dev/null 2>&1 || containers+=(busybox-static)
 target_dir="${CARGO_TARGET_DIR:-$PWD/target}"
 case "$target_dir" in /*) ;; *) target_dir="$PWD/$target_dir" ;; esac
 venv="$target_dir/test-venv"
@@ -25,8 +35,8 @@ fi
 optional=()
 command -v buildah >/dev/null 2>&1 || optional+=(buildah)
 if [ "$(id -u)" -eq 0 ]; then
-  if [ "$((${#missing[@]} + ${#optional[@]}))" -gt 0 ]; then
-    echo "test.sh: installing ${missing[*]} ${optional[*]}" >&2
+  if [ "$((${#missing[@]} + ${#optional[@]} + ${#containers[@]}))" -gt 0 ]; then
+    echo "test.sh: installing ${missing[*]} ${containers[*]} ${optional[*]}" >&2
     apt-get update
   fi
   if [ "${#missing[@]}" -gt 0 ]; then
@@ -34,14 +44,17 @@ if [ "$(id -u)" -eq 0 ]; then
     # The package starts a service on the standard port; the tests never use it.
     (service redis-server stop || true) >/dev/null 2>&1
   fi
+  if [ "${#containers[@]}" -gt 0 ]; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y "${containers[@]}"
+  fi
   if [ "${#optional[@]}" -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${optional[@]}" \
       || echo "test.sh: buildah could not be installed: the image test will say it skipped" >&2
   fi
 else
-  if [ "${#missing[@]}" -gt 0 ]; then
-    echo "test.sh: ${missing[*]} missing. Install with:" >&2
-    echo "  sudo apt-get update && sudo apt-get install -y ${missing[*]} ${optional[*]}" >&2
+  if [ "$((${#missing[@]} + ${#containers[@]}))" -gt 0 ]; then
+    echo "test.sh: ${missing[*]} ${containers[*]} missing. Install with:" >&2
+    echo "  sudo apt-get update && sudo apt-get install -y ${missing[*]} ${containers[*]} ${optional[*]}" >&2
     exit 1
   fi
   if [ "${#optional[@]}" -gt 0 ]; then

@@ -304,6 +304,7 @@ async fn run_async(args: Args, campaign: spec::Campaign, drivers: Drivers) -> an
         cancel_grace: Duration::from_secs(30),
         guest_poll: Duration::from_secs(1),
         guest_grace: Duration::from_secs(60),
+        task_folders: Default::default(),
         http: Default::default(),
         metrics: metrics.map(|(_, w)| w),
     };

@@ -199,6 +199,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<Code> {
         cancel_grace: Duration::from_secs(args.cancel_grace_s),
         guest_poll: Duration::from_secs(1),
         guest_grace: Duration::from_secs(args.guest_grace_s),
+        task_folders: Default::default(),
         http: HttpOptions {
             ca_file: args.http_ca,
             connect_timeout: Duration::from_secs(args.http_connect_timeout_s.max(1)),

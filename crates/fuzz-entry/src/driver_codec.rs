@@ -237,6 +237,7 @@ fn encoded(u: &mut Unstructured<'_>) -> arbitrary::Result<()> {
                 &EnvResult {
                     verified: bool::arbitrary(u)?,
                     health_url: Option::<String>::arbitrary(u)?,
+                    pins: std::collections::BTreeMap::<String, String>::arbitrary(u)?,
                 },
             );
             answer(
@@ -318,6 +319,8 @@ fn env_params(u: &mut Unstructured<'_>) -> arbitrary::Result<EnvParams> {
         arm: String::arbitrary(u)?,
         seed: u64::arbitrary(u)?,
         payload: value(u)?,
+        task_dir: Option::<String>::arbitrary(u)?,
+        attempt_dir: Option::<String>::arbitrary(u)?,
     })
 }
 

@@ -9,7 +9,8 @@
 //! - [`secrets`]: an attempt's secret values, masked in everything the lane writes;
 //! - [`control`]: the control socket `lanes worker drain` talks to;
 //! - [`worker`]: the supervisor and lane actors, and [`run`];
-//! - [`sim`]: the built-in deterministic sim driver (`lanes driver sim`).
+//! - [`sim`]: the built-in deterministic sim driver (`lanes driver sim`);
+//! - [`container`]: the built-in container driver (`lanes driver container`).
 
 pub mod driver {
     //! Drivers: long-lived child processes that speak JSON-RPC 2.0 over stdio.
@@ -19,6 +20,7 @@ pub mod driver {
 }
 pub mod ack_log;
 pub mod artifacts;
+pub mod container;
 pub mod control;
 pub mod drivers;
 pub mod http;

@@ -75,6 +75,12 @@ pub struct EnvParams {
     pub seed: u64,
     /// The task payload, with `secret_payload_keys` included (the driver needs them).
     pub payload: serde_json::Value,
+    /// The task's folder on this host, for a task that is a folder (`[tasks] harbor`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_dir: Option<String>,
+    /// The attempt's artifact folder, where a driver may copy what the attempt left (logs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt_dir: Option<String>,
 }
 
 /// `boot` and `reset` result.
@@ -86,6 +92,10 @@ pub struct EnvResult {
     /// A guest health URL the lane polls during the agent phase.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health_url: Option<String>,
+    /// Boot only: pins of this attempt's environment (the image it ran, the task's digest),
+    /// added to the attempt's row beside the driver's own.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub pins: BTreeMap<String, String>,
 }
 
 /// `gate` result: only an explicit `infeasible = true` skips the agent.

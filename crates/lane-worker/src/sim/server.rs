@@ -139,6 +139,8 @@ impl Params<'_> {
             arm: self.field("arm")?,
             seed: self.field("seed")?,
             payload: self.field("payload")?,
+            task_dir: self.field("task_dir")?,
+            attempt_dir: self.field("attempt_dir")?,
         })
     }
 
@@ -389,7 +391,7 @@ impl Server {
         sleep_s(cfg.reset_s);
         Ok(EnvResult {
             verified: plan.fault != Some(SimFault::Kind(FailureKind::ResetUnverified)),
-            health_url: None,
+            ..Default::default()
         })
     }
 

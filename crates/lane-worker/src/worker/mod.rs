@@ -49,6 +49,10 @@ pub struct WorkerConfig {
     pub guest_poll: Duration,
     /// How long the guest may stay unreachable before the attempt is `guest_lost`.
     pub guest_grace: Duration,
+    /// Task folders on this host by digest (`sha256:…`), for tasks that are folders
+    /// (`[tasks] harbor`): `lanes run` gives its campaign's. The lane names the folder to the
+    /// driver at boot.
+    pub task_folders: std::collections::BTreeMap<String, std::path::PathBuf>,
     /// The HTTP client's trust and bounds, for task APIs and guest health URLs.
     pub http: crate::http::HttpOptions,
     /// Count into these metrics (the caller serves them); off when `None`.

@@ -77,6 +77,7 @@ impl Rig {
             cancel_grace: Duration::from_secs(5),
             guest_poll: Duration::from_secs(1),
             guest_grace: Duration::from_secs(60),
+            task_folders: Default::default(),
             http: Default::default(),
             metrics: None,
         };

@@ -130,7 +130,8 @@ async fn a_normal_call() {
         got,
         EnvResult {
             verified: true,
-            health_url: Some("http://g/h".into())
+            health_url: Some("http://g/h".into()),
+            ..Default::default()
         }
     );
     let got: HealthResult = d

@@ -498,6 +498,7 @@ mod tests {
             cancel_grace: Duration::from_secs(1),
             guest_poll: Duration::from_secs(1),
             guest_grace: Duration::from_secs(1),
+            task_folders: Default::default(),
             tls: Default::default(),
             http: Default::default(),
             metrics: None,

@@ -174,6 +174,12 @@ impl LaneActor {
                 self.spawn_event(myself, span, tag, async move {
                     let m = if is_boot { method::BOOT } else { method::RESET };
                     let ok = move |r: EnvResult| {
+                        if !r.pins.is_empty() {
+                            let _ = me.cast(LaneMsg::EnvPins {
+                                tag: url_tag.clone(),
+                                pins: r.pins,
+                            });
+                        }
                         if let Some(url) = r.health_url {
                             // Sent before the event, so the watchdog knows it when the agent
                             // starts.
@@ -517,12 +523,24 @@ impl LaneActor {
     }
 
     fn env_params(&self, _unit: &Unit, cur: &Current) -> EnvParams {
+        let payload = parse_json(&cur.trial.payload_json);
+        // A task that is a folder: the one with the submitted digest, on this host.
+        let task_dir = payload
+            .get(lanes_common::spec::harbor::PAYLOAD_KEY)
+            .and_then(|h| h.get("digest"))
+            .and_then(Value::as_str)
+            .and_then(|d| self.config.task_folders.get(d))
+            .map(|p| p.display().to_string());
         EnvParams {
             attempt: self.attempt_ref(cur),
             task: cur.trial.task.clone(),
             arm: cur.trial.arm.clone(),
             seed: cur.trial.seed,
-            payload: parse_json(&cur.trial.payload_json),
+            payload,
+            task_dir,
+            attempt_dir: artifacts::attempt_dir(&self.config.artifacts, &cur.tag)
+                .ok()
+                .map(|p| p.display().to_string()),
         }
     }
 
@@ -545,7 +563,12 @@ impl LaneActor {
             lane: self.name.clone(),
             host: self.config.host.clone(),
             worker: self.config.worker_id.clone(),
-            driver: state.slot.identity.clone(),
+            // The driver's pins, and what boot pinned of this attempt's environment.
+            driver: state.slot.identity.clone().map(|mut id| {
+                id.pins
+                    .extend(cur.env_pins.iter().map(|(k, v)| (k.clone(), v.clone())));
+                id
+            }),
             walls: cur.walls,
             started_utc: cur.started_utc.clone(),
             ended_utc: now_utc(),

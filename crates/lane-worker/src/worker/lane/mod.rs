@@ -51,6 +51,11 @@ pub(crate) enum LaneMsg {
         tag: AttemptTag,
         url: String,
     },
+    /// Boot pinned this attempt's environment (its image, its task's digest).
+    EnvPins {
+        tag: AttemptTag,
+        pins: std::collections::BTreeMap<String, String>,
+    },
     /// The spare driver started (or could not): the lane asks for work now.
     Warmed(Option<Box<admit::Spare>>),
     /// Admission finished: the driver slot comes back with its result.
@@ -109,6 +114,8 @@ struct Current {
     agent_timer: Option<tokio::task::JoinHandle<()>>,
     /// The guest's health URL from boot or reset, and the task watching it.
     health_url: Option<String>,
+    /// What boot pinned of this attempt's environment, added to the driver's pins in its row.
+    env_pins: std::collections::BTreeMap<String, String>,
     watchdog: Option<tokio::task::JoinHandle<()>>,
     /// Set when the agent runs behind a task API: flipping it cancels the API task.
     http_cancel: Option<tokio::sync::watch::Sender<bool>>,
@@ -316,6 +323,7 @@ impl LaneActor {
             walls: PhaseWalls::default(),
             agent_timer: None,
             health_url: None,
+            env_pins: Default::default(),
             watchdog: None,
             http_cancel: None,
             span,
@@ -470,6 +478,11 @@ impl Actor for LaneActor {
             LaneMsg::HealthUrl { tag, url } => {
                 if let Some(cur) = state.current.as_mut().filter(|c| c.tag == tag) {
                     cur.health_url = Some(url);
+                }
+            }
+            LaneMsg::EnvPins { tag, pins } => {
+                if let Some(cur) = state.current.as_mut().filter(|c| c.tag == tag) {
+                    cur.env_pins.extend(pins);
                 }
             }
             LaneMsg::Warmed(spare) => {

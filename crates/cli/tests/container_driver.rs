@@ -1,0 +1,469 @@
+//! `lanes driver container` against real podman, spoken to over its stdio as a lane does:
+//! the example's Harbor tasks built and run (oracle passes, nop fails), what the agent can
+//! and cannot see, the limits in force, each failure kind, and no container left behind when
+//! the driver is killed. Podman runs with its own storage under the target folder and the
+//! settings this kind of machine needs (runc, ulimits within the hard limits).
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::OnceLock;
+
+use serde_json::{Value, json};
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The private podman setup (config, storage) every command of these tests uses.
+fn podman_env() -> &'static Vec<(String, String)> {
+    static ENV: OnceLock<Vec<(String, String)>> = OnceLock::new();
+    ENV.get_or_init(|| {
+        let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join("podman");
+        std::fs::create_dir_all(&root).unwrap();
+        let conf = root.join("containers.conf");
+        std::fs::write(
+            &conf,
+            "[containers]\ndefault_ulimits = [\"nofile=1024:1024\", \"nproc=1024:1024\"]\n\
+             [engine]\nruntime = \"runc\"\n",
+        )
+        .unwrap();
+        let storage = root.join("storage.conf");
+        std::fs::write(
+            &storage,
+            format!(
+                "[storage]\ndriver = \"overlay\"\ngraphroot = \"{}\"\nrunroot = \"{}\"\n",
+                root.join("graph").display(),
+                root.join("run").display()
+            ),
+        )
+        .unwrap();
+        let env = vec![
+            ("CONTAINERS_CONF".to_owned(), conf.display().to_string()),
+            (
+                "CONTAINERS_STORAGE_CONF".to_owned(),
+                storage.display().to_string(),
+            ),
+        ];
+        // The example's base image, built offline from the host's busybox.
+        let status = Command::new("sh")
+            .arg(repo().join("examples/terminal/base-image.sh"))
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .stdout(Stdio::null())
+            .status()
+            .expect("sh runs");
+        assert!(status.success(), "the base image builds");
+        env
+    })
+}
+
+fn podman(args: &[&str]) -> String {
+    let out = Command::new("podman")
+        .args(args)
+        .envs(podman_env().iter().map(|(k, v)| (k, v)))
+        .output()
+        .expect("podman runs");
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// The containers of a lane.
+fn containers_of(lane: &str) -> Vec<String> {
+    podman(&[
+        "ps",
+        "-a",
+        "-q",
+        "--filter",
+        &format!("label=lanes.lane={lane}"),
+    ])
+    .lines()
+    .map(str::to_owned)
+    .collect()
+}
+
+/// A driver process and its stdio, spoken to one call at a time.
+struct Driver {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    next: u64,
+    lane: String,
+    _state: tempfile::TempDir,
+}
+
+impl Driver {
+    fn start(lane: &str) -> Self {
+        let state = tempfile::tempdir().unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_lanes"))
+            .args(["driver", "container", "--runtime", "podman", "--state-dir"])
+            .arg(state.path())
+            .envs(podman_env().iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut d = Self {
+            child,
+            stdin,
+            stdout,
+            next: 0,
+            lane: lane.to_owned(),
+            _state: state,
+        };
+        let id = d.call(
+            "initialize",
+            json!({"protocol": "lanes-driver/1", "lane": lane, "host": "test-host"}),
+        );
+        assert_eq!(id.unwrap()["name"], "lanes-container");
+        d.call("teardown", json!({ "lane": lane })).unwrap();
+        d
+    }
+
+    fn send(&mut self, method: &str, params: Value) -> u64 {
+        self.next += 1;
+        let line = json!({"jsonrpc": "2.0", "id": self.next, "method": method, "params": params});
+        writeln!(self.stdin, "{line}").unwrap();
+        self.stdin.flush().unwrap();
+        self.next
+    }
+
+    fn read(&mut self) -> Result<Value, Value> {
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).unwrap();
+        let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"));
+        match v.get("error") {
+            Some(e) => Err(e.clone()),
+            None => Ok(v["result"].clone()),
+        }
+    }
+
+    fn call(&mut self, method: &str, params: Value) -> Result<Value, Value> {
+        self.send(method, params);
+        self.read()
+    }
+}
+
+/// The params of one attempt of the example's task `task`, run by `agent`.
+struct Attempt {
+    env: Value,
+    agent: Value,
+}
+
+fn attempt(task: &str, tag: &str, agent: Value, timeout_s: u32, artifacts: &Path) -> Attempt {
+    attempt_in(
+        &repo().join("examples/terminal/tasks"),
+        task,
+        tag,
+        agent,
+        timeout_s,
+        artifacts,
+    )
+}
+
+fn attempt_in(
+    tasks: &Path,
+    task: &str,
+    tag: &str,
+    agent: Value,
+    timeout_s: u32,
+    artifacts: &Path,
+) -> Attempt {
+    let dir = tasks.join(task);
+    let settings = lanes_common::spec::harbor::load_task(task, &dir).unwrap();
+    let payload = json!({ "harbor": settings });
+    let attempt =
+        json!({"campaign": "c", "trial_id": format!("{task}.r0.a"), "attempt": 1, "tag": tag});
+    Attempt {
+        env: json!({
+            "attempt": attempt, "task": task, "arm": "a", "seed": 1, "payload": payload,
+            "task_dir": dir.display().to_string(), "attempt_dir": artifacts.display().to_string(),
+        }),
+        agent: json!({
+            "attempt": attempt, "task": task, "arm": "a", "arm_config": agent,
+            "payload": payload, "seed": 1, "timeout_s": timeout_s, "max_turns": 0,
+        }),
+    }
+}
+
+/// boot, reset, run_agent: the agent's result.
+fn run_to_agent(d: &mut Driver, a: &Attempt) -> Value {
+    let booted = d.call("boot", a.env.clone()).unwrap();
+    assert!(
+        booted["pins"]["image_digest"]
+            .as_str()
+            .unwrap()
+            .starts_with("sha256:"),
+        "{booted}"
+    );
+    assert_eq!(
+        booted["pins"]["task_digest"],
+        a.env["payload"]["harbor"]["digest"]
+    );
+    assert_eq!(d.call("reset", a.env.clone()).unwrap()["verified"], true);
+    d.call("run_agent", a.agent.clone()).unwrap()
+}
+
+#[test]
+fn oracle_passes_and_nop_fails_every_example_task() {
+    let mut d = Driver::start("examples");
+    let art = tempfile::tempdir().unwrap();
+    let tasks =
+        lanes_common::spec::harbor::load_dir(&repo().join("examples/terminal/tasks")).unwrap();
+    assert!(tasks.len() >= 6);
+    for (id, ..) in &tasks {
+        for (agent, want) in [("oracle", 1.0), ("nop", 0.0)] {
+            let a = attempt(
+                id,
+                &format!("c/{id}#{agent}"),
+                json!({ "agent": agent }),
+                60,
+                art.path(),
+            );
+            let r = run_to_agent(&mut d, &a);
+            assert_eq!(r["status"], "completed", "{id} {agent}: {r}");
+            let e = d.call("evaluate", a.env.clone()).unwrap();
+            assert_eq!(e["score"], want, "{id} {agent}: {e}");
+            assert_eq!(e["passed"], want >= 1.0, "{id} {agent}: {e}");
+            assert!(
+                containers_of("examples").is_empty(),
+                "an evaluated attempt's container is removed"
+            );
+        }
+    }
+    // The logs were copied out of the last container before it went.
+    assert!(
+        art.path()
+            .join("container/verifier/test-stdout.txt")
+            .is_file()
+    );
+}
+
+#[test]
+fn tests_and_solution_are_invisible_to_the_agent_and_limits_hold() {
+    let mut d = Driver::start("isolation");
+    let art = tempfile::tempdir().unwrap();
+    // Exit 0 only when nothing of tests/ or solution/ is in the container, the only network
+    // interface is loopback, the memory limit is the task's 256 MiB, and the instruction is
+    // both in the file and in the variable.
+    let script = "test ! -e /tests && test ! -e /solution \
+        && test \"$(ls /sys/class/net)\" = lo \
+        && limit=$(cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes) \
+        && test \"$limit\" = 268435456 \
+        && grep -q hello.txt /lanes/instruction.md && echo \"$LANES_INSTRUCTION\" | grep -q hello.txt";
+    let a = attempt(
+        "hello-file",
+        "c/iso#1",
+        json!({"agent": "command", "command": script}),
+        60,
+        art.path(),
+    );
+    let r = run_to_agent(&mut d, &a);
+    assert_eq!(r["status"], "completed", "{r}");
+    // Past the limit, an allocation is killed: the agent's command fails.
+    let hog = attempt(
+        "hello-file",
+        "c/iso#2",
+        json!({"agent": "command", "command": "head -c 400m /dev/zero | tail > /dev/null"}),
+        60,
+        art.path(),
+    );
+    let r = run_to_agent(&mut d, &hog);
+    assert_eq!(r["status"], "agent_error", "{r}");
+}
+
+#[test]
+fn each_failure_kind_is_named() {
+    let mut d = Driver::start("failures");
+    let art = tempfile::tempdir().unwrap();
+    let tasks = tempfile::tempdir().unwrap();
+    let copy = |from: &str, to: &str| {
+        let status = Command::new("cp")
+            .arg("-r")
+            .arg(repo().join("examples/terminal/tasks").join(from))
+            .arg(tasks.path().join(to))
+            .status()
+            .unwrap();
+        assert!(status.success());
+    };
+
+    // A build that fails is boot_failed, and the next attempt fails at once without a build.
+    copy("hello-file", "broken-build");
+    std::fs::write(
+        tasks.path().join("broken-build/environment/Dockerfile"),
+        "FROM localhost/lanes-busybox:1\nRUN exit 3\n",
+    )
+    .unwrap();
+    let a = attempt_in(
+        tasks.path(),
+        "broken-build",
+        "c/b#1",
+        json!({"agent": "nop"}),
+        60,
+        art.path(),
+    );
+    let e = d.call("boot", a.env.clone()).unwrap_err();
+    assert_eq!(e["data"]["failure_kind"], "boot_failed", "{e}");
+    let again = d.call("boot", a.env.clone()).unwrap_err();
+    assert!(
+        again["message"]
+            .as_str()
+            .unwrap()
+            .contains("an earlier build"),
+        "{again}"
+    );
+
+    // A folder edited after it was loaded is refused, naming the file.
+    copy("hello-file", "edited");
+    let a = attempt_in(
+        tasks.path(),
+        "edited",
+        "c/e#1",
+        json!({"agent": "nop"}),
+        60,
+        art.path(),
+    );
+    std::fs::write(
+        tasks.path().join("edited/instruction.md"),
+        "Something else.\n",
+    )
+    .unwrap();
+    let e = d.call("boot", a.env.clone()).unwrap_err();
+    assert!(
+        e["message"].as_str().unwrap().contains("instruction.md"),
+        "{e}"
+    );
+
+    // An agent that exits non-zero is agent_error (and is evaluated).
+    let a = attempt(
+        "hello-file",
+        "c/x#1",
+        json!({"agent": "command", "command": "exit 4"}),
+        60,
+        art.path(),
+    );
+    assert_eq!(run_to_agent(&mut d, &a)["status"], "agent_error");
+    assert_eq!(d.call("evaluate", a.env.clone()).unwrap()["score"], 0.0);
+
+    // The agent's timeout is `timeout`, its processes (a background one too) are killed,
+    // and what it left is evaluated.
+    let a = attempt(
+        "hello-file",
+        "c/t#1",
+        json!({"agent": "command", "command": "(sleep 300 &) ; echo hello, world! > /app/hello.txt; sleep 300"}),
+        2,
+        art.path(),
+    );
+    let r = run_to_agent(&mut d, &a);
+    assert_eq!(r["status"], "timeout", "{r}");
+    let name = containers_of("failures");
+    assert_eq!(name.len(), 1);
+    let procs = podman(&[
+        "exec",
+        &name[0],
+        "sh",
+        "-c",
+        "ps -o args | grep -c '[s]leep 300' || true",
+    ]);
+    assert_eq!(
+        procs, "0",
+        "the agent's processes are killed, its background one too"
+    );
+    assert_eq!(d.call("evaluate", a.env.clone()).unwrap()["score"], 1.0);
+
+    // A container that dies under the agent is guest_lost.
+    let a = attempt(
+        "hello-file",
+        "c/g#1",
+        json!({"agent": "command", "command": "sleep 60"}),
+        120,
+        art.path(),
+    );
+    d.call("boot", a.env.clone()).unwrap();
+    d.send("run_agent", a.agent.clone());
+    let victim = containers_of("failures");
+    // Wait until the agent runs in it, then remove the container under it.
+    loop {
+        let ps = podman(&["exec", &victim[0], "sh", "-c", "ps -o args"]);
+        if ps.contains("sleep 60") {
+            break;
+        }
+    }
+    podman(&["rm", "-f", "-t", "0", &victim[0]]);
+    let r = d.read().unwrap();
+    assert_eq!(r["status"], "infra_error", "{r}");
+    assert_eq!(r["failure_kind"], "guest_lost", "{r}");
+
+    // No reward file is evaluator_error, never a score.
+    copy("hello-file", "no-reward");
+    std::fs::write(
+        tasks.path().join("no-reward/tests/test.sh"),
+        "#!/bin/sh\necho no reward\n",
+    )
+    .unwrap();
+    let a = attempt_in(
+        tasks.path(),
+        "no-reward",
+        "c/n#1",
+        json!({"agent": "nop"}),
+        60,
+        art.path(),
+    );
+    run_to_agent(&mut d, &a);
+    let e = d.call("evaluate", a.env.clone()).unwrap_err();
+    assert_eq!(e["data"]["failure_kind"], "evaluator_error", "{e}");
+
+    // A verifier past its timeout is evaluator_error.
+    copy("hello-file", "slow-verifier");
+    std::fs::write(
+        tasks.path().join("slow-verifier/tests/test.sh"),
+        "#!/bin/sh\nsleep 60\n",
+    )
+    .unwrap();
+    let toml = std::fs::read_to_string(tasks.path().join("slow-verifier/task.toml")).unwrap();
+    std::fs::write(
+        tasks.path().join("slow-verifier/task.toml"),
+        toml.replace("timeout_sec = 30.0", "timeout_sec = 2.0"),
+    )
+    .unwrap();
+    let a = attempt_in(
+        tasks.path(),
+        "slow-verifier",
+        "c/s#1",
+        json!({"agent": "nop"}),
+        60,
+        art.path(),
+    );
+    run_to_agent(&mut d, &a);
+    let e = d.call("evaluate", a.env.clone()).unwrap_err();
+    assert_eq!(e["data"]["failure_kind"], "evaluator_error", "{e}");
+    assert!(e["message"].as_str().unwrap().contains("timeout"), "{e}");
+}
+
+#[test]
+fn a_killed_driver_leaves_nothing_once_the_next_one_starts() {
+    let mut d = Driver::start("killed");
+    let art = tempfile::tempdir().unwrap();
+    let a = attempt(
+        "hello-file",
+        "c/k#1",
+        json!({"agent": "command", "command": "sleep 120"}),
+        300,
+        art.path(),
+    );
+    d.call("boot", a.env.clone()).unwrap();
+    d.send("run_agent", a.agent.clone());
+    assert_eq!(containers_of("killed").len(), 1);
+    // kill -9: the driver cleans nothing up itself.
+    d.child.kill().unwrap();
+    d.child.wait().unwrap();
+    assert_eq!(
+        containers_of("killed").len(),
+        1,
+        "the container outlived its driver"
+    );
+    // The lane's next driver tears down what the last one left.
+    let _next = Driver::start(&d.lane);
+    assert!(containers_of("killed").is_empty());
+}
