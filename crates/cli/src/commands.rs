@@ -317,7 +317,7 @@ pub(crate) fn run(cmd: ClientCmd) -> anyhow::Result<Code> {
                                 "version": w.version, "connected_utc": w.connected_utc,
                                 "outbox_broken": w.outbox_broken, "unpersisted": w.unpersisted,
                                 "detail": w.detail,
-                                "drivers": w.drivers, "campaign_commands": w.campaign_commands,
+                                "drivers": w.drivers, "campaign_commands": w.campaign_commands, "containers": w.containers,
                                 "driver_override": w.driver_override, "campaigns": w.campaigns,
                                 "refused": w.refused.iter().map(|r| serde_json::json!({"campaign": r.campaign, "reason": r.reason})).collect::<Vec<_>>(),
                             }));
@@ -479,6 +479,9 @@ fn runs(w: &pb::WorkerInfo) -> String {
     parts.extend(w.drivers.iter().cloned());
     if w.campaign_commands {
         parts.push("campaign commands".to_owned());
+    }
+    if w.containers {
+        parts.push("containers".to_owned());
     }
     let mut text = parts.join(", ");
     if !w.campaigns.is_empty() {

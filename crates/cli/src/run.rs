@@ -66,6 +66,12 @@ pub(crate) struct Args {
     /// `http://localhost:16686/trace/{trace_id}`.
     #[arg(long, value_name = "TEMPLATE", value_parser = crate::ui::trace_template)]
     ui_trace_url: Option<String>,
+    /// Run a container campaign (`[driver] container`) on this runtime's CLI.
+    #[arg(long, value_name = "RUNTIME", value_parser = ["podman", "docker"])]
+    container_runtime: Option<String>,
+    /// Image builds at once, with --container-runtime.
+    #[arg(long, default_value_t = 2, value_name = "N")]
+    max_builds: usize,
     #[command(flatten)]
     smoke: crate::smoke::SmokeArgs,
     #[command(flatten)]
@@ -96,7 +102,14 @@ pub(crate) fn run(args: Args) -> anyhow::Result<Code> {
             return Ok(Code::BadInput);
         }
     };
-    let drivers = match local_drivers(args.drivers.as_deref(), &campaign.spec) {
+    let container =
+        args.container_runtime
+            .clone()
+            .map(|program| lanes_worker::drivers::ContainerRuntime {
+                program,
+                max_builds: args.max_builds.max(1),
+            });
+    let drivers = match local_drivers(args.drivers.as_deref(), &campaign.spec, container) {
         Ok(d) => d,
         Err(e) => {
             eprintln!("lanes: {e}");
@@ -124,7 +137,11 @@ async fn login_link(api: &LocalApi, id: &lanes_common::ids::CampaignId) -> anyho
 /// What the local lanes run: the campaign file's own command and the env names it uses (its
 /// author is the one running it), a named driver from `--drivers`, and only this campaign,
 /// even when the store holds others.
-fn local_drivers(file: Option<&Path>, spec: &spec::CampaignSpec) -> anyhow::Result<Drivers> {
+fn local_drivers(
+    file: Option<&Path>,
+    spec: &spec::CampaignSpec,
+    container: Option<lanes_worker::drivers::ContainerRuntime>,
+) -> anyhow::Result<Drivers> {
     let drivers = Drivers {
         named: match file {
             Some(path) => load_drivers_file(path)?,
@@ -135,6 +152,7 @@ fn local_drivers(file: Option<&Path>, spec: &spec::CampaignSpec) -> anyhow::Resu
             .map(str::to_owned)
             .collect(),
         campaigns: [spec.id.clone()].into(),
+        container,
     };
     if let Some(refusal) = drivers.offer(false).refusal(spec) {
         anyhow::bail!(
@@ -304,7 +322,9 @@ async fn run_async(args: Args, campaign: spec::Campaign, drivers: Drivers) -> an
         cancel_grace: Duration::from_secs(30),
         guest_poll: Duration::from_secs(1),
         guest_grace: Duration::from_secs(60),
-        task_folders: Default::default(),
+        // The campaign's task folders, read in place.
+        task_folders: lanes_common::spec::harbor::folders_of_campaign(&args.file)
+            .context("the campaign's task folders")?,
         http: Default::default(),
         metrics: metrics.map(|(_, w)| w),
     };

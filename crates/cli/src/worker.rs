@@ -75,6 +75,14 @@ pub(crate) struct Args {
     /// LD_*, PYTHON*, LANES_*, ...) are refused.
     #[arg(long, value_delimiter = ',', value_name = "NAME")]
     allow_env: Vec<String>,
+    /// Run container campaigns (`[driver] container`) on this runtime's CLI (on the PATH;
+    /// its settings, such as CONTAINER_HOST or CONTAINERS_CONF, come from this process's
+    /// environment). Without it, the coordinator serves this worker no container campaign.
+    #[arg(long, value_name = "RUNTIME", value_parser = ["podman", "docker"])]
+    container_runtime: Option<String>,
+    /// Image builds at once on this host, with --container-runtime.
+    #[arg(long, default_value_t = 2, value_name = "N")]
+    max_builds: usize,
     /// The lane role's bearer token (prefer --token-file).
     #[arg(long, env = "LANES_LANE_TOKEN", hide_env_values = true)]
     token: Option<String>,
@@ -164,6 +172,12 @@ pub(crate) fn run(args: Args) -> anyhow::Result<Code> {
         campaign_commands: args.allow_campaign_commands,
         allow_env: Drivers::allow_env(&args.allow_env)?,
         campaigns: Default::default(),
+        container: args.container_runtime.clone().map(|program| {
+            lanes_worker::drivers::ContainerRuntime {
+                program,
+                max_builds: args.max_builds.max(1),
+            }
+        }),
     };
     let exe = std::env::current_exe().context("cannot find the lanes binary for the sim driver")?;
     let metrics = args

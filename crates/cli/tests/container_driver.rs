@@ -467,3 +467,82 @@ fn a_killed_driver_leaves_nothing_once_the_next_one_starts() {
     let _next = Driver::start(&d.lane);
     assert!(containers_of("killed").is_empty());
 }
+
+/// The example as the README runs it: `lanes run … --container-runtime podman`. The oracle
+/// passes every task, nop none, the one-line shell agent one; every row pins the image and
+/// the task folder it ran.
+#[test]
+fn lanes_run_of_the_terminal_example() {
+    let data = tempfile::tempdir().unwrap();
+    let campaign = repo().join("examples/terminal/campaign.toml");
+    let out = Command::new(env!("CARGO_BIN_EXE_lanes"))
+        .arg("run")
+        .arg(&campaign)
+        .args(["--container-runtime", "podman", "--no-ui", "--lanes", "4"])
+        .arg("--data-dir")
+        .arg(data.path())
+        .envs(podman_env().iter().map(|(k, v)| (k, v)))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("done: 21/21 final (21 counted"), "{stdout}");
+    let passed = |arm: &str| -> String {
+        let line = stdout
+            .lines()
+            .skip_while(|l| !l.starts_with("PER ARM"))
+            .find(|l| l.trim_start().starts_with(&format!("{arm} ")))
+            .unwrap_or_else(|| panic!("no {arm} row: {stdout}"));
+        // arm, denom, counted, passed.
+        line.split_whitespace().nth(3).unwrap().to_owned()
+    };
+    assert_eq!(passed("oracle"), "7", "{stdout}");
+    assert_eq!(passed("nop"), "0", "{stdout}");
+    assert_eq!(passed("shell"), "1", "{stdout}");
+
+    let rows = Command::new(env!("CARGO_BIN_EXE_lanes"))
+        .args(["results", "terminal", "--format", "jsonl", "--data-dir"])
+        .arg(data.path())
+        .output()
+        .unwrap();
+    let rows = String::from_utf8_lossy(&rows.stdout);
+    let mut n = 0;
+    for line in rows.lines() {
+        let r: Value = serde_json::from_str(line).unwrap();
+        let pins = &r["driver"]["pins"];
+        assert!(
+            pins["image_digest"]
+                .as_str()
+                .is_some_and(|d| d.starts_with("sha256:")),
+            "{r}"
+        );
+        assert!(
+            pins["task_digest"]
+                .as_str()
+                .is_some_and(|d| d.starts_with("sha256:")),
+            "{r}"
+        );
+        n += 1;
+    }
+    assert_eq!(n, 21);
+}
+
+/// Without a runtime, `lanes run` refuses a container campaign at once, saying what to add.
+#[test]
+fn lanes_run_without_a_runtime_refuses_a_container_campaign() {
+    let data = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_lanes"))
+        .arg("run")
+        .arg(repo().join("examples/terminal/campaign.toml"))
+        .args(["--no-ui", "--data-dir"])
+        .arg(data.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("--container-runtime"), "{stderr}");
+}

@@ -254,6 +254,7 @@ pub fn worker_offer(r: &pb::Register) -> Result<WorkerOffer, ConvertError> {
         command_env: offer_env("register.command_env", &r.command_env)?,
         driver_override: r.driver_override,
         campaigns,
+        containers: r.containers,
     })
 }
 
@@ -270,6 +271,7 @@ pub fn register_offer(o: &WorkerOffer, r: &mut pb::Register) {
     r.campaign_commands = o.campaign_commands;
     r.command_env = o.command_env.iter().cloned().collect();
     r.driver_override = o.driver_override;
+    r.containers = o.containers;
     r.campaigns = o
         .campaigns
         .iter()

@@ -192,6 +192,7 @@ fn driver_conflicts(old: &DriverConfig, new: &DriverConfig) -> Vec<Conflict> {
         DriverKind::Command(cmd) => format!("command {cmd:?}"),
         DriverKind::Named(name) => format!("name {name:?}"),
         DriverKind::Sim(_) => "sim".to_owned(),
+        DriverKind::Container(_) => "container".to_owned(),
     };
     match (&old.kind, &new.kind) {
         (DriverKind::Command(a), DriverKind::Command(b)) => {
@@ -216,7 +217,17 @@ fn driver_conflicts(old: &DriverConfig, new: &DriverConfig) -> Vec<Conflict> {
             let json = |s| serde_json::to_value(s).unwrap_or(Value::Null);
             diff_values("driver.sim", &json(a), &json(b), &mut out);
         }
-        (a @ (DriverKind::Command(_) | DriverKind::Named(_) | DriverKind::Sim(_)), b) => {
+        (DriverKind::Container(a), DriverKind::Container(b)) => {
+            let json = |s| serde_json::to_value(s).unwrap_or(Value::Null);
+            diff_values("driver.container", &json(a), &json(b), &mut out);
+        }
+        (
+            a @ (DriverKind::Command(_)
+            | DriverKind::Named(_)
+            | DriverKind::Sim(_)
+            | DriverKind::Container(_)),
+            b,
+        ) => {
             out.push(Conflict {
                 field: "driver".into(),
                 recorded: describe(a),

@@ -697,6 +697,7 @@ fn a_worker_offer_round_trips_and_bad_entries_are_named() {
         command_env: ["HF_TOKEN".to_owned()].into(),
         driver_override: false,
         campaigns: Some([CampaignId::new("mine").unwrap()].into()),
+        containers: true,
     };
     let mut r = pb::Register::default();
     register_offer(&offer, &mut r);

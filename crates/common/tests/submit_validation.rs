@@ -120,7 +120,9 @@ fn spec_change(
 fn sim(c: &mut Campaign) -> &mut lanes_common::spec::SimConfig {
     match &mut c.spec.driver.kind {
         DriverKind::Sim(s) => s,
-        DriverKind::Command(_) | DriverKind::Named(_) => panic!("the valid campaign uses the sim"),
+        DriverKind::Command(_) | DriverKind::Named(_) | DriverKind::Container(_) => {
+            panic!("the valid campaign uses the sim")
+        }
     }
 }
 

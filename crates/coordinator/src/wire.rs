@@ -127,6 +127,7 @@ pub(crate) fn event(e: Event) -> pb::WatchEvent {
 /// The driver part of an assignment. Env values are forwarded as written (`$NAME` references
 /// are resolved by the worker), never logged.
 pub(crate) fn driver(d: UnitDriver) -> pb::DriverSpec {
+    let container = matches!(d.driver.kind, DriverKind::Container(_));
     let (command, name, sim_json) = match &d.driver.kind {
         DriverKind::Command(cmd) => (cmd.clone(), String::new(), String::new()),
         DriverKind::Named(name) => (Vec::new(), name.to_string(), String::new()),
@@ -135,11 +136,13 @@ pub(crate) fn driver(d: UnitDriver) -> pb::DriverSpec {
             String::new(),
             serde_json::to_string(sim).unwrap_or_default(),
         ),
+        DriverKind::Container(_) => (Vec::new(), String::new(), String::new()),
     };
     pb::DriverSpec {
         command,
         name,
         sim_json,
+        container,
         secret_payload_keys: d.driver.secret_payload_keys,
         env: d.driver.env.into_iter().collect(),
         expect: d.expect.into_iter().collect(),

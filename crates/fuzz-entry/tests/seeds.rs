@@ -134,6 +134,7 @@ fn write_generated_seeds() {
                 driver_override: false,
                 campaigns: vec!["c".into()],
                 protocol: lanes_common::protocol::LANE_PROTOCOL,
+                containers: false,
             }),
         ),
         (

@@ -36,7 +36,30 @@ pub struct Drivers {
     pub allow_env: BTreeSet<String>,
     /// Serve only these campaigns; empty serves every campaign.
     pub campaigns: BTreeSet<CampaignId>,
+    /// `--container-runtime`: container campaigns run here, on this runtime.
+    pub container: Option<ContainerRuntime>,
 }
+
+/// The container runtime a worker runs container campaigns on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerRuntime {
+    /// `podman` or `docker`, on the worker's PATH.
+    pub program: String,
+    /// Image builds at once on this host (`--max-builds`).
+    pub max_builds: usize,
+}
+
+/// The runtime's own settings, passed from the worker's environment to the container driver:
+/// they are the operator's, never a campaign's (a campaign cannot set these names).
+pub const RUNTIME_ENV: [&str; 7] = [
+    "CONTAINER_HOST",
+    "DOCKER_HOST",
+    "DOCKER_CONFIG",
+    "CONTAINERS_CONF",
+    "CONTAINERS_STORAGE_CONF",
+    "CONTAINERS_REGISTRIES_CONF",
+    "XDG_RUNTIME_DIR",
+];
 
 /// A driver of the drivers file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,6 +110,7 @@ impl Drivers {
             command_env: self.allow_env.clone(),
             driver_override,
             campaigns: (!self.campaigns.is_empty()).then(|| self.campaigns.clone()),
+            containers: self.container.is_some(),
         }
     }
 

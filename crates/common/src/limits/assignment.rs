@@ -110,6 +110,7 @@ fn driver_bytes(spec: &CampaignSpec) -> usize {
         DriverKind::Command(cmd) => strings(&mut cmd.iter().map(String::len)),
         DriverKind::Sim(sim) => serde_json::to_string(sim).map_or(0, |s| s.len()) + ENTRY_OVERHEAD,
         DriverKind::Named(name) => name.as_str().len() + ENTRY_OVERHEAD,
+        DriverKind::Container(_) => ENTRY_OVERHEAD,
     };
     kind + ENTRY_OVERHEAD
         + strings(&mut d.secret_payload_keys.iter().map(String::len))

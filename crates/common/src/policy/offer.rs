@@ -30,6 +30,8 @@ pub struct WorkerOffer {
     pub driver_override: bool,
     /// Serve only these campaigns; `None` serves every campaign.
     pub campaigns: Option<BTreeSet<CampaignId>>,
+    /// Started with `--container-runtime`: container campaigns run here.
+    pub containers: bool,
 }
 
 /// Whose env allowlist a campaign's env was checked against.
@@ -50,6 +52,8 @@ pub enum DriverRefusal {
     MissingDriver { driver: DriverName },
     /// The campaign brings its own command and the worker does not run campaign commands.
     CampaignCommand,
+    /// The campaign runs in containers and the worker has no container runtime.
+    ContainerRuntime,
     /// The campaign sets or reads an env name the worker does not allow for its driver.
     EnvNotAllowed { name: String, allowlist: Allowlist },
     /// The campaign sets or reads a reserved env name (never allowed; validation refuses it
@@ -65,6 +69,9 @@ impl fmt::Display for DriverRefusal {
             }
             DriverRefusal::CampaignCommand => f.write_str(
                 "the campaign's own driver command runs only on workers started with --allow-campaign-commands",
+            ),
+            DriverRefusal::ContainerRuntime => f.write_str(
+                "container campaigns run only on workers started with --container-runtime podman|docker",
             ),
             DriverRefusal::EnvNotAllowed {
                 name,
@@ -100,6 +107,11 @@ impl WorkerOffer {
                     return Some(DriverRefusal::CampaignCommand);
                 }
                 DriverKind::Command(_) => (&self.command_env, Allowlist::Worker),
+                DriverKind::Container(_) if !self.containers => {
+                    return Some(DriverRefusal::ContainerRuntime);
+                }
+                // The container driver gets the env the worker allows (--allow-env).
+                DriverKind::Container(_) => (&self.command_env, Allowlist::Worker),
                 DriverKind::Named(name) => match self.drivers.get(name) {
                     Some(env) => (env, Allowlist::Driver(name.clone())),
                     None => {

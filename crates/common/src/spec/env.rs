@@ -71,7 +71,14 @@ const RESERVED: &[(&str, &str)] = &[
     ("NODE_EXTRA_CA_CERTS", TLS),
     ("SSH_AUTH_SOCK", "it hands out the worker's SSH keys"),
     ("SSH_ASKPASS", SHELL),
+    ("CONTAINER_HOST", RUNTIME),
+    ("DOCKER_HOST", RUNTIME),
+    ("DOCKER_CONFIG", RUNTIME),
+    ("XDG_RUNTIME_DIR", RUNTIME),
 ];
+
+/// Why a container runtime's settings are the operator's.
+const RUNTIME: &str = "it configures the worker's container runtime, which is the operator's";
 
 /// Reserved by prefix (compared in upper case).
 const RESERVED_PREFIXES: &[(&str, &str)] = &[
@@ -79,6 +86,7 @@ const RESERVED_PREFIXES: &[(&str, &str)] = &[
     ("DYLD_", LOADER),
     ("PYTHON", INTERPRETER),
     ("GIT_", "it changes what git runs"),
+    ("CONTAINERS_", RUNTIME),
     (
         "LANES_",
         "it is Lanes' own configuration, its tokens among them",

@@ -131,6 +131,33 @@ pub fn load_dir(dir: &Path) -> Result<Vec<(String, PathBuf, HarborTask)>, Harbor
         .collect()
 }
 
+/// The task folders of a campaign file that has `[tasks] harbor`, by digest (`lanes run`
+/// hands them to its lanes); empty for any other campaign file.
+pub fn folders_of_campaign(file: &Path) -> Result<BTreeMap<String, PathBuf>, HarborError> {
+    let dir_err = |reason: String| HarborError::Dir {
+        dir: file.to_owned(),
+        reason,
+    };
+    let text = std::fs::read_to_string(file).map_err(|e| dir_err(e.to_string()))?;
+    let doc: toml::Table = text
+        .parse()
+        .map_err(|e: toml::de::Error| dir_err(e.to_string()))?;
+    let Some(dir) = doc
+        .get("tasks")
+        .and_then(|t| t.get("harbor"))
+        .and_then(Value::as_str)
+    else {
+        return Ok(BTreeMap::new());
+    };
+    let base = file.parent().unwrap_or(Path::new("."));
+    // Absolute: the folders are handed to driver processes that run elsewhere.
+    let dir = std::fs::canonicalize(base.join(dir)).map_err(|e| dir_err(e.to_string()))?;
+    Ok(load_dir(&dir)?
+        .into_iter()
+        .map(|(_, path, task)| (task.digest, path))
+        .collect())
+}
+
 /// Reads one task folder: its files (digested, within the limits) and its `task.toml`.
 pub fn load_task(id: &str, dir: &Path) -> Result<HarborTask, HarborError> {
     let file_err = |file: &str, reason: String| HarborError::File {

@@ -11,8 +11,8 @@ use super::harbor;
 use super::tasks::{build_task, parse_tasks_jsonl, unknown_field};
 use super::validate::{SpecInvalid, validate_tasks};
 use super::{
-    Arm, Campaign, CampaignSpec, Defaults, DriverConfig, DriverKind, MAX_ARMS, Operational,
-    Pairing, RetryPolicy, SimConfig, Task,
+    Arm, Campaign, CampaignSpec, ContainerConfig, Defaults, DriverConfig, DriverKind, MAX_ARMS,
+    Operational, Pairing, RetryPolicy, SimConfig, Task,
 };
 use crate::ids::{ArmId, CampaignId, DriverName};
 use crate::utc;
@@ -92,6 +92,7 @@ struct RawDriver {
     command: Option<Vec<String>>,
     name: Option<String>,
     sim: Option<SimConfig>,
+    container: Option<ContainerConfig>,
     #[serde(default)]
     secret_payload_keys: Vec<String>,
     #[serde(default)]
@@ -417,18 +418,30 @@ fn driver(
 ) -> Result<(DriverConfig, BTreeMap<String, String>), SpecError> {
     ctx.mark("driver", span.clone());
     let err = |field: &str, msg: String| ctx.at(span.clone(), field, SpecErrorKind::invalid(msg));
-    let kind = match (raw.command, raw.name, raw.sim) {
-        (Some(cmd), None, None) => DriverKind::Command(cmd),
-        (None, Some(name), None) => DriverKind::Named(
+    let set = [
+        raw.command.is_some(),
+        raw.name.is_some(),
+        raw.sim.is_some(),
+        raw.container.is_some(),
+    ];
+    let kind = match (raw.command, raw.name, raw.sim, raw.container) {
+        _ if set.iter().filter(|s| **s).count() > 1 => {
+            return Err(err(
+                "driver",
+                "set exactly one of `name`, `command`, `sim` and `container`".into(),
+            ));
+        }
+        (Some(cmd), ..) => DriverKind::Command(cmd),
+        (_, Some(name), ..) => DriverKind::Named(
             DriverName::new(name)
                 .map_err(|e| ctx.at(span.clone(), "driver.name", SpecErrorKind::InvalidId(e)))?,
         ),
-        (None, None, Some(sim)) => DriverKind::Sim(sim),
-        (None, None, None) => return Err(err("driver", "set `name`, `command` or `sim`".into())),
-        (Some(_), Some(_), _) | (Some(_), _, Some(_)) | (_, Some(_), Some(_)) => {
+        (_, _, Some(sim), _) => DriverKind::Sim(sim),
+        (_, _, _, Some(c)) => DriverKind::Container(c),
+        (None, None, None, None) => {
             return Err(err(
                 "driver",
-                "set exactly one of `name`, `command` and `sim`".into(),
+                "set `name`, `command`, `sim` or `container`".into(),
             ));
         }
     };

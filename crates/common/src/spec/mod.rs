@@ -271,7 +271,17 @@ pub enum DriverKind {
     Named(DriverName),
     /// The built-in deterministic simulator.
     Sim(SimConfig),
+    /// The built-in container driver: each task (a Harbor task folder) runs in a container
+    /// of the worker's runtime (podman or docker). Only workers started with
+    /// `--container-runtime` run it.
+    Container(ContainerConfig),
 }
+
+/// `[driver] container = {}`: the container driver's settings (none yet; the table is there
+/// so settings can be added without a new key).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ContainerConfig {}
 
 /// The sim driver's knobs. Durations in seconds; ranges are `[min, max]`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

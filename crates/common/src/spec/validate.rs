@@ -190,7 +190,7 @@ impl CampaignSpec {
                 }
             }
             // The name is valid by its type; whether a worker runs it is the worker's call.
-            DriverKind::Named(_) => {}
+            DriverKind::Named(_) | DriverKind::Container(_) => {}
         }
         // Every assignment carries the env, and every driver process gets it.
         if let Some(k) = too_many("env variables", d.env.len(), MAX_DRIVER_ENV) {

@@ -119,6 +119,7 @@ pub(crate) fn describe_offer(info: &mut pb::WorkerInfo, offer: &WorkerOffer) {
     info.drivers = offer.drivers.keys().map(ToString::to_string).collect();
     info.campaign_commands = offer.campaign_commands;
     info.driver_override = offer.driver_override;
+    info.containers = offer.containers;
     info.campaigns = offer
         .campaigns
         .iter()

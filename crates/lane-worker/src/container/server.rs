@@ -293,10 +293,13 @@ async fn boot(driver: &Arc<Mutex<Driver>>, e: EnvParams) -> Result<EnvResult, Rp
             ));
         }
     };
-    let task_dir =
-        PathBuf::from(e.task_dir.clone().ok_or_else(|| {
-            boot_failed("the lane named no task folder for this task".to_owned())
-        })?);
+    let task_dir = e
+        .task_dir
+        .clone()
+        .ok_or_else(|| boot_failed("the lane named no task folder for this task".to_owned()))?;
+    // Absolute: the runtime's commands run in the driver's state folder.
+    let task_dir = std::fs::canonicalize(&task_dir)
+        .map_err(|err| boot_failed(format!("task folder {task_dir}: {err}")))?;
     check_folder(&task_dir, &task).await.map_err(boot_failed)?;
     let (runtime, images, lane, host, previous) = {
         let mut d = driver.lock().await;

@@ -123,3 +123,37 @@ fn the_campaign_filter() {
     assert!(only.takes_campaign(&c("mine")));
     assert!(!only.takes_campaign(&c("other")));
 }
+
+#[test]
+fn container_campaigns_run_only_where_a_runtime_is_declared() {
+    let none = WorkerOffer::default();
+    let refusal = none.refusal(&spec("container = {}")).unwrap();
+    assert_eq!(refusal, DriverRefusal::ContainerRuntime);
+    assert!(
+        refusal.to_string().contains("--container-runtime"),
+        "{refusal}"
+    );
+    let with = WorkerOffer {
+        containers: true,
+        command_env: names(&["ANTHROPIC_API_KEY"]),
+        ..WorkerOffer::default()
+    };
+    assert_eq!(with.refusal(&spec("container = {}")), None);
+    // The agent's env goes through the worker's --allow-env.
+    assert_eq!(
+        with.refusal(&spec(
+            "container = {}\nenv = { ANTHROPIC_API_KEY = \"$ANTHROPIC_API_KEY\" }"
+        )),
+        None
+    );
+    assert!(
+        with.refusal(&spec("container = {}\nenv = { OTHER = \"x\" }"))
+            .is_some()
+    );
+    // A runtime's own settings are never a campaign's.
+    let text = "id = \"c\"\nphase1_runs = 1\nschedule_seed = 1\n[[arms]]\nid = \"a\"\n[tasks]\n\
+                items = [{ id = \"T\" }]\n[driver]\ncontainer = {}\n\
+                env = { CONTAINERS_CONF = \"/tmp/x\" }\n";
+    let refused = load_str(text, Path::new("c.toml"), Path::new(".")).unwrap_err();
+    assert!(refused.to_string().contains("CONTAINERS_CONF"), "{refused}");
+}

@@ -263,6 +263,52 @@ pub(super) fn launch(
             &local.env,
             Allowlist::Driver(name),
         )
+    } else if spec.container {
+        let Some(rt) = &d.container else {
+            return Err(DriverRefusal::ContainerRuntime.to_string());
+        };
+        let exe = config
+            .sim_command
+            .first()
+            .cloned()
+            .unwrap_or_else(|| "lanes".to_owned());
+        let command = vec![
+            exe,
+            "driver".to_owned(),
+            "container".to_owned(),
+            "--runtime".to_owned(),
+            rt.program.clone(),
+            "--max-builds".to_owned(),
+            rt.max_builds.to_string(),
+            "--state-dir".to_owned(),
+            config.outbox.join("container").display().to_string(),
+        ];
+        let wanted: BTreeMap<String, String> = spec.env.clone().into_iter().collect();
+        if let Some(refusal) = env_refusal(&wanted, &d.allow_env, Allowlist::Worker) {
+            return Err(refusal.to_string());
+        }
+        let mut env: Vec<(String, String)> = wanted
+            .into_iter()
+            .map(|(name, v)| {
+                let value = match source_of(&v) {
+                    Some(source) => lookup(source).unwrap_or_default(),
+                    None => v,
+                };
+                (name, value)
+            })
+            .collect();
+        // The runtime's own settings, from the worker's environment.
+        env.extend(
+            crate::drivers::RUNTIME_ENV
+                .iter()
+                .filter_map(|n| lookup(n).map(|v| ((*n).to_owned(), v))),
+        );
+        return Ok(Launch {
+            command,
+            cwd: None,
+            user: None,
+            env,
+        });
     } else if !spec.command.is_empty() {
         if !d.campaign_commands {
             return Err(DriverRefusal::CampaignCommand.to_string());
