@@ -283,32 +283,7 @@ pub(super) fn launch(
             "--state-dir".to_owned(),
             config.outbox.join("container").display().to_string(),
         ];
-        let wanted: BTreeMap<String, String> = spec.env.clone().into_iter().collect();
-        if let Some(refusal) = env_refusal(&wanted, &d.allow_env, Allowlist::Worker) {
-            return Err(refusal.to_string());
-        }
-        let mut env: Vec<(String, String)> = wanted
-            .into_iter()
-            .map(|(name, v)| {
-                let value = match source_of(&v) {
-                    Some(source) => lookup(source).unwrap_or_default(),
-                    None => v,
-                };
-                (name, value)
-            })
-            .collect();
-        // The runtime's own settings, from the worker's environment.
-        env.extend(
-            crate::drivers::RUNTIME_ENV
-                .iter()
-                .filter_map(|n| lookup(n).map(|v| ((*n).to_owned(), v))),
-        );
-        return Ok(Launch {
-            command,
-            cwd: None,
-            user: None,
-            env,
-        });
+        (command, None, None, &d.allow_env, Allowlist::Worker)
     } else if !spec.command.is_empty() {
         if !d.campaign_commands {
             return Err(DriverRefusal::CampaignCommand.to_string());
@@ -332,7 +307,7 @@ pub(super) fn launch(
     if let Some(refusal) = env_refusal(&wanted, allowed, allowlist) {
         return Err(refusal.to_string());
     }
-    let env = wanted
+    let mut env: Vec<(String, String)> = wanted
         .into_iter()
         .map(|(name, v)| {
             let value = match source_of(&v) {
@@ -342,6 +317,14 @@ pub(super) fn launch(
             (name, value)
         })
         .collect();
+    if spec.container && config.driver_override.is_none() {
+        // The container driver: the runtime's own settings, from the worker's environment.
+        env.extend(
+            crate::drivers::RUNTIME_ENV
+                .iter()
+                .filter_map(|n| lookup(n).map(|v| ((*n).to_owned(), v))),
+        );
+    }
     Ok(Launch {
         command,
         cwd,
@@ -637,6 +620,34 @@ mod tests {
         assert_eq!(l.env, vec![("API_KEY".to_owned(), "sk-1".to_owned())]);
         let missing = launch(&spec("other", &[], &[]), &c, |_| None).unwrap_err();
         assert!(missing.contains("`other`"), "{missing}");
+    }
+
+    #[test]
+    fn a_container_campaign_runs_the_container_driver_with_the_runtime_settings() {
+        let mut c = config();
+        let mut s = spec("", &[], &[]);
+        s.container = true;
+        let refused = launch(&s, &c, |_| None).unwrap_err();
+        assert!(refused.contains("--container-runtime"), "{refused}");
+        c.drivers.container = Some(crate::drivers::ContainerRuntime {
+            program: "podman".into(),
+            max_builds: 3,
+        });
+        let conf = |n: &str| (n == "CONTAINERS_CONF").then(|| "/etc/c.conf".to_owned());
+        let l = launch(&s, &c, conf).unwrap();
+        assert_eq!(
+            l.command[..5],
+            ["lanes", "driver", "container", "--runtime", "podman"]
+        );
+        assert!(l.command.windows(2).any(|w| w == ["--max-builds", "3"]));
+        assert_eq!(
+            l.env,
+            vec![("CONTAINERS_CONF".to_owned(), "/etc/c.conf".to_owned())]
+        );
+        // The --driver override replaces it, and gets no runtime settings.
+        c.driver_override = Some(vec!["mine".into()]);
+        let l = launch(&s, &c, conf).unwrap();
+        assert_eq!((l.command, l.env), (vec!["mine".to_owned()], Vec::new()));
     }
 
     #[test]
