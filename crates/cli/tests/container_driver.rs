@@ -83,7 +83,8 @@ fn containers_of(lane: &str) -> Vec<String> {
 /// A driver process and its stdio, spoken to one call at a time.
 struct Driver {
     child: Child,
-    stdin: ChildStdin,
+    /// Taken (closed) when the driver is dropped: it then removes its lane's containers.
+    stdin: Option<ChildStdin>,
     stdout: BufReader<ChildStdout>,
     next: u64,
     lane: String,
@@ -106,7 +107,7 @@ impl Driver {
         let stdout = BufReader::new(child.stdout.take().unwrap());
         let mut d = Self {
             child,
-            stdin,
+            stdin: Some(stdin),
             stdout,
             next: 0,
             lane: lane.to_owned(),
@@ -124,8 +125,9 @@ impl Driver {
     fn send(&mut self, method: &str, params: Value) -> u64 {
         self.next += 1;
         let line = json!({"jsonrpc": "2.0", "id": self.next, "method": method, "params": params});
-        writeln!(self.stdin, "{line}").unwrap();
-        self.stdin.flush().unwrap();
+        let stdin = self.stdin.as_mut().expect("the driver's stdin is open");
+        writeln!(stdin, "{line}").unwrap();
+        stdin.flush().unwrap();
         self.next
     }
 
@@ -142,6 +144,15 @@ impl Driver {
     fn call(&mut self, method: &str, params: Value) -> Result<Value, Value> {
         self.send(method, params);
         self.read()
+    }
+}
+
+impl Drop for Driver {
+    /// Closes the driver's input and waits for it to exit: it removes its lane's containers
+    /// first, so no test leaves one behind.
+    fn drop(&mut self) {
+        self.stdin.take();
+        let _ = self.child.wait();
     }
 }
 
@@ -271,6 +282,13 @@ fn tests_and_solution_are_invisible_to_the_agent_and_limits_hold() {
     );
     let r = run_to_agent(&mut d, &hog);
     assert_eq!(r["status"], "agent_error", "{r}");
+    // Its container was never evaluated: it goes when the driver's input ends.
+    assert_eq!(containers_of("isolation").len(), 1);
+    drop(d);
+    assert!(
+        containers_of("isolation").is_empty(),
+        "a driver that exits removes its lane's containers"
+    );
 }
 
 #[test]

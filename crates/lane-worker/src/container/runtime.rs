@@ -96,7 +96,8 @@ impl Runtime {
 
     fn command(&self, args: &[&str]) -> Command {
         let mut c = Command::new(&self.program);
-        if let Some(dir) = &self.cwd {
+        // A folder removed meanwhile must not stop the runtime (the cleanup at exit included).
+        if let Some(dir) = self.cwd.as_ref().filter(|d| d.is_dir()) {
             c.current_dir(dir);
         }
         c.args(args)

@@ -100,7 +100,16 @@ pub async fn serve(
         attempts: HashMap::new(),
     }));
     let mut lines = BufReader::new(input).lines();
-    while let Some(line) = lines.next_line().await? {
+    let mut ended = Ok(());
+    loop {
+        let line = match lines.next_line().await {
+            Ok(Some(line)) => line,
+            Ok(None) => break,
+            Err(e) => {
+                ended = Err(e);
+                break;
+            }
+        };
         let req = match codec::decode_request(line.as_bytes()) {
             Ok(r) => r,
             Err(bad) => {
@@ -140,13 +149,18 @@ pub async fn serve(
         let answer = handle(&driver, &req.method, &req.params).await;
         send(&out, answer_line(id, answer)).await;
     }
+    // The lane's containers go with the driver, however its input ended.
     let d = driver.lock().await;
-    if let Some(lane) = &d.lane
-        && let Ok(ids) = d.runtime.list(&[(LABEL_LANE, lane)]).await
-    {
-        let _ = d.runtime.remove(&ids).await;
+    if let Some(lane) = &d.lane {
+        let removed = match d.runtime.list(&[(LABEL_LANE, lane)]).await {
+            Ok(ids) => d.runtime.remove(&ids).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = removed {
+            eprintln!("lanes-container: removing lane {lane}'s containers at exit: {e}");
+        }
     }
-    Ok(())
+    ended
 }
 
 fn answer_line(id: u64, answer: Result<Value, RpcError>) -> String {
