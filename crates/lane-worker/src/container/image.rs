@@ -121,12 +121,7 @@ impl Images {
     async fn lock(&self, name: &str) -> Result<File, String> {
         let path = self.state_dir.join(name);
         tokio::task::spawn_blocking(move || {
-            let f = File::options()
-                .create(true)
-                .truncate(false)
-                .write(true)
-                .open(&path)
-                .map_err(|e| format!("{}: {e}", path.display()))?;
+            let f = open_lock_file(&path)?;
             f.lock().map_err(|e| format!("{}: {e}", path.display()))?;
             Ok(f)
         })
@@ -137,13 +132,7 @@ impl Images {
     /// One of the host's build slots: a free one, or else the first to come free.
     async fn slot(&self) -> Result<File, String> {
         for i in 0..self.max_builds {
-            let path = self.state_dir.join(format!("build-slot-{i}.lock"));
-            let f = File::options()
-                .create(true)
-                .truncate(false)
-                .write(true)
-                .open(&path)
-                .map_err(|e| format!("{}: {e}", path.display()))?;
+            let f = open_lock_file(&self.state_dir.join(format!("build-slot-{i}.lock")))?;
             if f.try_lock().is_ok() {
                 return Ok(f);
             }
@@ -151,4 +140,14 @@ impl Images {
         let pick = std::process::id() as usize % self.max_builds;
         self.lock(&format!("build-slot-{pick}.lock")).await
     }
+}
+
+/// A lock file of the state folder, created when missing and never truncated.
+fn open_lock_file(path: &Path) -> Result<File, String> {
+    File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .map_err(|e| format!("{}: {e}", path.display()))
 }
