@@ -2,7 +2,7 @@
 //! messages) and from a byte stream (a driver's stderr) in which a secret may be split
 //! across two reads.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -107,45 +107,130 @@ impl Secrets {
 }
 
 /// The lease secrets this worker holds, shared by its supervisor (which alone sees them, and
-/// adds and removes them) and its lanes, which mask all of them in everything a driver says:
-/// a driver that reads another lane's lease (from a file it should not reach, or from memory)
-/// must not get it into a row or an artifact. Counted, since two leases never share a secret
-/// but a secret is added once per attempt and may be removed twice.
+/// adds and removes them) and its lanes, which mask them in everything a driver says: a
+/// driver that reads another lane's lease (from a file it should not reach, or from memory)
+/// must not get it into a row or an artifact. A lease may leave the worker while a driver
+/// that read it is still running, so an attempt masks what it [`watch`](Self::watch)es: every
+/// lease held at any time since it began. Counted, since two leases never share a secret but
+/// a secret is added once per attempt and may be removed twice.
 #[derive(Clone, Default)]
-pub struct HeldLeases(Arc<Mutex<BTreeMap<String, usize>>>);
+pub struct HeldLeases(Arc<Mutex<Leases>>);
+
+#[derive(Default)]
+struct Leases {
+    held: BTreeMap<String, usize>,
+    /// Secrets that left the worker while some attempt watched, numbered by `releases`.
+    released: VecDeque<(u64, String)>,
+    releases: u64,
+    /// How many watches began at each release number.
+    watches: BTreeMap<u64, usize>,
+}
+
+impl Leases {
+    /// Forgets the released secrets no watch began before.
+    fn prune(&mut self) {
+        let oldest = self.watches.keys().next().copied().unwrap_or(u64::MAX);
+        while self.released.front().is_some_and(|(n, _)| *n < oldest) {
+            self.released.pop_front();
+        }
+    }
+}
 
 impl fmt::Debug for HeldLeases {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let n = self.0.lock().unwrap_or_else(PoisonError::into_inner).len();
-        write!(f, "HeldLeases({n} values)")
+        let m = self.lock();
+        write!(
+            f,
+            "HeldLeases({} values, {} released)",
+            m.held.len(),
+            m.released.len()
+        )
     }
 }
 
 impl HeldLeases {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Leases> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// A lease is held from now on.
     pub fn hold(&self, secret: &str) {
         if secret.is_empty() {
             return;
         }
-        let mut m = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        *m.entry(secret.to_owned()).or_default() += 1;
+        *self.lock().held.entry(secret.to_owned()).or_default() += 1;
     }
 
-    /// A lease left the worker.
+    /// A lease left the worker. Its secret stays masked for the attempts that watch.
     pub fn release(&self, secret: &str) {
-        let mut m = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(n) = m.get_mut(secret) {
-            *n -= 1;
-            if *n == 0 {
-                m.remove(secret);
+        let mut m = self.lock();
+        let Some(n) = m.held.get_mut(secret) else {
+            return;
+        };
+        *n -= 1;
+        if *n == 0 {
+            m.held.remove(secret);
+            if !m.watches.is_empty() {
+                let at = m.releases;
+                m.released.push_back((at, secret.to_owned()));
+                m.releases += 1;
             }
         }
     }
 
     /// Every secret held now.
     pub fn secrets(&self) -> Secrets {
-        let m = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        Secrets::new(m.keys().cloned())
+        Secrets::new(self.lock().held.keys().cloned())
+    }
+
+    /// Starts watching: until the watch is dropped, its [`LeaseWatch::secrets`] include every
+    /// lease held at any time since now.
+    pub fn watch(&self) -> LeaseWatch {
+        let mut m = self.lock();
+        let from = m.releases;
+        *m.watches.entry(from).or_default() += 1;
+        LeaseWatch {
+            leases: self.clone(),
+            from,
+        }
+    }
+}
+
+/// What one attempt masks of the worker's leases; see [`HeldLeases::watch`].
+pub struct LeaseWatch {
+    leases: HeldLeases,
+    from: u64,
+}
+
+impl fmt::Debug for LeaseWatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "LeaseWatch(from release {})", self.from)
+    }
+}
+
+impl LeaseWatch {
+    /// The leases held now and those released since the watch began.
+    pub fn secrets(&self) -> Secrets {
+        let m = self.leases.lock();
+        let released = m
+            .released
+            .iter()
+            .filter(|(n, _)| *n >= self.from)
+            .map(|(_, s)| s.clone());
+        Secrets::new(m.held.keys().cloned().chain(released))
+    }
+}
+
+impl Drop for LeaseWatch {
+    fn drop(&mut self) {
+        let mut m = self.leases.lock();
+        if let Some(n) = m.watches.get_mut(&self.from) {
+            *n -= 1;
+            if *n == 0 {
+                m.watches.remove(&self.from);
+            }
+        }
+        m.prune();
     }
 }
 
@@ -203,7 +288,39 @@ mod tests {
         held.release("lease-two-4567");
         held.release("lease-two-4567");
         assert_eq!(held.secrets().scrubbed(said), "got *** and lease-two-4567");
-        assert_eq!(format!("{held:?}"), "HeldLeases(1 values)");
+        assert_eq!(format!("{held:?}"), "HeldLeases(1 values, 0 released)");
+    }
+
+    /// A driver may read a lease and say it after the lease left the worker: an attempt masks
+    /// every lease held since it began, and the worker forgets a released lease once no
+    /// attempt that began before its release is left.
+    #[test]
+    fn an_attempt_masks_leases_released_while_it_ran() {
+        let held = HeldLeases::default();
+        held.hold("lease-old-0000");
+        held.release("lease-old-0000");
+        held.hold("lease-one-0123");
+        let first = held.watch();
+        held.hold("lease-two-4567");
+        held.release("lease-one-0123");
+        let second = held.watch();
+        held.release("lease-two-4567");
+        let said = "lease-old-0000 lease-one-0123 lease-two-4567";
+        assert_eq!(first.secrets().scrubbed(said), "lease-old-0000 *** ***");
+        assert_eq!(
+            second.secrets().scrubbed(said),
+            "lease-old-0000 lease-one-0123 ***"
+        );
+        assert_eq!(held.secrets().scrubbed(said), said);
+        assert_eq!(format!("{held:?}"), "HeldLeases(0 values, 2 released)");
+        drop(first);
+        assert_eq!(format!("{held:?}"), "HeldLeases(0 values, 1 released)");
+        drop(second);
+        assert_eq!(format!("{held:?}"), "HeldLeases(0 values, 0 released)");
+        // With no watch, nothing released is kept.
+        held.hold("lease-three-89ab");
+        held.release("lease-three-89ab");
+        assert_eq!(format!("{held:?}"), "HeldLeases(0 values, 0 released)");
     }
 
     fn secrets(v: &[&str]) -> Secrets {

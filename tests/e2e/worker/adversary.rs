@@ -394,7 +394,9 @@ async fn drivers_left_by_a_killed_worker_die_when_it_starts_again() {
 }
 
 /// A driver that reads every lease the worker journals (under `payload.outbox`), waits until
-/// it sees the other lane's lease too, and returns what it read in its final text.
+/// it sees the other lane's lease too, and returns what it read in its final text; task T1's
+/// driver answers only after T0's lease has left the journal (the worker once masked only the
+/// leases it still held when the driver answered).
 fn snoop_driver(dir: &Path) -> PathBuf {
     driver_file(
         dir,
@@ -411,12 +413,19 @@ fn snoop_driver(dir: &Path) -> PathBuf {
             return -1, "denied " + type(e).__name__
 
     def run_agent(self, p):
+        outbox = p["payload"]["outbox"]
         deadline = time.time() + 5
         while True:
-            n, text = self.read_leases(p["payload"]["outbox"])
+            n, text = self.read_leases(outbox)
             if n < 0 or n >= 2 or time.time() > deadline:
-                return {"status": "completed", "turns": 1, "final_text": text}
+                break
             time.sleep(0.05)
+        # T1 answers only once T0's lease has left the worker: what it read must stay masked.
+        while p["task"] == "T1" and n >= 2 and time.time() < deadline + 10:
+            if self.read_leases(outbox)[0] < 2:
+                break
+            time.sleep(0.05)
+        return {"status": "completed", "turns": 1, "final_text": text}
 
     def evaluate(self, p):
         return {"score": 1.0, "passed": True}

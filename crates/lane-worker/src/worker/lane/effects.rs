@@ -551,7 +551,7 @@ impl LaneActor {
             .map(|l| l.env)
             .unwrap_or_default();
         outcome::secrets_of(&unit.driver, &parse_json(&cur.trial.payload_json), &env)
-            .union(&self.leases.secrets())
+            .union(&cur.leases.secrets())
     }
 
     /// Where and when the current attempt ran, with its walls up to now.

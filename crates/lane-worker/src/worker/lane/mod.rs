@@ -126,6 +126,9 @@ struct Current {
     /// The attempt span's traceparent, sent back with every message about the attempt (empty
     /// when spans are not exported).
     traceparent: String,
+    /// The worker's leases this attempt masks in what its driver says: those held at any
+    /// time since it began.
+    leases: crate::secrets::LeaseWatch,
 }
 
 impl Current {
@@ -329,6 +332,7 @@ impl LaneActor {
             span,
             phase_span: first_phase,
             traceparent,
+            leases: self.leases.watch(),
         });
         self.run_effects(myself, state, effects).await;
     }
