@@ -110,6 +110,15 @@ impl Store for CountingStore {
     ) -> Result<(), StoreError> {
         self.inner.put_login_code(digest, grant, now_ms).await
     }
+    async fn missing_bundles(&self, digests: Vec<String>) -> Result<Vec<String>, StoreError> {
+        self.inner.missing_bundles(digests).await
+    }
+    async fn put_bundle(&self, digest: String, encoded: Vec<u8>) -> Result<bool, StoreError> {
+        self.inner.put_bundle(digest, encoded).await
+    }
+    async fn bundle(&self, digest: String) -> Result<Option<Vec<u8>>, StoreError> {
+        self.inner.bundle(digest).await
+    }
     async fn take_login_code(
         &self,
         digest: [u8; 32],

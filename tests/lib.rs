@@ -10,6 +10,7 @@ pub mod counting_store;
 pub mod fleet;
 pub mod history;
 pub mod lane_client;
+pub mod podman;
 pub mod python_driver;
 pub mod redis_dump;
 pub mod redis_server;

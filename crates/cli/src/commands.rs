@@ -219,6 +219,11 @@ pub(crate) fn run(cmd: ClientCmd) -> anyhow::Result<Code> {
                             return Ok(Code::BadInput);
                         }
                     };
+                    // Task folders first: the coordinator refuses a campaign whose folders it lacks.
+                    if let Err(e) = crate::bundles::send(c, &file, &campaign).await? {
+                        eprintln!("lanes: {e}");
+                        return Ok(Code::BadInput);
+                    }
                     let req = pb::SubmitRequest::try_from(&campaign)
                         .map_err(|e| tonic::Status::invalid_argument(e.to_string()))?;
                     let r = c.submit(req).await?.into_inner();

@@ -2,6 +2,7 @@
 
 mod archive;
 mod bench;
+mod bundles;
 mod client;
 mod commands;
 mod coordinator;

@@ -7,77 +7,23 @@
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
-use std::sync::OnceLock;
 
+use lanes_tests::podman::podman;
 use serde_json::{Value, json};
 
 fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+    lanes_tests::podman::repo()
 }
 
 /// The private podman setup (config, storage) every command of these tests uses.
 fn podman_env() -> &'static Vec<(String, String)> {
-    static ENV: OnceLock<Vec<(String, String)>> = OnceLock::new();
-    ENV.get_or_init(|| {
-        let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join("podman");
-        std::fs::create_dir_all(&root).unwrap();
-        let conf = root.join("containers.conf");
-        std::fs::write(
-            &conf,
-            "[containers]\ndefault_ulimits = [\"nofile=1024:1024\", \"nproc=1024:1024\"]\n\
-             [engine]\nruntime = \"runc\"\n",
-        )
-        .unwrap();
-        let storage = root.join("storage.conf");
-        std::fs::write(
-            &storage,
-            format!(
-                "[storage]\ndriver = \"overlay\"\ngraphroot = \"{}\"\nrunroot = \"{}\"\n",
-                root.join("graph").display(),
-                root.join("run").display()
-            ),
-        )
-        .unwrap();
-        let env = vec![
-            ("CONTAINERS_CONF".to_owned(), conf.display().to_string()),
-            (
-                "CONTAINERS_STORAGE_CONF".to_owned(),
-                storage.display().to_string(),
-            ),
-        ];
-        // The example's base image, built offline from the host's busybox.
-        let status = Command::new("sh")
-            .arg(repo().join("examples/terminal/base-image.sh"))
-            .envs(env.iter().map(|(k, v)| (k, v)))
-            .stdout(Stdio::null())
-            .status()
-            .expect("sh runs");
-        assert!(status.success(), "the base image builds");
-        env
-    })
-}
-
-fn podman(args: &[&str]) -> String {
-    let out = Command::new("podman")
-        .args(args)
-        .envs(podman_env().iter().map(|(k, v)| (k, v)))
-        .output()
-        .expect("podman runs");
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    lanes_tests::podman::env(&Path::new(env!("CARGO_TARGET_TMPDIR")).join("podman"))
 }
 
 /// The containers of a lane.
 fn containers_of(lane: &str) -> Vec<String> {
-    podman(&[
-        "ps",
-        "-a",
-        "-q",
-        "--filter",
-        &format!("label=lanes.lane={lane}"),
-    ])
-    .lines()
-    .map(str::to_owned)
-    .collect()
+    podman_env();
+    lanes_tests::podman::containers_with("lanes.lane", lane)
 }
 
 /// A driver process and its stdio, spoken to one call at a time.

@@ -134,6 +134,7 @@ pub enum StoreOp {
     Delete,
     Requeue,
     LoginCode,
+    Bundle,
 }
 
 impl StoreOp {
@@ -158,6 +159,7 @@ impl StoreOp {
             Self::Delete => "delete",
             Self::Requeue => "requeue",
             Self::LoginCode => "login_code",
+            Self::Bundle => "bundle",
         }
     }
 }

@@ -1646,6 +1646,41 @@ async fn a_login_code_is_good_once_until_it_expires(h: &mut Harness) {
     );
 }
 
+/// Task folders: kept once under their digest (a second put is no change, even racing),
+/// read back byte for byte, and reported missing until kept; they outlive a campaign's
+/// delete (another campaign may name them).
+async fn a_task_folder_is_kept_once_by_digest(h: &mut Harness) {
+    let d = |n: char| format!("sha256:{}", n.to_string().repeat(64));
+    let bytes: Vec<u8> = (0..=255u8).cycle().take(3 * 1024 * 1024).collect();
+    assert_eq!(
+        h.store.missing_bundles(vec![d('a'), d('b')]).await.unwrap(),
+        vec![d('a'), d('b')]
+    );
+    let puts = (0..8).map(|_| {
+        let (store, bytes, digest) = (h.store.clone(), bytes.clone(), d('a'));
+        tokio::spawn(async move { store.put_bundle(digest, bytes).await.unwrap() })
+    });
+    let mut stored = 0;
+    for p in puts {
+        stored += usize::from(p.await.unwrap());
+    }
+    assert_eq!(stored, 1, "kept exactly once");
+    assert!(!h.store.put_bundle(d('a'), b"other".to_vec()).await.unwrap());
+    assert_eq!(h.store.bundle(d('a')).await.unwrap(), Some(bytes));
+    assert_eq!(h.store.bundle(d('b')).await.unwrap(), None);
+    assert_eq!(
+        h.store.missing_bundles(vec![d('a'), d('b')]).await.unwrap(),
+        vec![d('b')]
+    );
+    assert!(
+        h.store
+            .missing_bundles(Vec::new())
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
 per_backend!(embedded => Harness::embedded();
     a_claim_refuses_a_driver_the_worker_does_not_run,
     schedule_order_and_whole_groups,
@@ -1682,6 +1717,7 @@ per_backend!(embedded => Harness::embedded();
     delete_frees_a_campaign_that_runs_nothing,
     an_operator_retry_pass_requeues_excluded_trials,
     a_login_code_is_good_once_until_it_expires,
+    a_task_folder_is_kept_once_by_digest,
 );
 
 per_backend!(redis => Harness::redis().await;
@@ -1722,6 +1758,7 @@ per_backend!(redis => Harness::redis().await;
     delete_frees_a_campaign_that_runs_nothing,
     an_operator_retry_pass_requeues_excluded_trials,
     a_login_code_is_good_once_until_it_expires,
+    a_task_folder_is_kept_once_by_digest,
 );
 
 /// Embedded only: the file, reopened, keeps rows, leases, scores and counters.

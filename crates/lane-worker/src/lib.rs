@@ -33,6 +33,7 @@ pub mod private_fs;
 pub(crate) mod redact;
 pub mod secrets;
 pub mod sim;
+pub mod task_folders;
 pub mod watchdog;
 pub mod worker;
 

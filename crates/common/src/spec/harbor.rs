@@ -12,14 +12,12 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 use toml::Value;
 
-/// The largest task folder, all files together: it travels to the workers as one bundle.
-pub const MAX_TASK_FOLDER_BYTES: u64 = 16 * 1024 * 1024;
-/// The most files in one task folder (each is named, with its digest, in the task payload,
-/// which has its own size limit).
-pub const MAX_TASK_FILES: usize = 500;
+use super::bundle::Bundle;
+pub use super::bundle::{
+    MAX_BUNDLE_BYTES as MAX_TASK_FOLDER_BYTES, MAX_BUNDLE_FILES as MAX_TASK_FILES,
+};
 /// The payload key a Harbor task's settings live under.
 pub const PAYLOAD_KEY: &str = "harbor";
 
@@ -211,79 +209,12 @@ pub fn load_task(id: &str, dir: &Path) -> Result<HarborTask, HarborError> {
     Ok(task)
 }
 
-/// Walks a folder in path order: the digest of the whole, and one per file. Symlinks,
-/// devices and the like are refused (a bundle is plain files), and so is a folder past the
-/// limits. Errors name the file.
+/// Reads a folder in path order: the digest of the whole, and one per file (see
+/// [`Bundle`]). Errors name the file.
 pub fn digest_dir(dir: &Path) -> Result<(String, BTreeMap<String, String>), (String, String)> {
-    let mut files = BTreeMap::new();
-    let mut whole = Sha256::new();
-    let mut total = 0u64;
-    let mut stack = vec![(dir.to_owned(), String::new())];
-    let mut found = Vec::new();
-    while let Some((abs, rel)) = stack.pop() {
-        let entries = std::fs::read_dir(&abs).map_err(|e| (rel.clone(), e.to_string()))?;
-        for e in entries {
-            let e = e.map_err(|e| (rel.clone(), e.to_string()))?;
-            let name = e
-                .file_name()
-                .into_string()
-                .map_err(|n| (rel.clone(), format!("file name {n:?} is not UTF-8")))?;
-            let child = if rel.is_empty() {
-                name
-            } else {
-                format!("{rel}/{name}")
-            };
-            let kind = e.file_type().map_err(|e| (child.clone(), e.to_string()))?;
-            if kind.is_dir() {
-                stack.push((e.path(), child));
-            } else if kind.is_file() {
-                found.push((child, e.path()));
-            } else {
-                return Err((
-                    child,
-                    "not a regular file or folder (symlinks are refused)".to_owned(),
-                ));
-            }
-            if found.len() > MAX_TASK_FILES {
-                return Err((
-                    String::new(),
-                    format!("more than {MAX_TASK_FILES} files in the task folder"),
-                ));
-            }
-        }
-    }
-    found.sort();
-    for (rel, abs) in found {
-        let bytes = std::fs::read(&abs).map_err(|e| (rel.clone(), e.to_string()))?;
-        total += bytes.len() as u64;
-        if total > MAX_TASK_FOLDER_BYTES {
-            return Err((
-                rel,
-                format!("the task folder is larger than {MAX_TASK_FOLDER_BYTES} bytes"),
-            ));
-        }
-        let executable = {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::metadata(&abs)
-                .map_err(|e| (rel.clone(), e.to_string()))?
-                .permissions()
-                .mode()
-                & 0o111
-                != 0
-        };
-        let file_digest = hex(&Sha256::digest(&bytes));
-        // Path, executable bit, length and contents, each delimited: no two folders share it.
-        whole.update(rel.as_bytes());
-        whole.update([0, u8::from(executable)]);
-        whole.update((bytes.len() as u64).to_be_bytes());
-        whole.update(&bytes);
-        files.insert(rel, format!("sha256:{file_digest}"));
-    }
-    Ok((format!("sha256:{}", hex(&whole.finalize())), files))
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    Bundle::read_dir(dir)
+        .map(|b| b.digests())
+        .map_err(|e| (e.path, e.reason))
 }
 
 /// Reads `task.toml`: the keys Lanes runs, the informational ones, and a refusal for

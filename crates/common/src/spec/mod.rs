@@ -5,6 +5,7 @@
 //! options live in [`Operational`] and in the driver's run-time fields, and the spec hash never
 //! reads them.
 
+pub mod bundle;
 pub mod env;
 mod error;
 pub mod harbor;

@@ -1,5 +1,5 @@
 //! CampaignService: submit, get, list, watch, stop, rows, report, workers, export, delete,
-//! retry, and one-time dashboard login links.
+//! retry, one-time dashboard login links, and the task folders campaigns name.
 
 use std::pin::Pin;
 
@@ -46,6 +46,7 @@ impl CampaignSvc {
         tracing::Span::current().record("campaign", campaign.spec.id.as_str());
         // Before the store lays out the schedule: the trial cap and the assignment size.
         s.limits.check_campaign(&campaign)?;
+        super::bundles::check_campaign(s.store.as_ref(), &campaign).await?;
         let done = s
             .store
             .submit(campaign, s.now())
@@ -343,6 +344,24 @@ impl CampaignService for CampaignSvc {
             rows: deleted.rows,
             trials: deleted.trials,
         }))
+    }
+
+    async fn missing_bundles(
+        &self,
+        request: Request<pb::MissingBundlesRequest>,
+    ) -> Result<Response<pb::MissingBundlesResponse>, Status> {
+        super::bundles::missing(self.shared.store.as_ref(), request.into_inner())
+            .await
+            .map(Response::new)
+    }
+
+    async fn put_bundle(
+        &self,
+        request: Request<pb::PutBundleRequest>,
+    ) -> Result<Response<pb::PutBundleResponse>, Status> {
+        super::bundles::put(self.shared.store.as_ref(), request.into_inner())
+            .await
+            .map(Response::new)
     }
 
     async fn login_link(

@@ -629,4 +629,19 @@ impl LaneService for LaneSvc {
         let rx = super::session::serve_session(self.shared.clone(), request.into_inner(), identity);
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
+
+    type FetchBundleStream = Boxed<pb::BundleChunk>;
+
+    async fn fetch_bundle(
+        &self,
+        request: Request<pb::FetchBundleRequest>,
+    ) -> Result<Response<Self::FetchBundleStream>, Status> {
+        // Under mutual TLS, only a worker with a certificate.
+        crate::tls::lane_identity(&request, self.shared.mutual_tls)?;
+        let digest = request.into_inner().digest;
+        let chunks = super::bundles::fetch(self.shared.store.as_ref(), digest).await?;
+        Ok(Response::new(Box::pin(tokio_stream::iter(
+            chunks.into_iter().map(|data| Ok(pb::BundleChunk { data })),
+        ))))
+    }
 }

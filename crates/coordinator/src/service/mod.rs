@@ -1,6 +1,7 @@
 //! The gRPC services: thin handlers that turn a request into a store operation, wait for the
 //! answer and map errors in one place (`grpc_status`).
 
+pub(crate) mod bundles;
 pub(crate) mod campaign;
 pub(crate) mod in_flight;
 pub(crate) mod lane;

@@ -235,6 +235,20 @@ impl Store for MeteredStore {
         .await
     }
 
+    async fn missing_bundles(&self, digests: Vec<String>) -> Result<Vec<String>, StoreError> {
+        self.timed(StoreOp::Bundle, self.inner.missing_bundles(digests))
+            .await
+    }
+
+    async fn put_bundle(&self, digest: String, encoded: Vec<u8>) -> Result<bool, StoreError> {
+        self.timed(StoreOp::Bundle, self.inner.put_bundle(digest, encoded))
+            .await
+    }
+
+    async fn bundle(&self, digest: String) -> Result<Option<Vec<u8>>, StoreError> {
+        self.timed(StoreOp::Bundle, self.inner.bundle(digest)).await
+    }
+
     async fn ping(&self) -> Result<(), StoreError> {
         self.timed(StoreOp::Ping, self.inner.ping()).await
     }

@@ -156,6 +156,16 @@ pub trait Store: Send + Sync + 'static {
         now_ms: EpochMs,
     ) -> Result<Option<LoginGrant>, StoreError>;
 
+    /// Which of `digests` (task folders, `sha256:<hex>`) the store does not keep, in order.
+    async fn missing_bundles(&self, digests: Vec<String>) -> Result<Vec<String>, StoreError>;
+
+    /// Keeps an encoded task folder under its digest (which the caller checked); `false`
+    /// when it was kept already. Bundles belong to no campaign: any campaign may name one.
+    async fn put_bundle(&self, digest: String, encoded: Vec<u8>) -> Result<bool, StoreError>;
+
+    /// An encoded task folder, by digest.
+    async fn bundle(&self, digest: String) -> Result<Option<Vec<u8>>, StoreError>;
+
     /// Whether the store answers at all (the replica's health watch).
     async fn ping(&self) -> Result<(), StoreError> {
         Ok(())

@@ -50,8 +50,8 @@ pub struct WorkerConfig {
     /// How long the guest may stay unreachable before the attempt is `guest_lost`.
     pub guest_grace: Duration,
     /// Task folders on this host by digest (`sha256:…`), for tasks that are folders
-    /// (`[tasks] harbor`): `lanes run` gives its campaign's. The lane names the folder to the
-    /// driver at boot.
+    /// (`[tasks] harbor`): `lanes run` gives its campaign's. Others are fetched from the
+    /// coordinator and cached under the outbox. The lane names the folder to the driver.
     pub task_folders: std::collections::BTreeMap<String, std::path::PathBuf>,
     /// The HTTP client's trust and bounds, for task APIs and guest health URLs.
     pub http: crate::http::HttpOptions,
@@ -112,12 +112,18 @@ pub async fn run_with_link(
         .map_err(|e| WorkerError::Start(format!("http client: {e}")))?;
     let config = std::sync::Arc::new(config);
     sweep_orphans(&config).await;
+    let folders = std::sync::Arc::new(crate::task_folders::TaskFolders::fetching(
+        config.task_folders.clone(),
+        config.outbox.join(crate::task_folders::CACHE_DIR),
+        link.clone(),
+    ));
     let (sup, handle) = Actor::spawn(
         Some(format!("worker:{}", config.worker_id)),
         supervisor::Supervisor {
             config: config.clone(),
             http,
             leases: Default::default(),
+            folders,
         },
         (),
     )

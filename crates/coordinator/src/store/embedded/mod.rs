@@ -52,14 +52,16 @@ const BLOCKS: Table = TableDefinition::new("blocks");
 /// Store-wide values that belong to no campaign (the lease key).
 const SECRETS: Table = TableDefinition::new("secrets");
 const LEASE_KEY: &[u8] = b"lease_key";
+/// Task folders, encoded, by digest: they belong to no campaign.
+const BUNDLES: Table = TableDefinition::new("bundles");
 /// Dashboard login codes in [`SECRETS`]: this prefix, then the code's digest in hex.
 const LOGIN_CODE: &[u8] = b"login_code:";
 /// Expired login codes removed per code kept (each put sweeps a few).
 const LOGIN_SWEEP: usize = 64;
 /// Every table, created when the store opens and held open by each write batch.
-const ALL: [Table; 13] = [
+const ALL: [Table; 14] = [
     META, TASKS, TASK_POS, TRIALS, LEASES, DEADLINES, READY, DELAYED, TOKENS, ROWS, EVENTS, BLOCKS,
-    SECRETS,
+    SECRETS, BUNDLES,
 ];
 
 /// The key of a login code in [`SECRETS`].
@@ -446,6 +448,48 @@ impl Store for EmbeddedStore {
                 Ok((grant.expires_ms > now_ms).then_some(grant))
             })
             .await
+    }
+
+    async fn missing_bundles(&self, digests: Vec<String>) -> Result<Vec<String>, StoreError> {
+        let db = self.shared.db.clone();
+        tokio::task::spawn_blocking(move || {
+            let txn = db.begin_read().map_err(backend)?;
+            let t = txn.open_table(BUNDLES).map_err(backend)?;
+            let mut missing = Vec::new();
+            for d in digests {
+                if t.get(d.as_bytes()).map_err(backend)?.is_none() {
+                    missing.push(d);
+                }
+            }
+            Ok(missing)
+        })
+        .await
+        .map_err(|e| backend(format!("store task failed: {e}")))?
+    }
+
+    async fn put_bundle(&self, digest: String, encoded: Vec<u8>) -> Result<bool, StoreError> {
+        self.shared
+            .writer
+            .run(String::new(), Mode::Batched, move |tx| {
+                if tx.get_raw(BUNDLES, digest.as_bytes())?.is_some() {
+                    return Ok(false);
+                }
+                tx.put_raw(BUNDLES, digest.as_bytes(), &encoded)?;
+                Ok(true)
+            })
+            .await
+    }
+
+    async fn bundle(&self, digest: String) -> Result<Option<Vec<u8>>, StoreError> {
+        let db = self.shared.db.clone();
+        tokio::task::spawn_blocking(move || {
+            let txn = db.begin_read().map_err(backend)?;
+            let t = txn.open_table(BUNDLES).map_err(backend)?;
+            let found = t.get(digest.as_bytes()).map_err(backend)?;
+            Ok(found.map(|v| v.value().to_vec()))
+        })
+        .await
+        .map_err(|e| backend(format!("store task failed: {e}")))?
     }
 
     async fn list(&self) -> Result<Vec<CampaignId>, StoreError> {

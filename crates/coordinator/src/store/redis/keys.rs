@@ -124,6 +124,11 @@ pub(crate) const CAMPAIGNS: &str = "lanes:campaigns";
 /// The store-wide key lease secrets are derived with (hex), set once with `SET NX`.
 pub(crate) const LEASE_KEY: &str = "lanes:lease_key";
 
+/// A task folder, encoded: this prefix, then its `sha256:<hex>` digest. Set once (NX).
+pub(crate) fn bundle(digest: &str) -> String {
+    format!("lanes:bundle:{digest}")
+}
+
 /// A dashboard login code: this prefix, then the code's SHA-256 in hex. It expires by itself
 /// (PX), and GETDEL takes it once.
 pub(crate) fn login_code(digest: &[u8; 32]) -> String {

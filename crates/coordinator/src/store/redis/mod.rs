@@ -89,7 +89,7 @@ use lanes_common::utc::EpochMs;
 use self::batch::{Answer, Op, Rounds};
 use self::cache::Cache;
 use self::commit::{Committed, nonce};
-use self::keys::{CAMPAIGNS, Keys, LEASE_KEY, login_code, stream_id};
+use self::keys::{CAMPAIGNS, Keys, LEASE_KEY, bundle, login_code, stream_id};
 pub use self::stats::RedisStats;
 use self::stats::{Conn, Counters};
 use self::tx::RedisTx;
@@ -770,6 +770,45 @@ impl Store for RedisStore {
 
     async fn delete(&self, campaign: &CampaignId) -> Result<Deleted, StoreError> {
         self.delete_campaign(campaign).await
+    }
+
+    async fn missing_bundles(&self, digests: Vec<String>) -> Result<Vec<String>, StoreError> {
+        if digests.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut conn = self.conn.clone();
+        let mut pipe = redis::pipe();
+        for d in &digests {
+            pipe.cmd("EXISTS").arg(bundle(d));
+        }
+        let kept: Vec<bool> = pipe.query_async(&mut conn).await.map_err(redis_err)?;
+        Ok(digests
+            .into_iter()
+            .zip(kept)
+            .filter(|(_, k)| !k)
+            .map(|(d, _)| d)
+            .collect())
+    }
+
+    async fn put_bundle(&self, digest: String, encoded: Vec<u8>) -> Result<bool, StoreError> {
+        let mut conn = self.conn.clone();
+        let set: Option<String> = redis::cmd("SET")
+            .arg(bundle(&digest))
+            .arg(encoded)
+            .arg("NX")
+            .query_async(&mut conn)
+            .await
+            .map_err(redis_err)?;
+        Ok(set.is_some())
+    }
+
+    async fn bundle(&self, digest: String) -> Result<Option<Vec<u8>>, StoreError> {
+        let mut conn = self.conn.clone();
+        redis::cmd("GET")
+            .arg(bundle(&digest))
+            .query_async(&mut conn)
+            .await
+            .map_err(redis_err)
     }
 
     async fn requeue_excluded(

@@ -31,6 +31,43 @@ use crate::worker::supervisor::SupMsg;
 /// Deadlines of driver calls besides the agent's own timeout.
 const ENV_DEADLINE: Duration = Duration::from_secs(600);
 const EVAL_DEADLINE: Duration = Duration::from_secs(300);
+/// Beyond a task folder's own build and verifier timeouts: fetching the folder, creating the
+/// container, copying logs out. The driver enforces the task's timeouts itself.
+const FOLDER_MARGIN: Duration = Duration::from_secs(300);
+
+/// The digest of a task that is a folder (`[tasks] harbor`), from its payload.
+fn task_digest(payload: &Value) -> Option<&str> {
+    payload
+        .get(lanes_common::spec::harbor::PAYLOAD_KEY)?
+        .get("digest")?
+        .as_str()
+}
+
+/// How long boot and reset, and evaluate, may take: a task folder's build and verifier
+/// timeouts raise them (a verifier may run longer than the usual evaluate deadline).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Deadlines {
+    env: Duration,
+    evaluate: Duration,
+}
+
+impl Deadlines {
+    fn of(payload: &Value) -> Self {
+        let task =
+            lanes_common::spec::harbor::HarborTask::from_payload(payload).and_then(Result::ok);
+        let secs = |s: f64| Duration::from_secs_f64(s.clamp(0.0, 7.0 * 86_400.0));
+        match task {
+            Some(t) => Self {
+                env: ENV_DEADLINE.max(secs(t.build_timeout_s) + FOLDER_MARGIN),
+                evaluate: EVAL_DEADLINE.max(secs(t.verifier_timeout_s) + FOLDER_MARGIN),
+            },
+            None => Self {
+                env: ENV_DEADLINE,
+                evaluate: EVAL_DEADLINE,
+            },
+        }
+    }
+}
 
 /// Calls the driver and turns the answer into an event: a crash (exit, hang, broken protocol)
 /// is always `DriverCrashed`; an error answer is what `failed` makes of it.
@@ -168,8 +205,14 @@ impl LaneActor {
             }
             Effect::Boot | Effect::Reset => {
                 let Some(driver) = driver else { return };
-                let params = self.env_params(unit, cur);
+                let mut params = self.env_params(unit, cur);
                 let is_boot = effect == Effect::Boot;
+                let deadline = Deadlines::of(&params.payload).env;
+                // A task folder this worker has not got yet is fetched before boot.
+                let fetch = match (&params.task_dir, task_digest(&params.payload)) {
+                    (None, Some(d)) if is_boot => Some((self.folders.clone(), d.to_owned())),
+                    _ => None,
+                };
                 let (me, url_tag) = (myself.clone(), tag.clone());
                 self.spawn_event(myself, span, tag, async move {
                     let m = if is_boot { method::BOOT } else { method::RESET };
@@ -201,7 +244,17 @@ impl LaneActor {
                             Event::ResetFailed { reason }
                         }
                     };
-                    call(&driver, m, &params, ENV_DEADLINE, ok, failed).await
+                    if let Some((folders, digest)) = fetch {
+                        match folders.folder(&digest).await {
+                            Ok(dir) => params.task_dir = Some(dir.display().to_string()),
+                            Err(e) => {
+                                return Event::BootFailed {
+                                    reason: e.to_string(),
+                                };
+                            }
+                        }
+                    }
+                    call(&driver, m, &params, deadline, ok, failed).await
                 });
             }
             Effect::Gate => {
@@ -297,6 +350,7 @@ impl LaneActor {
             Effect::Evaluate => {
                 let Some(driver) = driver else { return };
                 let params = self.env_params(unit, cur);
+                let deadline = Deadlines::of(&params.payload).evaluate;
                 self.spawn_event(myself, span, tag, async move {
                     let ok = |r: EvaluateResult| Event::Evaluated {
                         score: r.score,
@@ -306,15 +360,7 @@ impl LaneActor {
                     let failed = |e: DriverError| Event::EvaluateFailed {
                         reason: e.to_string(),
                     };
-                    call(
-                        &driver,
-                        method::EVALUATE,
-                        &params,
-                        EVAL_DEADLINE,
-                        ok,
-                        failed,
-                    )
-                    .await
+                    call(&driver, method::EVALUATE, &params, deadline, ok, failed).await
                 });
             }
             Effect::Publish(verdict) => {
@@ -524,12 +570,10 @@ impl LaneActor {
 
     fn env_params(&self, _unit: &Unit, cur: &Current) -> EnvParams {
         let payload = parse_json(&cur.trial.payload_json);
-        // A task that is a folder: the one with the submitted digest, on this host.
-        let task_dir = payload
-            .get(lanes_common::spec::harbor::PAYLOAD_KEY)
-            .and_then(|h| h.get("digest"))
-            .and_then(Value::as_str)
-            .and_then(|d| self.config.task_folders.get(d))
+        // A task that is a folder: the one with the submitted digest, on this host (boot
+        // fetches it when it is not).
+        let task_dir = task_digest(&payload)
+            .and_then(|d| self.folders.known(d))
             .map(|p| p.display().to_string());
         EnvParams {
             attempt: self.attempt_ref(cur),
@@ -638,5 +682,32 @@ fn record_outcome(span: &tracing::Span, o: &lanes_common::row::Outcome) {
     if let Some(k) = o.failure_kind {
         let message = o.error.as_deref().unwrap_or(k.as_str());
         lanes_common::otel::record_error(span, k.as_str(), message);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A task folder's verifier may run ten minutes by default: the lane must not kill the
+    /// driver at its usual five-minute evaluate deadline.
+    #[test]
+    fn a_task_folders_timeouts_raise_the_call_deadlines() {
+        let plain = Deadlines::of(&json!({"prompt": "x"}));
+        assert_eq!(plain.env, ENV_DEADLINE);
+        assert_eq!(plain.evaluate, EVAL_DEADLINE);
+        let task = json!({"harbor": {
+            "digest": "sha256:00", "files": {}, "verifier_timeout_s": 900.0,
+            "build_timeout_s": 1200.0, "allow_internet": true,
+        }});
+        let d = Deadlines::of(&task);
+        assert_eq!(d.evaluate, Duration::from_secs(900) + FOLDER_MARGIN);
+        assert_eq!(d.env, Duration::from_secs(1200) + FOLDER_MARGIN);
+        assert_eq!(task_digest(&task), Some("sha256:00"));
+        assert_eq!(task_digest(&plain_payload()), None);
+    }
+
+    fn plain_payload() -> Value {
+        json!({"harbor_like": {"digest": "x"}})
     }
 }

@@ -87,6 +87,8 @@ pub(crate) struct LaneActor {
     pub(crate) http: crate::http::HttpClient,
     /// Every lease secret the worker holds: masked in what the driver says.
     pub(crate) leases: crate::secrets::HeldLeases,
+    /// Where the lane finds task folders by digest.
+    pub(crate) folders: Arc<crate::task_folders::TaskFolders>,
     pub(crate) supervisor: ActorRef<SupMsg>,
 }
 

@@ -21,6 +21,11 @@ use super::{CoordinatorLink, LinkFuture, LinkSession};
 const KEEPALIVE_EVERY: Duration = Duration::from_secs(2);
 const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(3);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long one task folder fetch may take.
+const FETCH_TIMEOUT: Duration = Duration::from_secs(120);
+/// The most bytes an encoded task folder may take: its files, and their paths and framing.
+const MAX_BUNDLE_WIRE: usize = lanes_common::spec::bundle::MAX_BUNDLE_BYTES as usize
+    + lanes_common::spec::bundle::MAX_BUNDLE_FILES * 2 * 1024;
 
 /// Dials coordinator replicas by URL, e.g. `http://127.0.0.1:7700` or `https://coord:7700`.
 pub struct GrpcLink {
@@ -36,6 +41,54 @@ impl GrpcLink {
         Self { addrs, token, tls }
     }
 
+    /// The lane token as a header value.
+    fn bearer(&self) -> Result<Option<MetadataValue<tonic::metadata::Ascii>>, String> {
+        self.token
+            .as_ref()
+            .map(|t| {
+                format!("Bearer {t}")
+                    .parse()
+                    .map_err(|_| "the lane token is not valid header text".to_owned())
+            })
+            .transpose()
+    }
+
+    /// Fetches a task folder from one replica, in chunks, up to [`MAX_BUNDLE_WIRE`] bytes.
+    async fn fetch_from(&self, addr: &str, digest: &str) -> Result<Vec<u8>, String> {
+        let channel = endpoint(addr, &self.tls)
+            .map_err(|e| e.to_string())?
+            .connect_timeout(CONNECT_TIMEOUT)
+            .timeout(FETCH_TIMEOUT)
+            .connect()
+            .await
+            .map_err(|e| explain_connect_error(addr, &e))?;
+        let token = self.bearer()?;
+        let mut client =
+            LaneServiceClient::with_interceptor(channel, move |mut req: tonic::Request<()>| {
+                if let Some(t) = &token {
+                    req.metadata_mut().insert("authorization", t.clone());
+                }
+                Ok(req)
+            });
+        let mut chunks = client
+            .fetch_bundle(pb::FetchBundleRequest {
+                digest: digest.to_owned(),
+            })
+            .await
+            .map_err(|s| explain_status(&s))?
+            .into_inner();
+        let mut out = Vec::new();
+        while let Some(c) = chunks.message().await.map_err(|s| explain_status(&s))? {
+            out.extend_from_slice(&c.data);
+            if out.len() > MAX_BUNDLE_WIRE {
+                return Err(format!(
+                    "{addr} sent more than {MAX_BUNDLE_WIRE} bytes for one task folder"
+                ));
+            }
+        }
+        Ok(out)
+    }
+
     async fn connect(&self, addr: &str, register: pb::Register) -> Result<LinkSession, String> {
         let channel = endpoint(addr, &self.tls)
             .map_err(|e| e.to_string())?
@@ -46,14 +99,7 @@ impl GrpcLink {
             .connect()
             .await
             .map_err(|e| explain_connect_error(addr, &e))?;
-        let token: Option<MetadataValue<_>> = match &self.token {
-            Some(t) => Some(
-                format!("Bearer {t}")
-                    .parse()
-                    .map_err(|_| "the lane token is not valid header text".to_owned())?,
-            ),
-            None => None,
-        };
+        let token = self.bearer()?;
         let mut client =
             LaneServiceClient::with_interceptor(channel, move |mut req: tonic::Request<()>| {
                 if let Some(t) = &token {
@@ -96,6 +142,19 @@ impl CoordinatorLink for GrpcLink {
                 .get(replica)
                 .ok_or_else(|| format!("no coordinator replica {replica}"))?;
             self.connect(addr, register).await
+        })
+    }
+
+    fn fetch_bundle<'a>(&'a self, digest: &'a str) -> LinkFuture<'a, Result<Vec<u8>, String>> {
+        Box::pin(async move {
+            let mut errors = Vec::new();
+            for addr in &self.addrs {
+                match self.fetch_from(addr, digest).await {
+                    Ok(b) => return Ok(b),
+                    Err(e) => errors.push(format!("{addr}: {e}")),
+                }
+            }
+            Err(errors.join("; "))
         })
     }
 }

@@ -68,6 +68,14 @@ pub(crate) struct MemoryLink {
 }
 
 impl CoordinatorLink for MemoryLink {
+    fn fetch_bundle<'a>(&'a self, digest: &'a str) -> LinkFuture<'a, Result<Vec<u8>, String>> {
+        Box::pin(async move {
+            Err(format!(
+                "the in-process link fetches no task folder ({digest})"
+            ))
+        })
+    }
+
     fn replicas(&self) -> Vec<String> {
         (0..self.replicas.len())
             .map(|i| format!("memory:{i}"))

@@ -42,4 +42,8 @@ pub trait CoordinatorLink: Send + Sync + 'static {
         replica: usize,
         register: pb::Register,
     ) -> LinkFuture<'_, Result<LinkSession, String>>;
+
+    /// A task folder by digest, as the coordinator keeps it (an encoded `TaskBundle`, not
+    /// yet checked), from the first replica that answers.
+    fn fetch_bundle<'a>(&'a self, digest: &'a str) -> LinkFuture<'a, Result<Vec<u8>, String>>;
 }

@@ -96,6 +96,8 @@ pub(crate) struct Supervisor {
     pub(crate) http: crate::http::HttpClient,
     /// The lease secrets held, which the lanes mask in what their drivers say.
     pub(crate) leases: crate::secrets::HeldLeases,
+    /// Where the lanes find task folders.
+    pub(crate) folders: Arc<crate::task_folders::TaskFolders>,
 }
 
 struct InFlight {
@@ -208,6 +210,7 @@ impl Supervisor {
             config: self.config.clone(),
             http: self.http.clone(),
             leases: self.leases.clone(),
+            folders: self.folders.clone(),
             supervisor: myself.clone(),
         };
         let (lane, _) = Actor::spawn_linked(registered, lane, (), myself.get_cell()).await?;
