@@ -79,3 +79,39 @@ pub fn containers_with(key: &str, value: &str) -> Vec<String> {
     .map(str::to_owned)
     .collect()
 }
+
+/// The containers (running or not) of campaign `campaign`'s attempts: their `lanes.tag`
+/// label starts with `<campaign>/`.
+pub fn containers_of_campaign(campaign: &str) -> Vec<String> {
+    let prefix = format!("{campaign}/");
+    podman(&[
+        "ps",
+        "-a",
+        "--format",
+        "{{.ID}} {{index .Labels \"lanes.tag\"}}",
+    ])
+    .lines()
+    .filter_map(|l| l.split_once(' '))
+    .filter(|(_, tag)| tag.starts_with(&prefix))
+    .map(|(id, _)| id.to_owned())
+    .collect()
+}
+
+/// Waits (polling podman, up to `within`) until `done` holds of the campaign's containers;
+/// answers whether it did.
+pub fn wait_containers(
+    campaign: &str,
+    within: std::time::Duration,
+    done: impl Fn(&[String]) -> bool,
+) -> bool {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        if done(&containers_of_campaign(campaign)) {
+            return true;
+        }
+        if std::time::Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}

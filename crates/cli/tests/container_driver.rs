@@ -510,3 +510,74 @@ fn lanes_run_without_a_runtime_refuses_a_container_campaign() {
     assert!(!out.status.success());
     assert!(stderr.contains("--container-runtime"), "{stderr}");
 }
+
+/// kill -9 of `lanes run` while its agent runs in a container, then the same command again
+/// (a resume): no container of the killed run is left, the retried attempt runs, and the
+/// finished run leaves none.
+#[test]
+fn lanes_run_killed_mid_attempt_then_run_again_leaves_no_container() {
+    use lanes_tests::podman::{containers_of_campaign, wait_containers};
+    use std::time::Duration;
+    let dir = tempfile::tempdir().unwrap();
+    let tasks = dir.path().join("tasks/hello-file");
+    std::fs::create_dir_all(&tasks).unwrap();
+    let example = repo().join("examples/terminal/tasks/hello-file");
+    for f in [
+        "task.toml",
+        "instruction.md",
+        "environment/Dockerfile",
+        "tests/test.sh",
+    ] {
+        std::fs::create_dir_all(tasks.join(f).parent().unwrap()).unwrap();
+        std::fs::copy(example.join(f), tasks.join(f)).unwrap();
+    }
+    let id = "killed-run";
+    let campaign = dir.path().join("campaign.toml");
+    std::fs::write(
+        &campaign,
+        format!(
+            "id = \"{id}\"\nphase1_runs = 1\nschedule_seed = 3\nlease_ttl_s = 10\n\
+             [tasks]\nharbor = \"tasks\"\n[driver]\ncontainer = {{}}\n\
+             [[arms]]\nid = \"sleepy\"\nconfig = {{ agent = \"command\", command = \"sleep 6\" }}\n"
+        ),
+    )
+    .unwrap();
+    let data = dir.path().join("data");
+    let run = || {
+        Command::new(env!("CARGO_BIN_EXE_lanes"))
+            .arg("run")
+            .arg(&campaign)
+            .args(["--container-runtime", "podman", "--no-ui", "--lanes", "1"])
+            .arg("--data-dir")
+            .arg(&data)
+            .envs(podman_env().iter().map(|(k, v)| (k, v)))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let mut first = run();
+    let started = wait_containers(id, Duration::from_secs(120), |c| !c.is_empty());
+    let old = containers_of_campaign(id);
+    first.kill().unwrap();
+    first.wait().unwrap();
+    assert!(started, "no container started");
+
+    let second = run().wait_with_output().unwrap();
+    assert!(
+        second.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&second.stdout),
+        String::from_utf8_lossy(&second.stderr)
+    );
+    let now = containers_of_campaign(id);
+    assert!(
+        !old.iter().any(|o| now.contains(o)),
+        "the killed run's container is still there: {now:?}"
+    );
+    assert!(
+        wait_containers(id, Duration::from_secs(30), <[String]>::is_empty),
+        "left behind: {:?}",
+        containers_of_campaign(id)
+    );
+}

@@ -32,11 +32,14 @@ fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
-/// Two of the example's tasks, copied into `dir/tasks`, and a campaign running them with the
-/// oracle: `dir/campaign.toml`.
-fn submitter_copy(dir: &Path, id: &str) -> PathBuf {
+/// The oracle.
+const ORACLE: &str = "[[arms]]\nid = \"oracle\"\nconfig = { agent = \"oracle\" }\n";
+
+/// Some of the example's tasks, copied into `dir/tasks`, and a campaign running them with
+/// `arms`: `dir/campaign.toml`.
+fn submitter_copy(dir: &Path, id: &str, tasks: &[&str], arms: &str) -> PathBuf {
     let examples = lanes_tests::podman::repo().join("examples/terminal/tasks");
-    for task in ["hello-file", "count-lines"] {
+    for task in tasks {
         copy_dir(&examples.join(task), &dir.join("tasks").join(task));
     }
     let campaign = dir.join("campaign.toml");
@@ -44,8 +47,7 @@ fn submitter_copy(dir: &Path, id: &str) -> PathBuf {
         &campaign,
         format!(
             "id = \"{id}\"\nphase1_runs = 1\nschedule_seed = 5\nlease_ttl_s = 30\n\
-             [tasks]\nharbor = \"tasks\"\n[driver]\ncontainer = {{}}\n\
-             [[arms]]\nid = \"oracle\"\nconfig = {{ agent = \"oracle\" }}\n"
+             [tasks]\nharbor = \"tasks\"\n[driver]\ncontainer = {{}}\n{arms}"
         ),
     )
     .unwrap();
@@ -78,7 +80,12 @@ async fn a_task_folder_submitted_to_a_fleet_runs_on_a_worker_that_never_saw_it()
     let f = Fleet::start().await;
     let url = f.coord.url();
     let submitter = f.dir.path().join("submitter");
-    let campaign = submitter_copy(&submitter, "fleet-folders");
+    let campaign = submitter_copy(
+        &submitter,
+        "fleet-folders",
+        &["hello-file", "count-lines"],
+        ORACLE,
+    );
     let loaded = lanes_common::spec::load_file(&campaign).unwrap();
     let digests: Vec<String> = loaded
         .tasks
@@ -223,4 +230,66 @@ async fn the_coordinator_refuses_a_bundle_that_is_not_what_it_says() {
         .into_inner()
         .missing;
     assert_eq!(missing, vec![other]);
+}
+
+/// kill -9 of a worker while its agent runs in a container: the container outlives it; the
+/// restarted worker (same host, same outbox) kills the old driver and its lanes tear down
+/// what their drivers left before they claim anything, so the old container is removed; the
+/// retried attempt's own container goes when it ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_worker_killed_mid_attempt_leaves_no_container_once_restarted() {
+    use lanes_tests::podman::{containers_of_campaign, wait_containers};
+    let env = podman_env();
+    let f = Fleet::start().await;
+    let url = f.coord.url();
+    let id = "killed-worker";
+    let campaign = submitter_copy(
+        &f.dir.path().join("submitter"),
+        id,
+        &["hello-file"],
+        "[[arms]]\nid = \"sleepy\"\nconfig = { agent = \"command\", command = \"sleep 6\" }\n",
+    );
+    let (ok, said) = lanes_submit(&url, &campaign);
+    assert!(ok, "{said}");
+    let art = f.dir.path().join("art");
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let start = || {
+        Worker::start_args(
+            &url,
+            &art,
+            1,
+            "k9",
+            &env,
+            None,
+            &["--container-runtime", "podman", "--worker-id", "k9"],
+        )
+    };
+    let mut w = start();
+    assert!(
+        wait_containers(id, Duration::from_secs(120), |c| !c.is_empty()),
+        "no container started"
+    );
+    let old = containers_of_campaign(id);
+    w.kill9();
+    assert_eq!(
+        containers_of_campaign(id),
+        old,
+        "the container outlived its worker"
+    );
+
+    let _w = start();
+    assert!(
+        wait_containers(id, Duration::from_secs(60), |now| !old
+            .iter()
+            .any(|o| now.contains(o))),
+        "the killed worker's container is still there: {:?}",
+        containers_of_campaign(id)
+    );
+    let st = wait_ended(&url, id, Duration::from_secs(120)).await;
+    assert_eq!(st.state, pb::CampaignState::Done as i32, "{st:?}");
+    assert!(
+        wait_containers(id, Duration::from_secs(30), <[String]>::is_empty),
+        "left behind: {:?}",
+        containers_of_campaign(id)
+    );
 }
