@@ -36,6 +36,12 @@ pub(crate) fn run(which: DriverCmd) -> anyhow::Result<Code> {
             runtime,
             max_builds,
             state_dir,
+            agent_env: std::env::var(lanes_worker::container::AGENT_ENV)
+                .unwrap_or_default()
+                .split(',')
+                .filter(|n| !n.is_empty())
+                .map(str::to_owned)
+                .collect(),
         })?,
     }
     Ok(Code::Ok)

@@ -581,3 +581,99 @@ fn lanes_run_killed_mid_attempt_then_run_again_leaves_no_container() {
         containers_of_campaign(id)
     );
 }
+
+/// Every file under `dir`, read lossily, with its path.
+fn files_under(dir: &Path) -> Vec<(PathBuf, String)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_owned()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                let text = String::from_utf8_lossy(&std::fs::read(&p).unwrap()).into_owned();
+                out.push((p, text));
+            }
+        }
+    }
+    out
+}
+
+/// A command agent gets the campaign's `[driver] env` inside its container (the worker's
+/// value, through `--env NAME`, never on a command line), and a secret the agent writes into
+/// `/logs` is masked in the attempt's folder, as in rows.
+#[test]
+fn a_command_agent_gets_the_campaigns_env_and_its_logs_are_scrubbed() {
+    let dir = tempfile::tempdir().unwrap();
+    let task = dir.path().join("tasks/hello-file");
+    let example = repo().join("examples/terminal/tasks/hello-file");
+    for f in [
+        "task.toml",
+        "instruction.md",
+        "environment/Dockerfile",
+        "tests/test.sh",
+        "solution/solve.sh",
+    ] {
+        std::fs::create_dir_all(task.join(f).parent().unwrap()).unwrap();
+        std::fs::copy(example.join(f), task.join(f)).unwrap();
+    }
+    const KEY: &str = "sk-agent-key-5f1e2d3c";
+    let id = "agent-env";
+    let campaign = dir.path().join("campaign.toml");
+    std::fs::write(
+        &campaign,
+        format!(
+            "id = \"{id}\"\nphase1_runs = 1\nschedule_seed = 4\n\
+             [tasks]\nharbor = \"tasks\"\n\
+             [driver]\ncontainer = {{}}\nenv = {{ AGENT_API_KEY = \"$TEST_AGENT_API_KEY\" }}\n\
+             [[arms]]\nid = \"keyed\"\n\
+             config = {{ agent = \"command\", command = \"echo key=$AGENT_API_KEY > /logs/agent/leak.txt; test -n \\\"$AGENT_API_KEY\\\" && echo \\\"$GREETING, world!\\\" > hello.txt\" }}\n\
+             [[arms]]\nid = \"oracle\"\nconfig = {{ agent = \"oracle\" }}\n"
+        ),
+    )
+    .unwrap();
+    let data = dir.path().join("data");
+    let out = Command::new(env!("CARGO_BIN_EXE_lanes"))
+        .arg("run")
+        .arg(&campaign)
+        .args(["--container-runtime", "podman", "--no-ui", "--lanes", "2"])
+        .arg("--data-dir")
+        .arg(&data)
+        .env("TEST_AGENT_API_KEY", KEY)
+        .envs(podman_env().iter().map(|(k, v)| (k, v)))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The key reached the command agent (its task passed only with it)...
+    let leak = data
+        .join("artifacts")
+        .join(id)
+        .join("hello-file.r0.keyed/a1");
+    let files = files_under(&leak);
+    let logged = files
+        .iter()
+        .find(|(p, _)| p.ends_with("leak.txt"))
+        .unwrap_or_else(|| panic!("no leak.txt in {files:?}"));
+    assert_eq!(logged.1, "key=***\n", "the agent's log, scrubbed");
+    assert!(stdout.contains("done: 2/2 final (2 counted"), "{stdout}");
+    let rows = Command::new(env!("CARGO_BIN_EXE_lanes"))
+        .args(["results", id, "--format", "jsonl", "--data-dir"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    let rows = String::from_utf8_lossy(&rows.stdout);
+    for line in rows.lines() {
+        let r: Value = serde_json::from_str(line).unwrap();
+        assert_eq!(r["passed"], true, "{r}");
+    }
+    // ... and nowhere in the artifacts is it written out.
+    for (p, text) in files_under(&data.join("artifacts")) {
+        assert!(!text.contains(KEY), "{} holds the key", p.display());
+    }
+}

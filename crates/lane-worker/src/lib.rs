@@ -31,6 +31,7 @@ pub mod metrics;
 pub mod outbox;
 pub mod private_fs;
 pub(crate) mod redact;
+pub mod scrub_files;
 pub mod secrets;
 pub mod sim;
 pub mod task_folders;

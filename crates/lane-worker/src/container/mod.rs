@@ -13,7 +13,7 @@ pub mod runtime;
 pub mod server;
 pub mod verifier;
 
-pub use server::{DRIVER_NAME, Options};
+pub use server::{AGENT_ENV, DRIVER_NAME, Options};
 
 /// Serves the container driver on this process's stdin and stdout.
 pub fn run_stdio(opts: Options) -> std::io::Result<()> {

@@ -64,6 +64,9 @@ pub struct RunSpec {
 pub struct ExecSpec {
     pub workdir: Option<String>,
     pub env: BTreeMap<String, String>,
+    /// Names whose values the runtime takes from its own environment (`--env NAME`), so a
+    /// secret never appears on a command line.
+    pub passed: Vec<String>,
 }
 
 /// The CLI of one runtime.
@@ -276,6 +279,9 @@ impl Runtime {
         }
         for (k, v) in &spec.env {
             args.extend(["--env".into(), format!("{k}={v}")]);
+        }
+        for name in &spec.passed {
+            args.extend(["--env".into(), name.clone()]);
         }
         args.extend([container.into(), "sh".into(), "-c".into(), script.into()]);
         let refs: Vec<&str> = args.iter().map(String::as_str).collect();

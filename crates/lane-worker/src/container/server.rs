@@ -44,7 +44,14 @@ pub struct Options {
     pub max_builds: usize,
     /// Where image builds are coordinated between the lanes' drivers and failures remembered.
     pub state_dir: PathBuf,
+    /// The campaign's `[driver] env` names, which a command agent gets in its container
+    /// (from [`AGENT_ENV`]). Their values stay in this process's environment: the runtime
+    /// is given `--env NAME`, never a value on its command line.
+    pub agent_env: Vec<String>,
 }
+
+/// The variable the lane names the campaign's env names in, comma-separated.
+pub const AGENT_ENV: &str = "LANES_AGENT_ENV";
 
 /// One attempt's container and what its later calls need.
 struct Attempt {
@@ -58,6 +65,7 @@ struct Attempt {
 
 struct Driver {
     runtime: Runtime,
+    agent_env: Vec<String>,
     images: Images,
     lane: Option<String>,
     host: String,
@@ -95,6 +103,7 @@ pub async fn serve(
     let driver = Arc::new(Mutex::new(Driver {
         images: Images::new(runtime.clone(), opts.state_dir.clone(), opts.max_builds),
         runtime,
+        agent_env: opts.agent_env.clone(),
         lane: None,
         host: String::new(),
         attempts: HashMap::new(),
@@ -460,7 +469,10 @@ async fn run_agent(driver: &Arc<Mutex<Driver>>, p: AgentParams) -> AgentResult {
         Ok(a) => a,
         Err(e) => return infra(FailureKind::GuestLost, e.message),
     };
-    let runtime = driver.lock().await.runtime.clone();
+    let (runtime, agent_env) = {
+        let d = driver.lock().await;
+        (d.runtime.clone(), d.agent_env.clone())
+    };
     let (container, task, task_dir, mut cancelled, installed) = {
         let a = attempt.lock().await;
         (
@@ -472,9 +484,17 @@ async fn run_agent(driver: &Arc<Mutex<Driver>>, p: AgentParams) -> AgentResult {
         )
     };
     let mut env = task.env.clone();
+    // Only a command agent gets the campaign's env (its API keys): the oracle runs the
+    // dataset's own solution.
+    let passed = if matches!(kind, AgentKind::Command { .. }) {
+        agent_env
+    } else {
+        Vec::new()
+    };
     let exec = |env: BTreeMap<String, String>| ExecSpec {
         workdir: task.workdir.clone(),
         env,
+        passed: passed.clone(),
     };
     let script = match &kind {
         AgentKind::Nop => return agent_result(AgentStatus::Completed, None, None, None),
@@ -634,9 +654,11 @@ async fn evaluate(
             .map_err(|err| eval_err(err.to_string()))?;
         let mut env = a.task.env.clone();
         env.extend(a.task.verifier_env.clone());
+        // The tests never get the campaign's env.
         let spec = ExecSpec {
             workdir: a.task.workdir.clone(),
             env,
+            passed: Vec::new(),
         };
         let limit = Duration::from_secs_f64(a.task.verifier_timeout_s);
         match runtime

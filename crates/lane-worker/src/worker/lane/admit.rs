@@ -318,7 +318,11 @@ pub(super) fn launch(
         })
         .collect();
     if spec.container && config.driver_override.is_none() {
-        // The container driver: the runtime's own settings, from the worker's environment.
+        // The container driver: which of its variables a command agent gets (the campaign's
+        // own), and the runtime's own settings, from the worker's environment.
+        let names: Vec<&str> = env.iter().map(|(n, _)| n.as_str()).collect();
+        let names = names.join(",");
+        env.push((crate::container::AGENT_ENV.to_owned(), names));
         env.extend(
             crate::drivers::RUNTIME_ENV
                 .iter()
@@ -625,7 +629,7 @@ mod tests {
     #[test]
     fn a_container_campaign_runs_the_container_driver_with_the_runtime_settings() {
         let mut c = config();
-        let mut s = spec("", &[], &[]);
+        let mut s = spec("", &[], &[("MODE", "fast")]);
         s.container = true;
         let refused = launch(&s, &c, |_| None).unwrap_err();
         assert!(refused.contains("--container-runtime"), "{refused}");
@@ -633,6 +637,7 @@ mod tests {
             program: "podman".into(),
             max_builds: 3,
         });
+        c.drivers.allow_env.insert("MODE".to_owned());
         let conf = |n: &str| (n == "CONTAINERS_CONF").then(|| "/etc/c.conf".to_owned());
         let l = launch(&s, &c, conf).unwrap();
         assert_eq!(
@@ -640,14 +645,23 @@ mod tests {
             ["lanes", "driver", "container", "--runtime", "podman"]
         );
         assert!(l.command.windows(2).any(|w| w == ["--max-builds", "3"]));
+        // The campaign's env, the names a command agent gets, the runtime's settings.
+        let pair = |k: &str, v: &str| (k.to_owned(), v.to_owned());
         assert_eq!(
             l.env,
-            vec![("CONTAINERS_CONF".to_owned(), "/etc/c.conf".to_owned())]
+            vec![
+                pair("MODE", "fast"),
+                pair(crate::container::AGENT_ENV, "MODE"),
+                pair("CONTAINERS_CONF", "/etc/c.conf"),
+            ]
         );
         // The --driver override replaces it, and gets no runtime settings.
         c.driver_override = Some(vec!["mine".into()]);
         let l = launch(&s, &c, conf).unwrap();
-        assert_eq!((l.command, l.env), (vec!["mine".to_owned()], Vec::new()));
+        assert_eq!(
+            (l.command, l.env),
+            (vec!["mine".to_owned()], vec![pair("MODE", "fast")])
+        );
     }
 
     #[test]

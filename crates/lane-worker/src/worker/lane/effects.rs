@@ -371,7 +371,7 @@ impl LaneActor {
                     tracing::info!(status = %o.status, failure_kind = o.failure_kind.map(|k| k.as_str()), score = o.score, "attempt finished");
                 });
                 record_outcome(&attempt_span, &o);
-                self.hand_off(myself, span, tag, o, true);
+                self.hand_off(myself, span, tag, o, true, secrets);
             }
             Effect::Release { kind, reason, gate } => {
                 let secrets = self.secrets(unit, cur);
@@ -390,7 +390,7 @@ impl LaneActor {
                 ctx.walls = Default::default();
                 let o = outcome::released(&ctx, kind, reason, gate, &secrets);
                 record_outcome(&attempt_span, &o);
-                self.hand_off(myself, span, tag, o, false);
+                self.hand_off(myself, span, tag, o, false, secrets);
             }
             Effect::RestartDriver => state.slot.restart().await,
             Effect::Finish { published } => self.finish(myself, state, published),
@@ -492,12 +492,27 @@ impl LaneActor {
         tag: AttemptTag,
         mut o: lanes_common::row::Outcome,
         with_record: bool,
+        secrets: Secrets,
     ) {
         let artifacts_root = self.config.artifacts.clone();
         let supervisor = self.supervisor.clone();
         let dir = artifacts::attempt_dir(&artifacts_root, &tag);
         let campaign = tag.campaign.clone();
         self.spawn_event(myself, span, tag, async move {
+            // What the driver left in the attempt's folder is scrubbed before the outcome is
+            // recorded; a failure is disclosed in the row.
+            if let Ok(d) = &dir {
+                let d = d.clone();
+                let scrubbed = tokio::task::spawn_blocking(move || {
+                    crate::scrub_files::scrub_attempt_dir(&d, &secrets).map_err(|e| secrets.scrubbed(&e.to_string()))
+                })
+                .await
+                .unwrap_or_else(|e| Err(e.to_string()));
+                if let Err(e) = scrubbed {
+                    tracing::warn!(error = %e, "could not scrub the driver's files in the attempt folder");
+                    o.publication_errors.push(format!("scrubbing the attempt folder: {e}"));
+                }
+            }
             let mut record = None;
             if with_record {
                 let written = tokio::task::spawn_blocking({

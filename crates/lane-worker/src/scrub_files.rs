@@ -1,0 +1,162 @@
+//! What a driver left in an attempt's folder (the container driver's copy of `/logs`, an
+//! agent's transcript), scrubbed of the attempt's secrets before its outcome is recorded: a
+//! secret the agent printed into a log file must not reach the artifacts any more than a row.
+//!
+//! Only regular files are read: a symlink the agent planted is never followed (it is removed,
+//! since it could point anywhere on the host). Each file is streamed through a
+//! [`StreamScrubber`] into a private temporary file that replaces it only when something was
+//! masked (a mask is shorter than any secret, so a masked file is shorter).
+
+use std::fs;
+use std::io::{self, Read, Write};
+use std::path::Path;
+
+use crate::secrets::{Secrets, StreamScrubber};
+
+/// The lane's own records in an attempt folder, written already redacted.
+const LANE_FILES: [&str; 2] = ["attempt.json", "outcome.json"];
+
+/// How many files a scrub read and how many it changed.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Scrubbed {
+    pub files: usize,
+    pub masked: usize,
+}
+
+/// Scrubs every file under `dir` but the lane's own records. A missing `dir` is nothing.
+pub fn scrub_attempt_dir(dir: &Path, secrets: &Secrets) -> io::Result<Scrubbed> {
+    let mut done = Scrubbed::default();
+    if secrets.is_empty() {
+        return Ok(done);
+    }
+    let top = match fs::read_dir(dir) {
+        Ok(t) => t,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(done),
+        Err(e) => return Err(e),
+    };
+    let mut stack = Vec::new();
+    for e in top {
+        let e = e?;
+        let name = e.file_name();
+        let lane_file = LANE_FILES
+            .iter()
+            .any(|f| name.to_string_lossy().starts_with(f));
+        if !lane_file {
+            stack.push(e.path());
+        }
+    }
+    while let Some(path) = stack.pop() {
+        let meta = fs::symlink_metadata(&path)?;
+        if meta.is_dir() {
+            for e in fs::read_dir(&path)? {
+                stack.push(e?.path());
+            }
+        } else if meta.is_file() {
+            done.files += 1;
+            if scrub_file(&path, secrets)? {
+                done.masked += 1;
+            }
+        } else {
+            // A symlink, a fifo, a device: nothing a log is, and nothing to follow.
+            fs::remove_file(&path)?;
+        }
+    }
+    Ok(done)
+}
+
+/// Scrubs one file in place; answers whether anything was masked.
+fn scrub_file(path: &Path, secrets: &Secrets) -> io::Result<bool> {
+    let mut input = fs::File::open(path)?;
+    let tmp = path.with_file_name(format!(
+        ".scrub-{}",
+        path.file_name()
+            .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
+    ));
+    let mut out = io::BufWriter::new(crate::private_fs::create_file(&tmp)?);
+    let mut scrubber = StreamScrubber::default();
+    let (mut read, mut written) = (0u64, 0u64);
+    let mut buf = vec![0u8; 64 * 1024];
+    let result = (|| {
+        loop {
+            let n = input.read(&mut buf)?;
+            if n == 0 {
+                break;
+            }
+            read += n as u64;
+            let piece = scrubber.feed(secrets, &buf[..n]);
+            written += piece.len() as u64;
+            out.write_all(&piece)?;
+        }
+        let rest = scrubber.finish(secrets);
+        written += rest.len() as u64;
+        out.write_all(&rest)?;
+        out.flush()
+    })();
+    drop(out);
+    if let Err(e) = result {
+        let _ = fs::remove_file(&tmp);
+        return Err(e);
+    }
+    if written == read {
+        fs::remove_file(&tmp)?;
+        return Ok(false);
+    }
+    fs::rename(&tmp, path)?;
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn files_a_driver_left_are_scrubbed_and_symlinks_removed_unfollowed() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let secret = "sk-live-0123456789";
+        let secrets = Secrets::new([secret.to_owned()]);
+        fs::create_dir_all(root.join("container/agent")).unwrap();
+        fs::write(
+            root.join("container/agent/out.txt"),
+            format!("key={secret}\n").repeat(20_000),
+        )
+        .unwrap();
+        fs::write(root.join("container/clean.txt"), "nothing here\n").unwrap();
+        // The lane's own records are not touched.
+        fs::write(root.join("attempt.json"), secret).unwrap();
+        // A planted symlink to a host file: removed, and the target left alone.
+        let elsewhere = tempfile::tempdir().unwrap();
+        let host_file = elsewhere.path().join("host-file");
+        fs::write(&host_file, secret).unwrap();
+        std::os::unix::fs::symlink(&host_file, root.join("container/link")).unwrap();
+
+        let done = scrub_attempt_dir(root, &secrets).unwrap();
+        let out = fs::read_to_string(root.join("container/agent/out.txt")).unwrap();
+        assert!(!out.contains(secret));
+        assert_eq!(out, "key=***\n".repeat(20_000));
+        assert_eq!(
+            fs::read_to_string(root.join("container/clean.txt")).unwrap(),
+            "nothing here\n"
+        );
+        assert_eq!(
+            fs::read_to_string(root.join("attempt.json")).unwrap(),
+            secret
+        );
+        assert!(fs::symlink_metadata(root.join("container/link")).is_err());
+        assert_eq!(fs::read_to_string(&host_file).unwrap(), secret);
+        assert_eq!(
+            done,
+            Scrubbed {
+                files: 2,
+                masked: 1
+            }
+        );
+        // No temporary file is left.
+        let names: Vec<_> = fs::read_dir(root.join("container"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(names.iter().all(|n| !n.starts_with(".scrub-")), "{names:?}");
+        assert!(scrub_attempt_dir(&root.join("missing"), &secrets).is_ok());
+    }
+}
