@@ -4,8 +4,8 @@
 //!
 //! Only regular files are read: a symlink the agent planted is never followed (it is removed,
 //! since it could point anywhere on the host). Each file is streamed through a
-//! [`StreamScrubber`] into a private temporary file that replaces it only when something was
-//! masked (a mask is shorter than any secret, so a masked file is shorter).
+//! [`StreamScrubber`]; one that holds a secret is rewritten through a private temporary file
+//! that replaces it.
 
 use std::fs;
 use std::io::{self, Read, Write};
@@ -64,45 +64,51 @@ pub fn scrub_attempt_dir(dir: &Path, secrets: &Secrets) -> io::Result<Scrubbed> 
     Ok(done)
 }
 
-/// Scrubs one file in place; answers whether anything was masked.
+/// Scrubs one file in place; answers whether anything was masked. A first pass only looks
+/// (most files hold no secret, and are then never written).
 fn scrub_file(path: &Path, secrets: &Secrets) -> io::Result<bool> {
-    let mut input = fs::File::open(path)?;
+    if !stream(path, secrets, &mut io::sink())? {
+        return Ok(false);
+    }
     let tmp = path.with_file_name(format!(
         ".scrub-{}",
         path.file_name()
             .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
     ));
-    let mut out = io::BufWriter::new(crate::private_fs::create_file(&tmp)?);
-    let mut scrubber = StreamScrubber::default();
-    let (mut read, mut written) = (0u64, 0u64);
-    let mut buf = vec![0u8; 64 * 1024];
-    let result = (|| {
-        loop {
-            let n = input.read(&mut buf)?;
-            if n == 0 {
-                break;
-            }
-            read += n as u64;
-            let piece = scrubber.feed(secrets, &buf[..n]);
-            written += piece.len() as u64;
-            out.write_all(&piece)?;
-        }
-        let rest = scrubber.finish(secrets);
-        written += rest.len() as u64;
-        out.write_all(&rest)?;
+    let written = crate::private_fs::create_file(&tmp).and_then(|f| {
+        let mut out = io::BufWriter::new(f);
+        stream(path, secrets, &mut out)?;
         out.flush()
-    })();
-    drop(out);
-    if let Err(e) = result {
+    });
+    if let Err(e) = written {
         let _ = fs::remove_file(&tmp);
         return Err(e);
     }
-    if written == read {
-        fs::remove_file(&tmp)?;
-        return Ok(false);
-    }
     fs::rename(&tmp, path)?;
     Ok(true)
+}
+
+/// Streams `path`, scrubbed, into `out`; answers whether anything was masked (a mask is
+/// shorter than any secret, so a masked stream is shorter).
+fn stream(path: &Path, secrets: &Secrets, out: &mut impl Write) -> io::Result<bool> {
+    let mut input = fs::File::open(path)?;
+    let mut scrubber = StreamScrubber::default();
+    let (mut read, mut written) = (0u64, 0u64);
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = input.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        read += n as u64;
+        let piece = scrubber.feed(secrets, &buf[..n]);
+        written += piece.len() as u64;
+        out.write_all(&piece)?;
+    }
+    let rest = scrubber.finish(secrets);
+    written += rest.len() as u64;
+    out.write_all(&rest)?;
+    Ok(written != read)
 }
 
 #[cfg(test)]
