@@ -63,9 +63,8 @@ impl Secret {
         &self.digest
     }
 
-    fn matches(&self, given: &str) -> bool {
-        let d: [u8; 32] = Sha256::digest(given.as_bytes()).into();
-        d.ct_eq(&*self.digest).into()
+    fn matches(&self, given: &TokenDigest) -> bool {
+        given.ct_eq(&*self.digest).into()
     }
 }
 
@@ -99,10 +98,35 @@ impl std::fmt::Display for Role {
     }
 }
 
+/// A bearer token's SHA-256: all the coordinator keeps of a token a caller sent.
+pub type TokenDigest = [u8; 32];
+
+/// The digest of a token as sent.
+pub(crate) fn token_digest(token: &str) -> TokenDigest {
+    Sha256::digest(token.as_bytes()).into()
+}
+
 /// Whether any of `expected` matches `given`; every one is compared, so the time taken does
 /// not tell which (or whether one) matched.
 pub(crate) fn accepts(expected: &[Secret], given: &str) -> bool {
-    expected.iter().fold(false, |ok, s| s.matches(given) | ok)
+    let given = token_digest(given);
+    expected.iter().fold(false, |ok, s| s.matches(&given) | ok)
+}
+
+/// Who called: the interceptor puts it in the request's extensions once it has read the
+/// bearer token, so no handler reads the header again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Caller {
+    pub role: Role,
+    /// The digest of the token sent; `None` when none was (a role served to anyone).
+    pub token: Option<TokenDigest>,
+}
+
+impl Caller {
+    /// The caller of a request that went through [`BearerAuth`].
+    pub fn of<T>(request: &Request<T>) -> Option<&Caller> {
+        request.extensions().get::<Caller>()
+    }
 }
 
 /// The tokens each role accepts. Empty sets are refused unless `insecure_no_auth` is set.
@@ -176,23 +200,34 @@ impl BearerAuth {
 
     /// Whether any accepted token matches; every one is compared, so the time taken does
     /// not tell which (or whether one) matched.
-    fn accepts(&self, given: &str) -> bool {
-        accepts(&self.expected, given)
+    fn accepts(&self, given: &TokenDigest) -> bool {
+        self.expected
+            .iter()
+            .fold(false, |ok, s| s.matches(given) | ok)
     }
 }
 
 impl tonic::service::Interceptor for BearerAuth {
-    fn call(&mut self, req: Request<()>) -> Result<Request<()>, Status> {
-        if self.expected.is_empty() {
-            return Ok(req);
-        }
+    fn call(&mut self, mut req: Request<()>) -> Result<Request<()>, Status> {
         let given = req
             .metadata()
             .get("authorization")
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(token_digest);
+        let caller = Caller {
+            role: self.role,
+            token: given,
+        };
+        if self.expected.is_empty() {
+            req.extensions_mut().insert(caller);
+            return Ok(req);
+        }
         let refusal = match given {
-            Some(token) if self.accepts(token) => return Ok(req),
+            Some(token) if self.accepts(&token) => {
+                req.extensions_mut().insert(caller);
+                return Ok(req);
+            }
             Some(_) => Status::unauthenticated(format!("wrong {} token", self.role.name())),
             None => Status::unauthenticated(format!(
                 "missing bearer token for the {} role",
@@ -226,7 +261,15 @@ mod tests {
         let s = Secret::new(&format!("{TOKEN}\n")).unwrap();
         assert_eq!(format!("{s:?}"), "Secret(***)");
         let mut auth = BearerAuth::new(Role::Lane, vec![s]);
-        assert!(auth.call(req(Some(&format!("Bearer {TOKEN}")))).is_ok());
+        let ok = auth.call(req(Some(&format!("Bearer {TOKEN}")))).unwrap();
+        // The caller, read once, for the handlers.
+        assert_eq!(
+            Caller::of(&ok),
+            Some(&Caller {
+                role: Role::Lane,
+                token: Some(token_digest(TOKEN))
+            })
+        );
         let e = auth
             .call(req(Some("Bearer s3cret-s3cret-s3cre")))
             .unwrap_err();
@@ -235,7 +278,8 @@ mod tests {
         assert!(auth.call(req(None)).is_err());
         assert!(auth.call(req(Some(&format!("Basic {TOKEN}")))).is_err());
         let mut open = BearerAuth::new(Role::Client, Vec::new());
-        assert!(open.call(req(None)).is_ok());
+        let anyone = open.call(req(None)).unwrap();
+        assert_eq!(Caller::of(&anyone).and_then(|c| c.token), None);
         assert_eq!(Secret::new("  \n").unwrap_err(), TokenError::TooShort);
         assert_eq!(
             Secret::new("fifteen-bytes!!").unwrap_err(),

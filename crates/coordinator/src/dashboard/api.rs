@@ -3,7 +3,6 @@
 //! its streams count against the same per-caller limits.
 
 use tokio_stream::StreamExt;
-use tonic::metadata::MetadataValue;
 use tonic::{Code, Request, Status};
 
 use lanes_common::proto as pb;
@@ -12,6 +11,7 @@ use lanes_common::report::Report;
 use lanes_common::row::Row;
 use lanes_common::spec::CampaignSpec;
 
+use crate::auth::{Caller, Role};
 use crate::service::campaign::CampaignSvc;
 
 /// A failed call, as the page that shows it needs it.
@@ -68,11 +68,13 @@ pub(crate) struct Api<'a> {
 }
 
 impl Api<'_> {
+    /// A request as the viewer's: its streams count against the viewer's key.
     fn request<T>(&self, message: T) -> Request<T> {
         let mut r = Request::new(message);
-        if let Ok(v) = MetadataValue::try_from(format!("Bearer {}", self.stream_key)) {
-            r.metadata_mut().insert("authorization", v);
-        }
+        r.extensions_mut().insert(Caller {
+            role: Role::Client,
+            token: Some(crate::auth::token_digest(&self.stream_key)),
+        });
         r
     }
 

@@ -3,7 +3,6 @@
 
 use std::pin::Pin;
 
-use sha2::Digest as _;
 use tokio::sync::mpsc;
 use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
@@ -18,6 +17,7 @@ use lanes_common::submit::SubmitAssembly;
 
 use super::Shared;
 use super::limits::StreamSlot;
+use crate::auth::Caller;
 use crate::grpc_status::{bad_field, from_convert, from_store, from_submit};
 use crate::store::{RequeueRequest, SubmitKind};
 use crate::wire;
@@ -148,7 +148,7 @@ impl CampaignService for CampaignSvc {
         &self,
         request: Request<pb::WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
-        let slot = self.shared.limits.stream_slot(request.metadata())?;
+        let slot = self.shared.limits.stream_slot(Caller::of(&request))?;
         let req = request.into_inner();
         let id = campaign_id("id", &req.id)?;
         let s = self.shared.clone();
@@ -207,7 +207,7 @@ impl CampaignService for CampaignSvc {
         &self,
         request: Request<pb::RowsRequest>,
     ) -> Result<Response<Self::RowsStream>, Status> {
-        let slot = self.shared.limits.stream_slot(request.metadata())?;
+        let slot = self.shared.limits.stream_slot(Caller::of(&request))?;
         let req = request.into_inner();
         let id = campaign_id("id", &req.id)?;
         let s = self.shared.clone();
@@ -248,7 +248,7 @@ impl CampaignService for CampaignSvc {
         &self,
         request: Request<pb::ExportRequest>,
     ) -> Result<Response<Self::ExportStream>, Status> {
-        let slot = self.shared.limits.stream_slot(request.metadata())?;
+        let slot = self.shared.limits.stream_slot(Caller::of(&request))?;
         let id = campaign_id("id", &request.into_inner().id)?;
         let s = &self.shared;
         let now = s.now();
@@ -381,15 +381,9 @@ impl CampaignService for CampaignSvc {
             ));
         };
         // The session the code opens is bound to the token that asked for it.
-        let token_mark = match request
-            .metadata()
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-        {
-            Some(token) => {
+        let token_mark = match Caller::of(&request).and_then(|c| c.token) {
+            Some(digest) => {
                 let key = s.leases.key(s.store.as_ref()).await.map_err(from_store)?;
-                let digest: [u8; 32] = sha2::Sha256::digest(token.as_bytes()).into();
                 crate::dashboard::token_mark(&key.derive(crate::dashboard::KEY_LABEL), &digest)
             }
             None => String::new(),

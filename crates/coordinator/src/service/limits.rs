@@ -9,12 +9,12 @@ use std::sync::{Arc, Mutex};
 use sha2::{Digest, Sha256};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tonic::Status;
-use tonic::metadata::MetadataMap;
 
 use lanes_common::limits::check_assignments;
 use lanes_common::schedule::trial_count;
 use lanes_common::spec::Campaign;
 
+use crate::auth::Caller;
 use crate::server::CoordinatorConfig;
 
 /// The limits of one replica, from its `CoordinatorConfig`.
@@ -77,12 +77,13 @@ impl Limits {
     }
 
     /// A slot for one more Watch or Rows stream of the caller's token, or `RESOURCE_EXHAUSTED`.
-    /// Streams are counted per bearer token (by its digest: the token is never kept).
-    pub(crate) fn stream_slot(&self, metadata: &MetadataMap) -> Result<StreamSlot, Status> {
-        let token = metadata
-            .get("authorization")
-            .map_or(&[][..], |v| v.as_bytes());
-        self.streams.acquire(Sha256::digest(token).into())
+    /// Streams are counted per bearer token (by its digest: the token is never kept); callers
+    /// without one share the slots of no token.
+    pub(crate) fn stream_slot(&self, caller: Option<&Caller>) -> Result<StreamSlot, Status> {
+        let key = caller
+            .and_then(|c| c.token)
+            .unwrap_or_else(|| Sha256::digest(b"").into());
+        self.streams.acquire(key)
     }
 
     /// Refuses, before anything of it is stored, a campaign over the trial cap or whose largest
@@ -158,26 +159,27 @@ impl Drop for StreamSlot {
 mod tests {
     use super::*;
 
-    fn metadata(token: &str) -> MetadataMap {
-        let mut m = MetadataMap::new();
-        m.insert("authorization", format!("Bearer {token}").parse().unwrap());
-        m
+    fn caller(token: &str) -> Option<Caller> {
+        Some(Caller {
+            role: crate::auth::Role::Client,
+            token: Some(crate::auth::token_digest(token)),
+        })
     }
 
     #[test]
     fn stream_slots_are_counted_per_token_and_freed_on_drop() {
         let limits = Limits::new(1, 4 << 20, 1, 2);
-        let (a, b) = (metadata("token-a"), metadata("token-b"));
-        let first = limits.stream_slot(&a).unwrap();
-        let _second = limits.stream_slot(&a).unwrap();
-        let refused = limits.stream_slot(&a).unwrap_err();
+        let (a, b) = (caller("token-a"), caller("token-b"));
+        let first = limits.stream_slot(a.as_ref()).unwrap();
+        let _second = limits.stream_slot(a.as_ref()).unwrap();
+        let refused = limits.stream_slot(a.as_ref()).unwrap_err();
         assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
         assert!(!refused.message().contains("token-a"));
         // Another token has slots of its own.
-        let _other = limits.stream_slot(&b).unwrap();
+        let _other = limits.stream_slot(b.as_ref()).unwrap();
         drop(first);
-        let _again = limits.stream_slot(&a).unwrap();
-        assert!(limits.stream_slot(&a).is_err());
+        let _again = limits.stream_slot(a.as_ref()).unwrap();
+        assert!(limits.stream_slot(a.as_ref()).is_err());
         // Only digests are kept, and a token with no stream left is forgotten.
         drop(_other);
         assert_eq!(limits.streams.open().len(), 1);
