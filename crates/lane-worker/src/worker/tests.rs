@@ -678,3 +678,86 @@ async fn a_lane_readies_its_driver_before_it_asks_for_work_and_admits_on_it() {
     );
     rig.stop().await;
 }
+
+/// The recording driver, except that lane `-2`'s `initialize` waits for the file `$2`.
+const GATED_DRIVER: &str = r#"
+while IFS= read -r line; do
+  method=$(printf '%s' "$line" | sed -n 's/.*"method":"\([a-z_]*\)".*/\1/p')
+  id=$(printf '%s' "$line" | sed -n 's/.*"id":\([0-9]*\).*/\1/p')
+  case "$line" in *'"lane":"first-wave-2"'*) echo "blocked" >> "$1"; while [ ! -e "$2" ]; do sleep 0.01; done ;; esac
+  echo "$method" >> "$1"
+  case "$method" in
+    initialize) echo "{\"jsonrpc\":\"2.0\",\"id\":$id,\"result\":{\"name\":\"rec\",\"version\":\"1\",\"pins\":{}}}" ;;
+    teardown) echo "{\"jsonrpc\":\"2.0\",\"id\":$id,\"result\":{}}" ;;
+  esac
+done
+"#;
+
+/// No lane asks for work while another lane's spare driver is still starting: the first
+/// wave's admissions would queue behind those starts for the CPU. Once the last spare is up,
+/// every lane asks.
+#[tokio::test]
+async fn the_lanes_ask_for_work_together_once_every_spare_is_up() {
+    let mut rig = Rig::new("first-wave", 1, 3);
+    let dir = tempfile::tempdir().unwrap();
+    let (script, calls, go) = (
+        dir.path().join("driver.sh"),
+        dir.path().join("calls"),
+        dir.path().join("go"),
+    );
+    std::fs::write(&script, GATED_DRIVER).unwrap();
+    rig.config.driver_override = Some(vec![
+        "/bin/sh".into(),
+        script.display().to_string(),
+        calls.display().to_string(),
+        go.display().to_string(),
+    ]);
+    rig.submit("first-wave", 3, "command = [\"unused\"]").await;
+    let count = |what: &str| {
+        std::fs::read_to_string(&calls)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| *l == what)
+            .count()
+    };
+    let work_requests = |log: &[Seen]| {
+        log.iter()
+            .filter(|s| {
+                matches!(
+                    s,
+                    Seen::Sent {
+                        msg: In::WorkRequest(_),
+                        ..
+                    }
+                )
+            })
+            .count()
+    };
+    rig.start();
+    rig.registered(0).await;
+    // Lanes 0 and 1 are warm (their spares answered teardown); lane 2's is held at
+    // initialize. The driver writes before it answers, so this waits on the file.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while count("teardown") < 2 || count("blocked") < 1 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the spares never came up"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // A lane that asked on its own would have asked within milliseconds of its spare: a
+    // window is the only way to see that nothing was sent.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        work_requests(&rig.tap.snapshot()),
+        0,
+        "no lane asks while a spare is starting"
+    );
+    std::fs::write(&go, "").unwrap();
+    rig.tap
+        .wait_for("a work request from each lane", |log| {
+            (work_requests(log) >= 3).then_some(())
+        })
+        .await;
+    rig.stop().await;
+}

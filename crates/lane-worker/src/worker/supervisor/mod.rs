@@ -2,6 +2,7 @@
 //!
 //! - Each idle lane is one work credit; the coordinator answers each with one assignment or
 //!   "no work, retry after".
+//! - The lanes first ask for work together, once every spare driver is up ([`warmup`]).
 //! - Heartbeats carry only the tokens of lanes that answered a liveness ping, so a wedged lane
 //!   loses its leases instead of holding them forever.
 //! - Every outcome goes to the outbox (fsynced) before it is sent, and leaves it only on
@@ -15,6 +16,7 @@
 mod health;
 mod inbound;
 mod outbox_io;
+mod warmup;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -133,6 +135,8 @@ pub(crate) struct SupState {
     lanes: BTreeMap<String, ActorRef<LaneMsg>>,
     /// Lanes waiting for a work answer or ready to ask.
     idle: BTreeSet<String>,
+    /// Until every lane's spare driver is up, no lane asks for work (the first wave).
+    warmup: Option<warmup::Warmup>,
     /// Keyed by campaign and token: campaigns over one dataset share trial ids.
     in_flight: BTreeMap<AttemptTag, InFlight>,
     draining: bool,
@@ -218,7 +222,7 @@ impl Supervisor {
     }
 
     async fn ask_work(&self, state: &mut SupState, lane: String) {
-        if !state.registered {
+        if !state.registered || state.warmup.is_some() {
             return;
         }
         if state.draining
@@ -371,6 +375,7 @@ impl Actor for Supervisor {
                 .await?;
             lanes.insert(name, lane);
         }
+        let warmup = warmup::Warmup::new(lanes.keys().cloned(), tokio::time::Instant::now());
         self.measure_disk(&myself);
         let me = myself.clone();
         tokio::spawn(async move {
@@ -390,6 +395,7 @@ impl Actor for Supervisor {
             outbox,
             lanes,
             idle: BTreeSet::new(),
+            warmup: Some(warmup),
             in_flight: BTreeMap::new(),
             draining: false,
             unpersisted: BTreeMap::new(),
@@ -437,7 +443,17 @@ impl Actor for Supervisor {
             }
             SupMsg::WantWork(lane) => {
                 state.idle.insert(lane.clone());
-                self.ask_work(state, lane).await;
+                let now = tokio::time::Instant::now();
+                match state.warmup.as_mut().map(|w| w.warmed(&lane, now)) {
+                    Some(false) => {}
+                    Some(true) => {
+                        state.warmup = None;
+                        for lane in state.idle.clone() {
+                            self.ask_work(state, lane).await;
+                        }
+                    }
+                    None => self.ask_work(state, lane).await,
+                }
             }
             SupMsg::Retry(lane) => self.ask_work(state, lane).await,
             SupMsg::Exclude { lane, campaign } => {
@@ -493,6 +509,13 @@ impl Actor for Supervisor {
                 {
                     state.replay_at = None;
                     self.replay(state).await;
+                }
+                if state
+                    .warmup
+                    .as_ref()
+                    .is_some_and(|w| w.over(tokio::time::Instant::now()))
+                {
+                    state.warmup = None;
                 }
                 // Credits lost to a disk floor or a dropped session are asked for again.
                 for lane in state.idle.clone() {
