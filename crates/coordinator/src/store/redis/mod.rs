@@ -33,17 +33,8 @@
 //! uncommitted tasks; the campaign becomes visible only when the script commits its meta.
 //!
 //! # Durability
-//! An outcome is acknowledged only after the commit script returned, so only after Redis
-//! applied it. That is durable only with `appendonly yes` and `appendfsync always`: with
-//! `everysec`, a Redis crash can lose up to a second of acknowledged outcomes, and with
-//! `appendonly no` everything since the last snapshot. At connect the store reads both
-//! settings with `CONFIG GET` and refuses to run unless they are durable, or unless
-//! `allow_lossy` (`--allow-lossy-store`) is set, in which case it logs what can be lost. A
-//! managed Redis that forbids `CONFIG` also needs the flag, and the store says so.
-//!
-//! Replica failover can lose writes the primary acknowledged but had not replicated.
-//! `wait_replicas = Some(n)` issues `WAIT n <timeout>` after each commit and logs when fewer
-//! replicas confirmed; it narrows that window but cannot close it.
+//! An outcome is acknowledged only after Redis applied it; [`durability`] says when that is
+//! durable, and what the store checks at connect.
 //!
 //! # Layout
 //! The shape of the stored data has a version, recorded in `lanes:layout` ([`layout`]). At
@@ -65,11 +56,13 @@ mod batch;
 mod cache;
 mod commit;
 mod delete;
+mod durability;
 mod keys;
 mod layout;
 mod meta;
 mod migrate;
 mod stats;
+mod stream;
 mod tx;
 mod writes;
 
@@ -89,7 +82,8 @@ use lanes_common::utc::EpochMs;
 use self::batch::{Answer, Op, Rounds};
 use self::cache::Cache;
 use self::commit::{Committed, nonce};
-use self::keys::{CAMPAIGNS, Keys, LEASE_KEY, bundle, login_code, stream_id};
+pub use self::durability::Durability;
+use self::keys::{CAMPAIGNS, Keys, LEASE_KEY, bundle, login_code};
 pub use self::stats::RedisStats;
 use self::stats::{Conn, Counters};
 use self::tx::RedisTx;
@@ -105,8 +99,6 @@ use super::observe::{CommitObserver, ObserverSlot};
 const LOCK_TTL_MS: u64 = 3_000;
 /// How long an operation waits for a busy campaign lock before failing as unavailable.
 const LOCK_WAIT: Duration = Duration::from_secs(10);
-/// Stream entries per XRANGE call.
-const STREAM_PAGE: usize = 10_000;
 /// Commit attempts before giving up (each conflict means another operation won).
 const MAX_ATTEMPTS: u32 = 100;
 
@@ -216,17 +208,6 @@ impl std::fmt::Debug for RedisStore {
     }
 }
 
-/// What `CONFIG GET` said about durability.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Durability {
-    /// `appendonly yes` and `appendfsync always`.
-    Durable,
-    /// Acknowledged writes can be lost; the text says which.
-    Lossy(String),
-    /// `CONFIG` is not allowed here (managed Redis), so durability is unknown.
-    Unknown(String),
-}
-
 impl RedisStore {
     /// Connects, checks durability, loads the commit script and checks the store's layout
     /// (stamping a fresh store).
@@ -294,69 +275,9 @@ impl RedisStore {
         })
     }
 
-    /// Refuses a server that can lose acknowledged writes, unless `allow_lossy`.
-    async fn check_durability(&self) -> Result<(), StoreError> {
-        match self.durability().await? {
-            Durability::Durable => {}
-            Durability::Lossy(what) | Durability::Unknown(what) if self.opts.allow_lossy => {
-                tracing::warn!(what = %what, "redis store is not durable: acknowledged outcomes can be lost on a redis crash");
-            }
-            Durability::Lossy(what) => {
-                return Err(StoreError::NotDurable(format!(
-                    "{what}; set `appendonly yes` and `appendfsync always`, or pass --allow-lossy-store to accept the loss"
-                )));
-            }
-            Durability::Unknown(what) => {
-                return Err(StoreError::NotDurable(format!(
-                    "{what}; durability cannot be checked, so pass --allow-lossy-store if the server is configured with appendfsync always"
-                )));
-            }
-        }
-        Ok(())
-    }
-
     /// What this store (and its clones) sent, and how often its commits conflicted.
     pub fn stats(&self) -> RedisStats {
         self.counters.snapshot()
-    }
-
-    /// Reads `appendonly` and `appendfsync`.
-    pub async fn durability(&self) -> Result<Durability, StoreError> {
-        let get = |name: &'static str| {
-            let mut conn = self.conn.clone();
-            async move {
-                redis::cmd("CONFIG")
-                    .arg("GET")
-                    .arg(name)
-                    .query_async::<Vec<String>>(&mut conn)
-                    .await
-            }
-        };
-        let aof = get("appendonly").await;
-        let fsync = get("appendfsync").await;
-        match (aof, fsync) {
-            (Ok(a), Ok(f)) => {
-                let aof = a.get(1).map(String::as_str).unwrap_or("");
-                let fsync = f.get(1).map(String::as_str).unwrap_or("");
-                Ok(if aof != "yes" {
-                    Durability::Lossy(format!(
-                        "redis has appendonly {aof:?}: every write since the last snapshot can be lost"
-                    ))
-                } else if fsync != "always" {
-                    Durability::Lossy(format!(
-                        "redis has appendfsync {fsync:?}: up to a second of acknowledged writes can be lost"
-                    ))
-                } else {
-                    Durability::Durable
-                })
-            }
-            (Err(e), _) | (_, Err(e)) if e.is_io_error() || e.is_connection_dropped() => {
-                Err(redis_err(e))
-            }
-            (Err(e), _) | (_, Err(e)) => Ok(Durability::Unknown(format!(
-                "redis refused CONFIG GET ({e})"
-            ))),
-        }
     }
 
     /// The campaign's stored version.
@@ -454,49 +375,6 @@ impl RedisStore {
                 Err(e) => tracing::warn!(error = %e, "redis WAIT failed"),
             }
         }
-    }
-
-    /// Reads up to `limit` entries from `from` on, in pages of [`STREAM_PAGE`]: a large
-    /// `limit` is honoured in full, never silently capped.
-    async fn read_stream<T: serde::de::DeserializeOwned>(
-        &self,
-        key: String,
-        from: u64,
-        limit: usize,
-    ) -> Result<Vec<T>, StoreError> {
-        let mut conn = self.conn.clone();
-        let mut out = Vec::new();
-        let mut next = from;
-        while out.len() < limit {
-            let want = (limit - out.len()).min(STREAM_PAGE);
-            let reply: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
-                .arg(&key)
-                .arg(stream_id(next))
-                .arg("+")
-                .arg("COUNT")
-                .arg(want)
-                .query_async(&mut conn)
-                .await
-                .map_err(redis_err)?;
-            let got = reply.ids.len();
-            for entry in reply.ids {
-                let seq = keys::seq_of(&entry.id).ok_or_else(|| {
-                    StoreError::Corrupt(format!("stream entry id {} is not a seq", entry.id))
-                })?;
-                let bytes: Vec<u8> = entry.get("j").ok_or_else(|| {
-                    StoreError::Corrupt(format!("stream entry {} has no body", entry.id))
-                })?;
-                out.push(
-                    serde_json::from_slice(&bytes)
-                        .map_err(|e| StoreError::Corrupt(e.to_string()))?,
-                );
-                next = seq + 1;
-            }
-            if got < want {
-                break;
-            }
-        }
-        Ok(out)
     }
 }
 
