@@ -18,6 +18,7 @@ mod dashboard;
 mod grpc_status;
 pub mod health;
 mod in_process;
+mod login;
 pub mod metrics;
 mod reaper;
 pub mod report;

@@ -194,8 +194,9 @@ pub async fn serve(
         limits: Arc::new(crate::service::limits::Limits::of(&config)),
         metrics: metrics.clone(),
         links: match &ui_listener {
-            Some(l) => Some(Arc::new(crate::dashboard::Links::new(
-                &config.dashboard,
+            Some(l) => Some(Arc::new(crate::login::Links::new(
+                config.dashboard.public_url.as_deref(),
+                config.dashboard.code_ttl,
                 l.local_addr()?,
                 config.tls.is_some(),
             ))),

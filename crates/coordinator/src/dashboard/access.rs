@@ -17,9 +17,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use crate::auth::Secret;
-
-/// The label the session key is derived under.
-pub(crate) const KEY_LABEL: &str = "dashboard-session";
+pub(crate) use crate::login::{KEY_LABEL, code_digest, code_shape_ok, random_hex, token_mark};
 
 /// Who is asking, once let in.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,13 +48,6 @@ impl Viewer {
             _ => "",
         }
     }
-}
-
-/// The mark of a token: a MAC of its digest, which names it without revealing it.
-pub(crate) fn token_mark(key: &DerivedKey, digest: &[u8; 32]) -> String {
-    let mut m = b"token:".to_vec();
-    m.extend_from_slice(digest);
-    key.mac(&m)[..32].to_owned()
 }
 
 /// The dashboard's gatekeeper.
@@ -100,27 +91,6 @@ fn cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
         .filter_map(|kv| kv.trim().split_once('='))
         .find(|(k, _)| *k == name)
         .map(|(_, v)| v)
-}
-
-/// 128 random bits as hex.
-pub(crate) fn random_hex() -> Result<String, getrandom::Error> {
-    let mut bytes = [0u8; 16];
-    getrandom::fill(&mut bytes)?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
-}
-
-/// Whether `code` looks like a login code (32 lowercase hex digits); anything else is
-/// refused before the store is asked.
-pub(crate) fn code_shape_ok(code: &str) -> bool {
-    code.len() == 32
-        && code
-            .bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-}
-
-/// What the store keeps of a login code.
-pub(crate) fn code_digest(code: &str) -> [u8; 32] {
-    Sha256::digest(code.as_bytes()).into()
 }
 
 impl Access {

@@ -47,7 +47,6 @@ use crate::auth::Secret;
 use crate::service::Shared;
 use crate::service::campaign::CampaignSvc;
 use access::{Access, Viewer};
-pub(crate) use access::{KEY_LABEL, code_digest, token_mark};
 use api::{Api, ApiError, Skeleton};
 
 pub(crate) use tls::TlsListener;
@@ -78,34 +77,6 @@ impl Default for DashboardConfig {
             public_url: None,
             session_ttl: Duration::from_secs(12 * 3600),
             code_ttl: Duration::from_secs(5 * 60),
-        }
-    }
-}
-
-/// A fresh login code: 128 random bits, as hex.
-pub(crate) fn new_code() -> Result<String, getrandom::Error> {
-    access::random_hex()
-}
-
-/// What LoginLink needs of a dashboard: where it is and how long codes last.
-#[derive(Debug, Clone)]
-pub(crate) struct Links {
-    /// `None` when the dashboard listens on every address and was given no public URL:
-    /// there is no address to put in a link.
-    pub(crate) base_url: Option<String>,
-    pub(crate) code_ttl: Duration,
-}
-
-impl Links {
-    pub(crate) fn new(config: &DashboardConfig, bound: std::net::SocketAddr, tls: bool) -> Self {
-        let base_url = match &config.public_url {
-            Some(u) => Some(u.trim_end_matches('/').to_owned()),
-            None if bound.ip().is_unspecified() => None,
-            None => Some(format!("{}://{bound}", if tls { "https" } else { "http" })),
-        };
-        Self {
-            base_url,
-            code_ttl: config.code_ttl,
         }
     }
 }

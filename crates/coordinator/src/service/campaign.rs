@@ -19,18 +19,13 @@ use super::Shared;
 use super::limits::StreamSlot;
 use crate::auth::Caller;
 use crate::grpc_status::{bad_field, from_convert, from_store, from_submit};
-use crate::store::{RequeueRequest, SubmitKind};
+use crate::store::SubmitKind;
 use crate::wire;
 
 type Boxed<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 
 /// How long a submit stream may wait for its next chunk.
 const STREAM_IDLE: std::time::Duration = std::time::Duration::from_secs(60);
-
-/// The longest note a retry pass records.
-const MAX_NOTE_BYTES: usize = 1024;
-/// The longest reason glob of a retry pass.
-const MAX_REASON_GLOB_BYTES: usize = 256;
 
 /// Rows and events read per store call while streaming.
 const BATCH: usize = 512;
@@ -63,7 +58,7 @@ impl CampaignSvc {
     }
 }
 
-fn campaign_id(field: &str, id: &str) -> Result<CampaignId, Status> {
+pub(super) fn campaign_id(field: &str, id: &str) -> Result<CampaignId, Status> {
     CampaignId::new(id).map_err(|e| bad_field(field, e))
 }
 
@@ -281,47 +276,11 @@ impl CampaignService for CampaignSvc {
         &self,
         request: Request<pb::RetryRequest>,
     ) -> Result<Response<pb::RetryResponse>, Status> {
-        let req = request.into_inner();
-        let id = campaign_id("id", &req.id)?;
-        if !req.excluded {
-            return Err(bad_field(
-                "excluded",
-                "a retry pass requeues excluded trials: set excluded",
-            ));
-        }
-        let note = req.note.trim();
-        if note.is_empty() {
-            return Err(bad_field(
-                "note",
-                "say why: the note is recorded in the ledger",
-            ));
-        }
-        if note.len() > MAX_NOTE_BYTES {
-            return Err(bad_field(
-                "note",
-                format!("{} bytes, over the limit of {MAX_NOTE_BYTES}", note.len()),
-            ));
-        }
-        if req.reason.len() > MAX_REASON_GLOB_BYTES {
-            return Err(bad_field(
-                "reason",
-                format!(
-                    "{} bytes, over the limit of {MAX_REASON_GLOB_BYTES}",
-                    req.reason.len()
-                ),
-            ));
-        }
+        let (id, pass) = super::retry::pass_of(request.into_inner())?;
         let s = &self.shared;
         let done = s
             .store
-            .requeue_excluded(
-                &id,
-                RequeueRequest {
-                    reason: (!req.reason.is_empty()).then_some(req.reason),
-                    note: note.to_owned(),
-                },
-                s.now(),
-            )
+            .requeue_excluded(&id, pass, s.now())
             .await
             .map_err(from_store)?;
         tracing::info!(campaign = %id, pass = done.pass, requeued = done.trials, "retry pass");
@@ -368,58 +327,11 @@ impl CampaignService for CampaignSvc {
         &self,
         request: Request<pb::LoginLinkRequest>,
     ) -> Result<Response<pb::LoginLinkResponse>, Status> {
-        let s = &self.shared;
-        let Some(links) = &s.links else {
-            return Err(Status::failed_precondition(
-                "this coordinator serves no dashboard (start it with --ui-listen ADDR)",
-            ));
-        };
-        let Some(base_url) = &links.base_url else {
-            return Err(Status::failed_precondition(
-                "the dashboard listens on every address, so its URL is unknown: start the \
-                 coordinator with --ui-public-url URL",
-            ));
-        };
-        // The session the code opens is bound to the token that asked for it.
-        let token_mark = match Caller::of(&request).and_then(|c| c.token) {
-            Some(digest) => {
-                let key = s.leases.key(s.store.as_ref()).await.map_err(from_store)?;
-                crate::dashboard::token_mark(&key.derive(crate::dashboard::KEY_LABEL), &digest)
-            }
-            None => String::new(),
-        };
-        let req = request.into_inner();
-        let campaign = if req.campaign.is_empty() {
-            None
-        } else {
-            let id = campaign_id("campaign", &req.campaign)?;
-            // An unknown campaign is refused now, not when the link is opened.
-            s.store.status(&id, s.now()).await.map_err(from_store)?;
-            Some(id)
-        };
-        let code = crate::dashboard::new_code().map_err(|e| Status::internal(e.to_string()))?;
-        let now = s.now();
-        let expires_ms = now + links.code_ttl.as_millis() as i64;
-        s.store
-            .put_login_code(
-                crate::dashboard::code_digest(&code),
-                crate::store::LoginGrant {
-                    campaign: campaign.clone(),
-                    expires_ms,
-                    token_mark,
-                },
-                now,
-            )
+        let token = Caller::of(&request).and_then(|c| c.token);
+        let campaign = request.into_inner().campaign;
+        super::login_link::issue(&self.shared, token, &campaign)
             .await
-            .map_err(from_store)?;
-        let next = match &campaign {
-            Some(id) => format!("/campaigns/{id}"),
-            None => "/".to_owned(),
-        };
-        Ok(Response::new(pb::LoginLinkResponse {
-            url: format!("{base_url}/login?code={code}&next={next}"),
-            expires_utc: lanes_common::utc::format_rfc3339(expires_ms),
-        }))
+            .map(Response::new)
     }
 
     async fn report(

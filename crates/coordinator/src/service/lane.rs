@@ -11,16 +11,16 @@ use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
-use lanes_common::convert::{lease_of, no_work, token, wire_enum, worker_offer};
-use lanes_common::ids::{ArmId, AttemptTag, CampaignId, LaneName, Token};
-use lanes_common::limits::{check_outcome, check_register, check_release};
+use lanes_common::convert::{lease_of, no_work, token, wire_enum};
+use lanes_common::ids::{ArmId, CampaignId, LaneName, Token};
+use lanes_common::limits::{check_outcome, check_release};
 use lanes_common::log_safe::LogSafe;
 use lanes_common::policy::WorkerOffer;
 use lanes_common::proto as pb;
 use lanes_common::proto::coordinator_message::Msg as Out;
 use lanes_common::proto::lane_service_server::LaneService;
 use lanes_common::proto::worker_message::Msg as In;
-use lanes_common::row::{FailureKind, Outcome, Phase};
+use lanes_common::row::{FailureKind, Outcome};
 
 use tracing::Instrument;
 
@@ -29,10 +29,10 @@ use lanes_common::otel;
 use super::Shared;
 use super::leases::LeaseRefused;
 use super::trace;
-use super::workers::{Member, describe_offer};
-use crate::grpc_status::{bad_field, from_convert, from_limit};
+use super::workers::Member;
+use crate::grpc_status::{bad_field, from_convert};
 use crate::scheduler::{self, Scheduled, WorkRequest};
-use crate::store::{CompleteAck, Release, ReleaseReason, RenewState, StoreError};
+use crate::store::{CompleteAck, Release, ReleaseReason, StoreError};
 use crate::wire;
 
 type Boxed<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
@@ -50,13 +50,13 @@ pub(crate) struct LaneSvc {
 /// What a worker said about itself.
 #[derive(Debug, Clone)]
 pub(super) struct Worker {
-    id: String,
-    host: String,
-    arms: Option<Vec<ArmId>>,
+    pub(super) id: String,
+    pub(super) host: String,
+    pub(super) arms: Option<Vec<ArmId>>,
     /// What it runs: the claim path serves it only campaigns whose driver this covers.
-    offer: Arc<WorkerOffer>,
+    pub(super) offer: Arc<WorkerOffer>,
     /// Its listing in this replica's registry, for as long as the session lasts.
-    member: Arc<Member>,
+    pub(super) member: Arc<Member>,
 }
 
 fn msg(m: Out) -> Result<pb::CoordinatorMessage, Status> {
@@ -170,7 +170,7 @@ impl LaneSvc {
     }
 
     /// Checks that `w` holds the lease of `t`: a refusal is logged with who asked.
-    async fn holds(
+    pub(super) async fn holds(
         &self,
         w: &Worker,
         campaign: &CampaignId,
@@ -186,72 +186,6 @@ impl LaneSvc {
             tracing::warn!(worker = %w.id, host = %w.host, campaign = %campaign, token = %t, "refused: the lease secret does not match the one issued to this worker");
         }
         r
-    }
-
-    /// Renews tokens grouped by campaign; unknown campaigns answer lost. A token whose lease
-    /// secret does not match ends the session with PERMISSION_DENIED.
-    async fn renew(
-        &self,
-        w: &Worker,
-        items: Vec<pb::TokenPhase>,
-    ) -> Result<Vec<pb::TokenRenewal>, Status> {
-        let s = &self.shared;
-        let mut by_campaign: BTreeMap<String, Vec<(Token, Phase)>> = BTreeMap::new();
-        // Each token's attempt span, kept only when spans are exported: a renewal that tells
-        // the lane to stop is then recorded in the attempt's trace.
-        let mut traces: BTreeMap<AttemptTag, String> = BTreeMap::new();
-        for (i, tp) in items.into_iter().enumerate() {
-            let lease = lease_of(tp.token.as_ref());
-            let t = token(&format!("tokens[{i}].token"), tp.token).map_err(from_convert)?;
-            let phase: Phase = wire_enum::<pb::Phase, _>(&format!("tokens[{i}].phase"), tp.phase)
-                .map_err(from_convert)?;
-            let c = campaign_of(&format!("tokens[{i}].campaign"), &tp.campaign)?;
-            match self.holds(w, &c, &t, &lease).await {
-                Ok(()) => {}
-                Err(e @ LeaseRefused::Denied { .. }) => {
-                    return Err(Status::permission_denied(e.to_string()));
-                }
-                // The store is unreachable: say nothing about this batch (the lane renews
-                // again) rather than end the session.
-                Err(LeaseRefused::Store(e)) => {
-                    tracing::warn!(error = %e, "renew failed");
-                    return Ok(Vec::new());
-                }
-            }
-            if otel::exporting() && !tp.traceparent.is_empty() {
-                traces.insert(AttemptTag::new(c.clone(), t.clone()), tp.traceparent);
-            }
-            by_campaign.entry(tp.campaign).or_default().push((t, phase));
-        }
-        let mut out = Vec::new();
-        for (c, tokens) in by_campaign {
-            let c = CampaignId::new(c).expect("validated above");
-            match s.store.renew(&c, tokens.clone(), s.now()).await {
-                Ok(states) => {
-                    for (t, st) in &states {
-                        let said = match st {
-                            RenewState::Lost => "lost",
-                            RenewState::Cancel => "cancel",
-                            RenewState::Renewed => continue,
-                        };
-                        let attempt = AttemptTag::new(c.clone(), t.clone());
-                        if let Some(tp) = traces.get(&attempt) {
-                            trace::renewal_refused(tp, &attempt, said);
-                        }
-                    }
-                    out.extend(states.into_iter().map(|(t, st)| wire::renewal(&c, &t, st)));
-                }
-                Err(StoreError::UnknownCampaign(_)) => out.extend(
-                    tokens
-                        .iter()
-                        .map(|(t, _)| wire::renewal(&c, t, crate::store::RenewState::Lost)),
-                ),
-                // The store is unreachable: say nothing about these tokens (the lane keeps
-                // them and renews again) rather than end the session.
-                Err(e) => tracing::warn!(campaign = %c, error = %e, "renew failed"),
-            }
-        }
-        Ok(out)
     }
 
     /// An outcome, committed under a `complete` span in the attempt's trace.
@@ -429,59 +363,9 @@ impl LaneSvc {
         out: &mpsc::Sender<Result<pb::CoordinatorMessage, Status>>,
     ) -> Result<Handled, Status> {
         if let In::Register(r) = m {
-            check_register(&r).map_err(from_limit)?;
-            if let Err(e) = lanes_common::protocol::check_worker(r.protocol) {
-                tracing::warn!(worker = %LogSafe(&r.worker_id), host = %LogSafe(&r.host), error = %e, "refused a worker of another lane protocol");
-                return Err(Status::failed_precondition(e.to_string()));
-            }
-            if let Some(cn) = &self.identity
-                && *cn != r.worker_id
-            {
-                tracing::warn!(worker = %LogSafe(&r.worker_id), certificate = %LogSafe(cn), host = %LogSafe(&r.host), "refused: the worker id is not the one its client certificate names");
-                return Err(Status::permission_denied(format!(
-                    "worker id {:?} is not the subject of this session's client certificate ({cn:?})",
-                    r.worker_id
-                )));
-            }
-            let arms = if r.arms.is_empty() {
-                None
-            } else {
-                Some(
-                    r.arms
-                        .iter()
-                        .enumerate()
-                        .map(|(i, a)| {
-                            ArmId::new(a.clone())
-                                .map_err(|e| bad_field(&format!("register.arms[{i}]"), e))
-                        })
-                        .collect::<Result<Vec<_>, _>>()?,
-                )
-            };
-            let offer = Arc::new(worker_offer(&r).map_err(from_convert)?);
-            tracing::info!(worker = %LogSafe(&r.worker_id), host = %LogSafe(&r.host), lanes = r.lanes, drivers = ?offer.drivers.keys().collect::<Vec<_>>(), campaign_commands = offer.campaign_commands, "worker registered");
-            let mut info = pb::WorkerInfo {
-                worker_id: r.worker_id.clone(),
-                host: r.host.clone(),
-                lanes: r.lanes,
-                version: r.version.chars().take(64).collect(),
-                connected_utc: lanes_common::utc::format_rfc3339(self.shared.now()),
-                ..Default::default()
-            };
-            describe_offer(&mut info, &offer);
-            let member = self.shared.workers.join(info, offer.clone());
-            *worker = Some(Worker {
-                id: r.worker_id.clone(),
-                host: r.host,
-                arms,
-                offer,
-                member,
-            });
-            let _ = out
-                .send(msg(Out::Registered(pb::Registered {
-                    session: r.worker_id,
-                    protocol: lanes_common::protocol::LANE_PROTOCOL,
-                })))
-                .await;
+            let (joined, registered) = self.register(r)?;
+            *worker = Some(joined);
+            let _ = out.send(msg(Out::Registered(registered))).await;
             return Ok(Handled::Done);
         }
         let Some(w) = worker.clone() else {

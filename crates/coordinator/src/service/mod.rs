@@ -7,6 +7,10 @@ pub(crate) mod in_flight;
 pub(crate) mod lane;
 pub(crate) mod leases;
 pub(crate) mod limits;
+mod login_link;
+mod register;
+mod renew;
+mod retry;
 pub(crate) mod session;
 pub(crate) mod trace;
 pub(crate) mod workers;
@@ -40,7 +44,7 @@ pub(crate) struct Shared {
     /// Claim latency goes here when metrics are on.
     pub(crate) metrics: Option<Arc<crate::metrics::CoordinatorMetrics>>,
     /// Where this replica's dashboard is, for login links; `None` when it serves none.
-    pub(crate) links: Option<Arc<crate::dashboard::Links>>,
+    pub(crate) links: Option<Arc<crate::login::Links>>,
 }
 
 impl Shared {
