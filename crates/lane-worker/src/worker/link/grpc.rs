@@ -16,6 +16,19 @@ use lanes_common::tls::{ClientTls, endpoint, explain_connect_error, explain_stat
 
 use super::{CoordinatorLink, LinkFuture, LinkSession};
 
+/// Puts the lane token, when there is one, on every call of a client.
+#[derive(Clone)]
+struct Bearer(Option<MetadataValue<tonic::metadata::Ascii>>);
+
+impl tonic::service::Interceptor for Bearer {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(t) = &self.0 {
+            req.metadata_mut().insert("authorization", t.clone());
+        }
+        Ok(req)
+    }
+}
+
 /// HTTP/2 keepalive: a ping this often, and the connection is dead when one goes unanswered
 /// this long. Together well under the shortest lease TTL (3 s × the renewals in it).
 const KEEPALIVE_EVERY: Duration = Duration::from_secs(2);
@@ -41,8 +54,8 @@ impl GrpcLink {
         Self { addrs, token, tls }
     }
 
-    /// The lane token as a header value.
-    fn bearer(&self) -> Result<Option<MetadataValue<tonic::metadata::Ascii>>, String> {
+    /// The interceptor that sends the lane token.
+    fn bearer(&self) -> Result<Bearer, String> {
         self.token
             .as_ref()
             .map(|t| {
@@ -51,6 +64,7 @@ impl GrpcLink {
                     .map_err(|_| "the lane token is not valid header text".to_owned())
             })
             .transpose()
+            .map(Bearer)
     }
 
     /// Fetches a task folder from one replica, in chunks, up to [`MAX_BUNDLE_WIRE`] bytes.
@@ -62,14 +76,7 @@ impl GrpcLink {
             .connect()
             .await
             .map_err(|e| explain_connect_error(addr, &e))?;
-        let token = self.bearer()?;
-        let mut client =
-            LaneServiceClient::with_interceptor(channel, move |mut req: tonic::Request<()>| {
-                if let Some(t) = &token {
-                    req.metadata_mut().insert("authorization", t.clone());
-                }
-                Ok(req)
-            });
+        let mut client = LaneServiceClient::with_interceptor(channel, self.bearer()?);
         let mut chunks = client
             .fetch_bundle(pb::FetchBundleRequest {
                 digest: digest.to_owned(),
@@ -99,14 +106,7 @@ impl GrpcLink {
             .connect()
             .await
             .map_err(|e| explain_connect_error(addr, &e))?;
-        let token = self.bearer()?;
-        let mut client =
-            LaneServiceClient::with_interceptor(channel, move |mut req: tonic::Request<()>| {
-                if let Some(t) = &token {
-                    req.metadata_mut().insert("authorization", t.clone());
-                }
-                Ok(req)
-            });
+        let mut client = LaneServiceClient::with_interceptor(channel, self.bearer()?);
         let (tx, rx) = mpsc::channel(256);
         tx.send(pb::WorkerMessage {
             msg: Some(In::Register(register)),
