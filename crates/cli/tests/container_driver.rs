@@ -511,6 +511,26 @@ fn lanes_run_without_a_runtime_refuses_a_container_campaign() {
     assert!(stderr.contains("--container-runtime"), "{stderr}");
 }
 
+/// Copies the example's `hello-file` task into `tasks/` (with its solution when asked): a
+/// campaign of one task.
+fn copy_hello_file(tasks: &Path, with_solution: bool) {
+    let (from, to) = (
+        repo().join("examples/terminal/tasks/hello-file"),
+        tasks.join("hello-file"),
+    );
+    let solution = with_solution.then_some("solution/solve.sh");
+    let files = [
+        "task.toml",
+        "instruction.md",
+        "environment/Dockerfile",
+        "tests/test.sh",
+    ];
+    for f in files.into_iter().chain(solution) {
+        std::fs::create_dir_all(to.join(f).parent().unwrap()).unwrap();
+        std::fs::copy(from.join(f), to.join(f)).unwrap();
+    }
+}
+
 /// kill -9 of `lanes run` while its agent runs in a container, then the same command again
 /// (a resume): no container of the killed run is left, the retried attempt runs, and the
 /// finished run leaves none.
@@ -519,18 +539,7 @@ fn lanes_run_killed_mid_attempt_then_run_again_leaves_no_container() {
     use lanes_tests::podman::{containers_of_campaign, wait_containers};
     use std::time::Duration;
     let dir = tempfile::tempdir().unwrap();
-    let tasks = dir.path().join("tasks/hello-file");
-    std::fs::create_dir_all(&tasks).unwrap();
-    let example = repo().join("examples/terminal/tasks/hello-file");
-    for f in [
-        "task.toml",
-        "instruction.md",
-        "environment/Dockerfile",
-        "tests/test.sh",
-    ] {
-        std::fs::create_dir_all(tasks.join(f).parent().unwrap()).unwrap();
-        std::fs::copy(example.join(f), tasks.join(f)).unwrap();
-    }
+    copy_hello_file(&dir.path().join("tasks"), false);
     let id = "killed-run";
     let campaign = dir.path().join("campaign.toml");
     std::fs::write(
@@ -606,18 +615,7 @@ fn files_under(dir: &Path) -> Vec<(PathBuf, String)> {
 #[test]
 fn a_command_agent_gets_the_campaigns_env_and_its_logs_are_scrubbed() {
     let dir = tempfile::tempdir().unwrap();
-    let task = dir.path().join("tasks/hello-file");
-    let example = repo().join("examples/terminal/tasks/hello-file");
-    for f in [
-        "task.toml",
-        "instruction.md",
-        "environment/Dockerfile",
-        "tests/test.sh",
-        "solution/solve.sh",
-    ] {
-        std::fs::create_dir_all(task.join(f).parent().unwrap()).unwrap();
-        std::fs::copy(example.join(f), task.join(f)).unwrap();
-    }
+    copy_hello_file(&dir.path().join("tasks"), true);
     const KEY: &str = "sk-agent-key-5f1e2d3c";
     let id = "agent-env";
     let campaign = dir.path().join("campaign.toml");
