@@ -9,11 +9,9 @@ use std::sync::Arc;
 use lanes_common::ids::{CampaignId, Token};
 use lanes_common::row::{FailureKind, Outcome, Phase, Status};
 use lanes_common::spec::{self, Campaign};
-use lanes_common::state::{CampaignState, StopMode};
-use lanes_coordinator::store::CampaignStatus;
 use lanes_coordinator::store::{
-    Assignment, ClaimOutcome, ClaimRequest, CompleteAck, EmbeddedStore, Event, ManualClock,
-    ReapReport, RedisOptions, RedisStore, Release, RenewState, Store, StoreError, Submitted,
+    Answer, Assignment, ClaimOutcome, ClaimRequest, EmbeddedStore, ManualClock, Op, RedisOptions,
+    RedisStore, Store, StoreError,
 };
 use lanes_tests::redis_server::RedisServer;
 
@@ -269,131 +267,7 @@ impl Alternating {
 
 #[async_trait::async_trait]
 impl Store for Alternating {
-    async fn submit(&self, c: Campaign, now: i64) -> Result<Submitted, StoreError> {
-        self.pick().submit(c, now).await
-    }
-    async fn claim(
-        &self,
-        c: &CampaignId,
-        r: ClaimRequest,
-        now: i64,
-    ) -> Result<ClaimOutcome, StoreError> {
-        self.pick().claim(c, r, now).await
-    }
-    async fn renew(
-        &self,
-        c: &CampaignId,
-        t: Vec<(Token, Phase)>,
-        now: i64,
-    ) -> Result<Vec<(Token, RenewState)>, StoreError> {
-        self.pick().renew(c, t, now).await
-    }
-    async fn forfeit(
-        &self,
-        c: &CampaignId,
-        w: &str,
-        t: Vec<Token>,
-        now: i64,
-    ) -> Result<Vec<Token>, StoreError> {
-        self.pick().forfeit(c, w, t, now).await
-    }
-    async fn complete(
-        &self,
-        c: &CampaignId,
-        o: Outcome,
-        now: i64,
-    ) -> Result<CompleteAck, StoreError> {
-        self.pick().complete(c, o, now).await
-    }
-    async fn release(
-        &self,
-        c: &CampaignId,
-        r: Release,
-        now: i64,
-    ) -> Result<CompleteAck, StoreError> {
-        self.pick().release(c, r, now).await
-    }
-    async fn reap(&self, c: &CampaignId, now: i64) -> Result<ReapReport, StoreError> {
-        self.pick().reap(c, now).await
-    }
-    async fn stop(
-        &self,
-        c: &CampaignId,
-        m: StopMode,
-        now: i64,
-    ) -> Result<CampaignState, StoreError> {
-        self.pick().stop(c, m, now).await
-    }
-    async fn status(&self, c: &CampaignId, now: i64) -> Result<CampaignStatus, StoreError> {
-        self.pick().status(c, now).await
-    }
-    async fn rows(
-        &self,
-        c: &CampaignId,
-        from: u64,
-        limit: usize,
-    ) -> Result<Vec<lanes_common::row::Row>, StoreError> {
-        self.pick().rows(c, from, limit).await
-    }
-    async fn events(
-        &self,
-        c: &CampaignId,
-        from: u64,
-        limit: usize,
-    ) -> Result<Vec<Event>, StoreError> {
-        self.pick().events(c, from, limit).await
-    }
-    async fn list(&self) -> Result<Vec<CampaignId>, StoreError> {
-        self.pick().list().await
-    }
-    async fn delete(
-        &self,
-        c: &CampaignId,
-    ) -> Result<lanes_coordinator::store::Deleted, StoreError> {
-        self.pick().delete(c).await
-    }
-    async fn requeue_excluded(
-        &self,
-        c: &CampaignId,
-        req: lanes_coordinator::store::RequeueRequest,
-        now_ms: i64,
-    ) -> Result<lanes_coordinator::store::Requeued, StoreError> {
-        self.pick().requeue_excluded(c, req, now_ms).await
-    }
-    async fn spec(&self, c: &CampaignId) -> Result<lanes_common::spec::CampaignSpec, StoreError> {
-        self.pick().spec(c).await
-    }
-    async fn campaign(&self, c: &CampaignId) -> Result<Campaign, StoreError> {
-        self.pick().campaign(c).await
-    }
-    async fn put_login_code(
-        &self,
-        digest: [u8; 32],
-        grant: lanes_coordinator::store::LoginGrant,
-        now_ms: lanes_common::utc::EpochMs,
-    ) -> Result<(), StoreError> {
-        self.pick().put_login_code(digest, grant, now_ms).await
-    }
-    async fn missing_bundles(&self, digests: Vec<String>) -> Result<Vec<String>, StoreError> {
-        self.pick().missing_bundles(digests).await
-    }
-    async fn put_bundle(&self, digest: String, encoded: Vec<u8>) -> Result<bool, StoreError> {
-        self.pick().put_bundle(digest, encoded).await
-    }
-    async fn bundle(&self, digest: String) -> Result<Option<Vec<u8>>, StoreError> {
-        self.pick().bundle(digest).await
-    }
-    async fn take_login_code(
-        &self,
-        digest: [u8; 32],
-        now_ms: lanes_common::utc::EpochMs,
-    ) -> Result<Option<lanes_coordinator::store::LoginGrant>, StoreError> {
-        self.pick().take_login_code(digest, now_ms).await
-    }
-    async fn lease_key(
-        &self,
-        fresh: lanes_common::lease::LeaseKey,
-    ) -> Result<lanes_common::lease::LeaseKey, StoreError> {
-        self.pick().lease_key(fresh).await
+    async fn execute(&self, op: Op) -> Result<Answer, StoreError> {
+        self.pick().execute(op).await
     }
 }

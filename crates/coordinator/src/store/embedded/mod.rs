@@ -5,6 +5,7 @@
 //! list) use read transactions and wait for no writer. The file records its layout
 //! ([`layout`]); a file of another layout is refused when the store opens.
 
+mod apply;
 mod batch;
 mod layout;
 mod redb_tx;
@@ -18,22 +19,17 @@ use async_trait::async_trait;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::de::DeserializeOwned;
 
-use lanes_common::ids::{CampaignId, Token};
-use lanes_common::lease::LeaseKey;
-use lanes_common::row::{Outcome, Phase, Row};
-use lanes_common::spec::{Campaign, CampaignSpec};
-use lanes_common::state::{CampaignState, StopMode};
-use lanes_common::utc::EpochMs;
+use lanes_common::ids::CampaignId;
 
 use super::Store;
 use super::api::*;
-use super::engine;
 use super::layout::{MigrationReport, StoreAt};
 use super::observe::{CommitObserver, ObserverSlot};
-use super::tx::{R, Tx};
-use redb_tx::{RedbTx, key, prefix, prefix_end};
+use super::op::{Answer, Op};
+use super::tx::R;
+use redb_tx::{key, prefix, prefix_end};
 pub use writer::WriteStats;
-use writer::{Mode, Writer};
+use writer::{Write, Writer};
 
 type Table = TableDefinition<'static, &'static [u8], &'static [u8]>;
 
@@ -163,25 +159,6 @@ impl EmbeddedStore {
         self.shared.writer.stats()
     }
 
-    /// Runs `f` in the writer's next batch; its writes count only if it returns `Ok`, and the
-    /// answer comes once the batch committed.
-    async fn write<T, F>(&self, campaign: &CampaignId, f: F) -> Result<T, StoreError>
-    where
-        T: Send + 'static,
-        F: FnOnce(&mut RedbTx<'_, '_>) -> R<T> + Send + 'static,
-    {
-        self.write_as(campaign, Mode::Batched, f).await
-    }
-
-    /// [`Self::write`], sharing the batch as `mode` says (see `writer`).
-    async fn write_as<T, F>(&self, campaign: &CampaignId, mode: Mode, f: F) -> R<T>
-    where
-        T: Send + 'static,
-        F: FnOnce(&mut RedbTx<'_, '_>) -> R<T> + Send + 'static,
-    {
-        self.shared.writer.run(campaign.to_string(), mode, f).await
-    }
-
     async fn read_range<T: DeserializeOwned + Send + 'static>(
         &self,
         table: Table,
@@ -211,291 +188,10 @@ impl EmbeddedStore {
     }
 }
 
-/// Runs a future that never waits: the engine over a redb transaction does only blocking
-/// work, so its future is ready at the first poll.
-fn ready<F: std::future::Future>(f: F) -> F::Output {
-    let mut f = std::pin::pin!(f);
-    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-    match f.as_mut().poll(&mut cx) {
-        std::task::Poll::Ready(out) => out,
-        std::task::Poll::Pending => unreachable!("a redb transaction never waits"),
-    }
-}
-
-#[async_trait]
-impl Store for EmbeddedStore {
-    async fn requeue_excluded(
-        &self,
-        campaign: &CampaignId,
-        req: RequeueRequest,
-        now_ms: EpochMs,
-    ) -> Result<Requeued, StoreError> {
-        let c = campaign.clone();
-        // Solo: a pass may requeue many trials, written straight into its own transaction.
-        self.write_as(campaign, Mode::Solo, move |tx| {
-            ready(engine::requeue(tx, &c, &req, now_ms))
-        })
-        .await
-    }
-
-    async fn delete(&self, campaign: &CampaignId) -> Result<Deleted, StoreError> {
-        let c = campaign.clone();
-        // Solo: the delete writes straight into a transaction of its own.
-        self.write_as(campaign, Mode::Solo, move |tx| {
-            let meta = ready(tx.meta())?.ok_or_else(|| StoreError::UnknownCampaign(c.clone()))?;
-            let deleted = engine::deletable(&meta, &c)?;
-            tx.delete_campaign()?;
-            Ok(deleted)
-        })
-        .await
-    }
-
-    async fn submit(&self, campaign: Campaign, now_ms: EpochMs) -> Result<Submitted, StoreError> {
-        let id = campaign.spec.id.clone();
-        // Solo: a large submit writes straight into its own transaction.
-        self.write_as(&id, Mode::Solo, move |tx| {
-            ready(engine::submit(tx, &campaign, now_ms))
-        })
-        .await
-    }
-
-    async fn claim(
-        &self,
-        campaign: &CampaignId,
-        req: ClaimRequest,
-        now_ms: EpochMs,
-    ) -> Result<ClaimOutcome, StoreError> {
-        let c = campaign.clone();
-        self.write(campaign, move |tx| {
-            ready(engine::claim(tx, &c, &req, now_ms))
-        })
-        .await
-    }
-
-    async fn renew(
-        &self,
-        campaign: &CampaignId,
-        tokens: Vec<(Token, Phase)>,
-        now_ms: EpochMs,
-    ) -> Result<Vec<(Token, RenewState)>, StoreError> {
-        let c = campaign.clone();
-        // Lingers: heartbeats spread over the second share commits.
-        self.write_as(campaign, Mode::Lingering, move |tx| {
-            ready(engine::renew(tx, &c, &tokens, now_ms))
-        })
-        .await
-    }
-
-    async fn forfeit(
-        &self,
-        campaign: &CampaignId,
-        worker: &str,
-        tokens: Vec<Token>,
-        now_ms: EpochMs,
-    ) -> Result<Vec<Token>, StoreError> {
-        let c = campaign.clone();
-        let worker = worker.to_owned();
-        self.write(campaign, move |tx| {
-            ready(engine::forfeit(tx, &c, &worker, &tokens, now_ms))
-        })
-        .await
-    }
-
-    async fn complete(
-        &self,
-        campaign: &CampaignId,
-        outcome: Outcome,
-        now_ms: EpochMs,
-    ) -> Result<CompleteAck, StoreError> {
-        let c = campaign.clone();
-        self.write(campaign, move |tx| {
-            ready(engine::complete(tx, &c, outcome, now_ms))
-        })
-        .await
-    }
-
-    async fn release(
-        &self,
-        campaign: &CampaignId,
-        release: Release,
-        now_ms: EpochMs,
-    ) -> Result<CompleteAck, StoreError> {
-        let c = campaign.clone();
-        self.write(campaign, move |tx| {
-            ready(engine::release(tx, &c, &release, now_ms))
-        })
-        .await
-    }
-
-    async fn reap(&self, campaign: &CampaignId, now_ms: EpochMs) -> Result<ReapReport, StoreError> {
-        let c = campaign.clone();
-        self.write(campaign, move |tx| ready(engine::reap(tx, &c, now_ms)))
-            .await
-    }
-
-    async fn stop(
-        &self,
-        campaign: &CampaignId,
-        mode: StopMode,
-        now_ms: EpochMs,
-    ) -> Result<CampaignState, StoreError> {
-        let c = campaign.clone();
-        self.write(campaign, move |tx| {
-            ready(engine::stop(tx, &c, mode, now_ms))
-        })
-        .await
-    }
-
-    async fn status(
-        &self,
-        campaign: &CampaignId,
-        now_ms: EpochMs,
-    ) -> Result<CampaignStatus, StoreError> {
-        let c = campaign.clone();
-        self.write(campaign, move |tx| ready(engine::status(tx, &c, now_ms)))
-            .await
-    }
-
-    async fn rows(
-        &self,
-        campaign: &CampaignId,
-        from_seq: u64,
-        limit: usize,
-    ) -> Result<Vec<Row>, StoreError> {
-        self.read_range(ROWS, campaign, from_seq, limit).await
-    }
-
-    async fn events(
-        &self,
-        campaign: &CampaignId,
-        from: u64,
-        limit: usize,
-    ) -> Result<Vec<Event>, StoreError> {
-        self.read_range(EVENTS, campaign, from, limit).await
-    }
-
-    async fn spec(&self, campaign: &CampaignId) -> Result<CampaignSpec, StoreError> {
-        let c = campaign.clone();
-        self.write(campaign, move |tx| ready(engine::spec(tx, &c)))
-            .await
-    }
-
-    async fn campaign(&self, campaign: &CampaignId) -> Result<Campaign, StoreError> {
-        let c = campaign.clone();
-        self.write(campaign, move |tx| ready(engine::campaign(tx, &c)))
-            .await
-    }
-
-    async fn lease_key(&self, fresh: LeaseKey) -> Result<LeaseKey, StoreError> {
-        // The key belongs to no campaign: the view's campaign prefix goes unused.
-        let writer = &self.shared.writer;
-        writer
-            .run(String::new(), Mode::Batched, move |tx| {
-                match tx.get_raw(SECRETS, LEASE_KEY)? {
-                    Some(bytes) => std::str::from_utf8(&bytes)
-                        .ok()
-                        .and_then(LeaseKey::from_hex)
-                        .ok_or_else(|| corrupt("the stored lease key is not 32 bytes of hex")),
-                    None => {
-                        tx.put_raw(SECRETS, LEASE_KEY, fresh.to_hex().as_bytes())?;
-                        Ok(fresh)
-                    }
-                }
-            })
-            .await
-    }
-
-    async fn put_login_code(
-        &self,
-        digest: [u8; 32],
-        grant: LoginGrant,
-        now_ms: EpochMs,
-    ) -> Result<(), StoreError> {
-        if grant.expires_ms <= now_ms {
-            return Ok(());
-        }
-        let value = serde_json::to_vec(&grant).map_err(backend)?;
-        self.shared
-            .writer
-            .run(String::new(), Mode::Batched, move |tx| {
-                // Codes nobody used are swept here, a few per new one, so they never pile up.
-                for (k, v) in tx.scan_prefix(SECRETS, LOGIN_CODE, LOGIN_SWEEP)? {
-                    let expired = serde_json::from_slice::<LoginGrant>(&v)
-                        .map_or(true, |g| g.expires_ms <= now_ms);
-                    if expired {
-                        tx.del(SECRETS, &[LOGIN_CODE, &k].concat())?;
-                    }
-                }
-                tx.put_raw(SECRETS, &login_key(&digest), &value)
-            })
-            .await
-    }
-
-    async fn take_login_code(
-        &self,
-        digest: [u8; 32],
-        now_ms: EpochMs,
-    ) -> Result<Option<LoginGrant>, StoreError> {
-        self.shared
-            .writer
-            .run(String::new(), Mode::Batched, move |tx| {
-                let k = login_key(&digest);
-                let Some(bytes) = tx.get_raw(SECRETS, &k)? else {
-                    return Ok(None);
-                };
-                tx.del(SECRETS, &k)?;
-                let grant: LoginGrant = serde_json::from_slice(&bytes).map_err(corrupt)?;
-                Ok((grant.expires_ms > now_ms).then_some(grant))
-            })
-            .await
-    }
-
-    async fn missing_bundles(&self, digests: Vec<String>) -> Result<Vec<String>, StoreError> {
-        let db = self.shared.db.clone();
-        tokio::task::spawn_blocking(move || {
-            let txn = db.begin_read().map_err(backend)?;
-            let t = txn.open_table(BUNDLES).map_err(backend)?;
-            let mut missing = Vec::new();
-            for d in digests {
-                if t.get(d.as_bytes()).map_err(backend)?.is_none() {
-                    missing.push(d);
-                }
-            }
-            Ok(missing)
-        })
-        .await
-        .map_err(|e| backend(format!("store task failed: {e}")))?
-    }
-
-    async fn put_bundle(&self, digest: String, encoded: Vec<u8>) -> Result<bool, StoreError> {
-        self.shared
-            .writer
-            .run(String::new(), Mode::Batched, move |tx| {
-                if tx.get_raw(BUNDLES, digest.as_bytes())?.is_some() {
-                    return Ok(false);
-                }
-                tx.put_raw(BUNDLES, digest.as_bytes(), &encoded)?;
-                Ok(true)
-            })
-            .await
-    }
-
-    async fn bundle(&self, digest: String) -> Result<Option<Vec<u8>>, StoreError> {
-        let db = self.shared.db.clone();
-        tokio::task::spawn_blocking(move || {
-            let txn = db.begin_read().map_err(backend)?;
-            let t = txn.open_table(BUNDLES).map_err(backend)?;
-            let found = t.get(digest.as_bytes()).map_err(backend)?;
-            Ok(found.map(|v| v.value().to_vec()))
-        })
-        .await
-        .map_err(|e| backend(format!("store task failed: {e}")))?
-    }
-
-    async fn list(&self) -> Result<Vec<CampaignId>, StoreError> {
-        let db = self.shared.db.clone();
-        tokio::task::spawn_blocking(move || {
-            let txn = db.begin_read().map_err(backend)?;
+impl EmbeddedStore {
+    /// Committed campaign ids, in id order.
+    async fn campaign_ids(&self) -> R<Vec<CampaignId>> {
+        self.read(|txn| {
             let t = txn.open_table(META).map_err(backend)?;
             let mut out = Vec::new();
             for item in t.iter().map_err(backend)? {
@@ -506,7 +202,67 @@ impl Store for EmbeddedStore {
             Ok(out)
         })
         .await
-        .map_err(|e| backend(format!("store task failed: {e}")))?
+    }
+
+    /// Which of `digests` no committed task folder has, in order.
+    async fn missing(&self, digests: Vec<String>) -> R<Vec<String>> {
+        self.read(move |txn| {
+            let t = txn.open_table(BUNDLES).map_err(backend)?;
+            let mut missing = Vec::new();
+            for d in digests {
+                if t.get(d.as_bytes()).map_err(backend)?.is_none() {
+                    missing.push(d);
+                }
+            }
+            Ok(missing)
+        })
+        .await
+    }
+
+    async fn bundle_bytes(&self, digest: String) -> R<Option<Vec<u8>>> {
+        self.read(move |txn| {
+            let t = txn.open_table(BUNDLES).map_err(backend)?;
+            let found = t.get(digest.as_bytes()).map_err(backend)?;
+            Ok(found.map(|v| v.value().to_vec()))
+        })
+        .await
+    }
+
+    /// Runs `f` in a read transaction of committed data, off the async threads.
+    async fn read<T, F>(&self, f: F) -> R<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&redb::ReadTransaction) -> R<T> + Send + 'static,
+    {
+        let db = self.shared.db.clone();
+        tokio::task::spawn_blocking(move || f(&db.begin_read().map_err(backend)?))
+            .await
+            .map_err(|e| backend(format!("store task failed: {e}")))?
+    }
+}
+
+#[async_trait]
+impl Store for EmbeddedStore {
+    async fn execute(&self, op: Op) -> R<Answer> {
+        Ok(match op {
+            // Reads of committed data wait for no writer.
+            Op::Rows {
+                campaign,
+                from,
+                limit,
+            } => Answer::Rows(self.read_range(ROWS, &campaign, from, limit).await?),
+            Op::Events {
+                campaign,
+                from,
+                limit,
+            } => Answer::Events(self.read_range(EVENTS, &campaign, from, limit).await?),
+            Op::List => Answer::Campaigns(self.campaign_ids().await?),
+            Op::MissingBundles { digests } => Answer::Missing(self.missing(digests).await?),
+            Op::Bundle { digest } => Answer::Bundle(self.bundle_bytes(digest).await?),
+            Op::Ping => Answer::Done,
+            // Everything else may write: the writer's next batch it may share.
+            op => self.shared.writer.run(Write::Op(op)).await?,
+        })
     }
 
     fn set_observer(&self, observer: Arc<dyn CommitObserver>) {

@@ -11,9 +11,38 @@ use lanes_common::ids::{CampaignId, LaneName, Token};
 use lanes_common::row::{Outcome, Status};
 use lanes_common::spec::Campaign;
 use lanes_common::state::{CampaignState, StopMode};
+use lanes_common::utc::EpochMs;
 
+use super::apply::ready;
+use super::redb_tx::RedbTx;
 use super::*;
+use crate::store::engine;
+use crate::store::group::Mode;
+use crate::store::op::CampaignOp;
 use crate::store::tx::Tx;
+
+/// Runs `f` in the writer's next batch, shared as `mode` says, like an operation that may
+/// fail after writing (which no store operation does on purpose); its value comes back once
+/// the batch committed.
+async fn probe<T, F>(store: &EmbeddedStore, campaign: &str, mode: Mode, f: F) -> R<T>
+where
+    T: Send + 'static,
+    F: FnOnce(&mut RedbTx<'_, '_>) -> R<T> + Send + 'static,
+{
+    let (send, got) = std::sync::mpsc::channel();
+    let f = Box::new(move |tx: &mut RedbTx<'_, '_>| {
+        let _ = send.send(f(tx)?);
+        Ok(Answer::Done)
+    });
+    let campaign = campaign.to_owned();
+    let probe = Write::Probe {
+        campaign,
+        mode,
+        f: Some(f),
+    };
+    store.shared.writer.run(probe).await?;
+    Ok(got.recv().expect("the probe's value"))
+}
 
 const NOW: EpochMs = 1_700_000_000_000;
 
@@ -220,8 +249,13 @@ async fn a_failing_operation_leaves_the_rest_of_its_batch_alone() {
     let (s, cc) = (store.clone(), c.clone());
     let failing = blocked
         .queued(tokio::spawn(async move {
-            s.write(&cc.clone(), move |tx| {
-                super::ready(engine::stop(tx, &cc, StopMode::Cancel, NOW))?;
+            probe(&s, "mixed", Mode::Batched, move |tx| {
+                let stop = CampaignOp::Stop {
+                    campaign: cc,
+                    mode: StopMode::Cancel,
+                    now: NOW,
+                };
+                ready(engine::run(tx, &stop))?;
                 Err::<(), _>(StoreError::Backend("failed after writing".into()))
             })
             .await
@@ -289,13 +323,15 @@ async fn a_solo_operation_runs_alone_and_a_failing_one_leaves_nothing() {
     let s = store.clone();
     let failing = blocked
         .queued(tokio::spawn(async move {
-            s.shared
-                .writer
-                .run("ghost".into(), super::writer::Mode::Solo, move |tx| {
-                    super::ready(engine::submit(tx, &campaign("ghost", 50), NOW))?;
-                    Err::<(), _>(StoreError::Backend("failed after writing".into()))
-                })
-                .await
+            probe(&s, "ghost", Mode::Solo, move |tx| {
+                let submit = CampaignOp::Submit {
+                    campaign: Box::new(campaign("ghost", 50)),
+                    now: NOW,
+                };
+                ready(engine::run(tx, &submit))?;
+                Err::<(), _>(StoreError::Backend("failed after writing".into()))
+            })
+            .await
         }))
         .await;
     let s = store.clone();
@@ -428,37 +464,35 @@ async fn an_operation_reads_its_own_staged_writes_merged_with_the_stored_ones() 
     let q = Queue::provider("p");
     let stored: Vec<u64> = (0..20).map(|k| k * 10).collect();
     let (q2, keys) = (q.clone(), stored.clone());
-    store
-        .write(&c, move |tx| {
-            for k in keys {
-                super::ready(tx.add_ready(&q2, k))?;
-            }
-            Ok(())
-        })
-        .await
-        .unwrap();
+    probe(&store, c.as_str(), Mode::Batched, move |tx| {
+        for k in keys {
+            ready(tx.add_ready(&q2, k))?;
+        }
+        Ok(())
+    })
+    .await
+    .unwrap();
     // One operation removes stored keys, adds keys between and around them, re-adds one it
     // removed, and reads the queue back at several limits.
-    let seen = store
-        .write(&c, move |tx| {
-            super::ready(async {
-                for k in [0, 30, 40, 190] {
-                    assert!(tx.del_ready(&q, k).await?);
-                }
-                assert!(!tx.del_ready(&q, 35).await?, "never stored");
-                for k in [5, 35, 40, 195, 1000] {
-                    tx.add_ready(&q, k).await?;
-                }
-                let mut seen = Vec::new();
-                for limit in [1, 3, 7, usize::MAX] {
-                    seen.push(tx.ready_first(&q, limit).await?);
-                }
-                seen.push(vec![tx.queues().await?.len() as u64]);
-                Ok(seen)
-            })
+    let seen = probe(&store, c.as_str(), Mode::Batched, move |tx| {
+        ready(async {
+            for k in [0, 30, 40, 190] {
+                assert!(tx.del_ready(&q, k).await?);
+            }
+            assert!(!tx.del_ready(&q, 35).await?, "never stored");
+            for k in [5, 35, 40, 195, 1000] {
+                tx.add_ready(&q, k).await?;
+            }
+            let mut seen = Vec::new();
+            for limit in [1, 3, 7, usize::MAX] {
+                seen.push(tx.ready_first(&q, limit).await?);
+            }
+            seen.push(vec![tx.queues().await?.len() as u64]);
+            Ok(seen)
         })
-        .await
-        .unwrap();
+    })
+    .await
+    .unwrap();
     let mut model: BTreeSet<u64> = stored.into_iter().collect();
     for k in [0, 30, 40, 190] {
         model.remove(&k);
@@ -492,15 +526,12 @@ async fn a_paused_clock_does_not_move_while_the_writer_works() {
 /// The meta as the writer's next batch sees it (its `next_event`, which every operation
 /// that emits an event moves on).
 async fn next_event_seen(store: &EmbeddedStore, c: &str) -> u64 {
-    store
-        .shared
-        .writer
-        .run(c.into(), super::writer::Mode::Batched, |tx| {
-            let meta = super::ready(tx.meta())?.expect("a meta");
-            Ok(meta.next_event)
-        })
-        .await
-        .unwrap()
+    probe(store, c, Mode::Batched, |tx| {
+        let meta = ready(tx.meta())?.expect("a meta");
+        Ok(meta.next_event)
+    })
+    .await
+    .unwrap()
 }
 
 #[tokio::test]
@@ -535,28 +566,22 @@ async fn a_meta_is_decoded_once_while_batches_commit_and_again_after_one_fails()
     assert_eq!(seen, stored.next_event);
 
     // An operation that changed the meta and then failed leaves the carried meta alone.
-    let failed = store
-        .shared
-        .writer
-        .run("kept".into(), super::writer::Mode::Batched, |tx| {
-            let mut meta = super::ready(tx.meta())?.expect("a meta");
-            meta.next_event += 1_000;
-            super::ready(tx.put_meta(&meta))?;
-            Err::<(), _>(StoreError::Backend("failed after changing the meta".into()))
-        })
-        .await;
+    let failed = probe(&store, "kept", Mode::Batched, |tx| {
+        let mut meta = ready(tx.meta())?.expect("a meta");
+        meta.next_event += 1_000;
+        ready(tx.put_meta(&meta))?;
+        Err::<(), _>(StoreError::Backend("failed after changing the meta".into()))
+    })
+    .await;
     assert!(failed.is_err());
     assert_eq!(next_event_seen(&store, "kept").await, stored.next_event);
     assert_eq!(store.write_stats().metas_decoded, 1);
 
     // A solo operation that fails rolls its transaction back: the next batch decodes again.
-    let failed = store
-        .shared
-        .writer
-        .run("ghost".into(), super::writer::Mode::Solo, |_tx| {
-            Err::<(), _>(StoreError::Backend("failed alone".into()))
-        })
-        .await;
+    let failed = probe(&store, "ghost", Mode::Solo, |_tx| {
+        Err::<(), _>(StoreError::Backend("failed alone".into()))
+    })
+    .await;
     assert!(failed.is_err());
     assert_eq!(next_event_seen(&store, "kept").await, stored.next_event);
     assert_eq!(store.write_stats().metas_decoded, 2);
@@ -600,16 +625,15 @@ async fn only_committed_operations_report_their_events() {
     ));
     // An operation that wrote an event and then failed: batched, then solo.
     for mode in [Mode::Batched, Mode::Solo] {
-        let out: R<()> = store
-            .write_as(&c, mode, |tx| {
-                ready(tx.put_event(&Event {
-                    seq: 999,
-                    at_ms: NOW,
-                    kind: EventKind::CampaignDone,
-                }))?;
-                Err(StoreError::Backend("failed after writing".into()))
-            })
-            .await;
+        let out: R<()> = probe(&store, c.as_str(), mode, |tx| {
+            ready(tx.put_event(&Event {
+                seq: 999,
+                at_ms: NOW,
+                kind: EventKind::CampaignDone,
+            }))?;
+            Err(StoreError::Backend("failed after writing".into()))
+        })
+        .await;
         assert!(out.is_err());
         assert!(
             seen.take().is_empty(),

@@ -1,53 +1,85 @@
-//! Group commit. One thread owns the file's write side: it takes every operation queued
-//! (up to [`MAX_BATCH`]), runs them one after another in ONE write transaction, commits
-//! once (durably), and only then answers each of them. An fsync costs the same for one
-//! operation as for a hundred, so concurrent callers share it instead of queueing for one
-//! each. An operation that fails leaves no trace: its writes were staged, and reach the
-//! transaction only when it succeeds. A batch whose commit fails acknowledges nothing.
+//! Group commit on the file. One thread owns its write side: it takes a batch from the
+//! shared group-commit [`Queue`] (the cap, the renewal linger and solo operations are that
+//! queue's policy), runs the operations one after another in ONE write transaction, commits
+//! once (durably), and only then answers each of them. An operation that fails leaves no
+//! trace: its writes were staged, and reach the transaction only when it succeeds. A batch
+//! whose commit fails acknowledges nothing.
 //!
-//! Lease renewals **linger**: a batch of renewals only waits up to [`LINGER`] for more work
-//! before it commits. Heartbeats arrive spread over each second, so without it every one paid
-//! a commit and an fsync of its own; any other operation ends the wait at once.
-//!
-//! A submit runs **solo**: alone in its transaction, writing straight into it, and the
-//! transaction is rolled back if it fails. Staging a million trials' writes in memory first
-//! cost ~430 MB of a 1M-trial submit's peak.
+//! A solo operation (a submit, a retry pass, a delete) writes straight into its transaction,
+//! which is rolled back if it fails: staging a million trials' writes in memory first cost
+//! ~430 MB of a 1M-trial submit's peak.
 
 use std::panic::AssertUnwindSafe;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use redb::{Database, Durability};
 use tokio::runtime::{Handle, RuntimeFlavor};
-use tokio::sync::oneshot;
 
+use super::apply::apply;
 use super::backend;
 use super::batch::{Batch, Metas};
 use super::redb_tx::RedbTx;
 use super::staged::Staged;
 use crate::store::api::{Event, StoreError};
+use crate::store::group::{Grouped, Mode, Pending, Queue, Take};
 use crate::store::observe::ObserverSlot;
+use crate::store::op::{Answer, Op};
 use crate::store::tx::R;
 
-/// The most operations one transaction takes: bounds how long an answer waits behind the
-/// operations ahead of it in its batch.
-const MAX_BATCH: usize = 256;
+pub(super) use crate::store::group::LINGER;
 
-/// The longest a batch of renewals alone waits for more operations before it commits.
-pub(super) const LINGER: Duration = Duration::from_millis(100);
+/// A function of the transaction, run as one operation (tests).
+#[cfg(test)]
+pub(super) type Probe = Box<dyn FnOnce(&mut RedbTx<'_, '_>) -> R<Answer> + Send>;
 
-/// How an operation shares transactions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Mode {
-    /// With whatever else is queued.
-    Batched,
-    /// Batched, and a batch of nothing else waits up to the linger for more (renewals).
-    Lingering,
-    /// Alone in its transaction, writing straight into it (submits).
-    Solo,
+/// What the writer runs: a store operation, or (in tests) any function of the transaction.
+pub(super) enum Write {
+    Op(Op),
+    /// A function of the transaction, shared as `mode` says: to run operations that fail
+    /// after writing, which no store operation does on purpose.
+    #[cfg(test)]
+    Probe {
+        campaign: String,
+        mode: Mode,
+        f: Option<Probe>,
+    },
+}
+
+impl Grouped for Write {
+    fn mode(&self) -> Mode {
+        match self {
+            Self::Op(op) => op.mode(),
+            #[cfg(test)]
+            Self::Probe { mode, .. } => *mode,
+        }
+    }
+}
+
+impl Write {
+    /// The campaign whose keys it uses (empty for store-wide values).
+    fn campaign(&self) -> &[u8] {
+        match self {
+            Self::Op(Op::Campaign(op)) => op.campaign().as_str().as_bytes(),
+            Self::Op(Op::Delete { campaign }) => campaign.as_str().as_bytes(),
+            Self::Op(_) => b"",
+            #[cfg(test)]
+            Self::Probe { campaign, .. } => campaign.as_bytes(),
+        }
+    }
+
+    fn run(&mut self, tx: &mut RedbTx<'_, '_>) -> R<Answer> {
+        match self {
+            Self::Op(op) => apply(tx, op),
+            #[cfg(test)]
+            Self::Probe { f, .. } => match f.take() {
+                Some(f) => f(tx),
+                None => Err(backend("a probe ran twice")),
+            },
+        }
+    }
 }
 
 /// What the writer did since the store was opened: how well operations share commits.
@@ -75,110 +107,69 @@ struct Counters {
     metas_decoded: AtomicU64,
 }
 
-/// An operation queued for the writer.
-trait Op: Send {
-    /// Runs on the batch; answers the operation's staged writes if it succeeded, `None` if
-    /// it failed (nothing to apply).
-    fn run(&mut self, batch: &mut Batch<'_>) -> Option<Staged>;
-    fn mode(&self) -> Mode;
-    /// The campaign whose keys it uses (empty for store-wide values).
-    fn campaign(&self) -> &str;
-    /// Answers the caller once the batch is durable (`Ok`), or with why it is not.
-    fn answer(self: Box<Self>, batch: Result<(), &str>);
+/// The queue, as the callers and the writer thread share it.
+#[derive(Default)]
+struct Inbox {
+    state: Mutex<InboxState>,
+    /// Signalled when an operation is queued or the inbox closes.
+    ready: Condvar,
 }
 
-struct Pending<T, F> {
-    campaign: String,
-    mode: Mode,
-    f: Option<F>,
-    out: Option<R<T>>,
-    reply: oneshot::Sender<R<T>>,
+#[derive(Default)]
+struct InboxState {
+    queue: Queue<Write, Instant>,
+    closed: bool,
 }
 
-impl<T, F> Op for Pending<T, F>
-where
-    T: Send,
-    F: FnOnce(&mut RedbTx<'_, '_>) -> R<T> + Send,
-{
-    fn run(&mut self, batch: &mut Batch<'_>) -> Option<Staged> {
-        let f = self.f.take()?;
-        let mut tx = RedbTx::new(batch, self.campaign.as_bytes(), self.mode == Mode::Solo);
-        let out = f(&mut tx);
-        let staged = out.is_ok().then(|| tx.into_staged());
-        self.out = Some(out);
-        staged
+impl Inbox {
+    fn lock(&self) -> MutexGuard<'_, InboxState> {
+        // A panic while holding this lock leaves plain data behind: keep going with it.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn mode(&self) -> Mode {
-        self.mode
-    }
-
-    fn campaign(&self) -> &str {
-        &self.campaign
-    }
-
-    fn answer(self: Box<Self>, batch: Result<(), &str>) {
-        let answer = match (batch, self.out) {
-            (Err(why), _) => Err(backend(why)),
-            (Ok(()), Some(out)) => out,
-            // `run` never finished: the operation panicked.
-            (Ok(()), None) => Err(backend("the store operation panicked")),
-        };
-        // The caller may have gone away; the operation stands either way.
-        let _ = self.reply.send(answer);
+    /// The next batch, waiting for one; `None` once closed and empty.
+    fn next(&self, linger: Duration) -> Option<Vec<Pending<Write, Instant>>> {
+        let mut state = self.lock();
+        loop {
+            // Closing ends every linger: what is queued runs at once.
+            let linger = if state.closed { Duration::ZERO } else { linger };
+            let now = Instant::now();
+            state = match state.queue.take(now, linger, 1) {
+                Take::Batch(batch) => return Some(batch),
+                Take::Linger(until) => {
+                    let left = until.saturating_duration_since(now);
+                    self.ready
+                        .wait_timeout(state, left)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0
+                }
+                Take::Wait if state.closed => return None,
+                Take::Wait => self.ready.wait(state).unwrap_or_else(|e| e.into_inner()),
+            };
+        }
     }
 }
 
-/// The handle to the writer thread; dropping it lets the thread finish its batch and closes
-/// the file's write side (so the file can be opened again in this process).
+/// The handle to the writer thread; dropping it lets the thread finish what is queued and
+/// closes the file's write side (so the file can be opened again in this process).
 pub(super) struct Writer {
-    queue: Option<mpsc::Sender<Box<dyn Op>>>,
+    inbox: Arc<Inbox>,
     thread: Option<JoinHandle<()>>,
     counters: Arc<Counters>,
 }
 
 impl Writer {
     pub(super) fn start(db: Arc<Database>, linger: Duration, observer: ObserverSlot) -> R<Self> {
-        let (queue, rx) = mpsc::channel::<Box<dyn Op>>();
+        let inbox = Arc::new(Inbox::default());
         let counters = Arc::new(Counters::default());
-        let c = counters.clone();
+        let (c, queue) = (counters.clone(), inbox.clone());
         let thread = std::thread::Builder::new()
             .name("lanes-redb-writer".into())
             .spawn(move || {
-                // A solo operation met while filling a batch waits for the next one.
-                let mut carried: Option<Box<dyn Op>> = None;
                 // The metas as the last batch committed them (this thread is the file's only
                 // writer, and redb locks the file to this process).
                 let mut metas = Metas::new();
-                while let Some(first) = carried.take().or_else(|| rx.recv().ok()) {
-                    let mut lingering = first.mode() == Mode::Lingering;
-                    let solo = first.mode() == Mode::Solo;
-                    let mut batch = vec![first];
-                    let mut until: Option<Instant> = None;
-                    while batch.len() < MAX_BATCH && !solo {
-                        let next = match rx.try_recv() {
-                            Ok(op) => Some(op),
-                            Err(mpsc::TryRecvError::Empty) if lingering => {
-                                let until = *until.get_or_insert_with(|| Instant::now() + linger);
-                                match until.checked_duration_since(Instant::now()) {
-                                    Some(left) if !left.is_zero() => rx.recv_timeout(left).ok(),
-                                    _ => None,
-                                }
-                            }
-                            Err(_) => None,
-                        };
-                        match next {
-                            None => break,
-                            Some(op) if op.mode() == Mode::Solo => {
-                                carried = Some(op);
-                                break;
-                            }
-                            Some(op) => {
-                                lingering &= op.mode() == Mode::Lingering;
-                                batch.push(op);
-                            }
-                        }
-                    }
+                while let Some(batch) = queue.next(linger) {
                     // A panic outside the operations (in redb) drops the batch's answers, so
                     // its callers get an error; the transaction was rolled back as it
                     // unwound, and the writer goes on with the next batch.
@@ -189,31 +180,22 @@ impl Writer {
             })
             .map_err(|e| backend(format!("cannot start the store writer: {e}")))?;
         Ok(Self {
-            queue: Some(queue),
+            inbox,
             thread: Some(thread),
             counters,
         })
     }
 
-    /// Runs `f` in the next batch, shared as `mode` says; answers once that batch committed.
-    pub(super) async fn run<T, F>(&self, campaign: String, mode: Mode, f: F) -> R<T>
-    where
-        T: Send + 'static,
-        F: FnOnce(&mut RedbTx<'_, '_>) -> R<T> + Send + 'static,
-    {
-        let (reply, answer) = oneshot::channel();
-        let op = Box::new(Pending {
-            campaign,
-            mode,
-            f: Some(f),
-            out: None,
-            reply,
-        });
-        self.queue
-            .as_ref()
-            .ok_or_else(|| backend("the store writer is closed"))?
-            .send(op)
-            .map_err(|_| backend("the store writer stopped"))?;
+    /// Runs `write` in the next batch it may share; answers once that batch committed.
+    pub(super) async fn run(&self, write: Write) -> R<Answer> {
+        let answer = {
+            let mut state = self.inbox.lock();
+            if state.closed {
+                return Err(backend("the store writer is closed"));
+            }
+            state.queue.push(write, Instant::now())
+        };
+        self.inbox.ready.notify_one();
         self.counters.submitted.fetch_add(1, Ordering::Relaxed);
         let dropped = |_| backend("the store writer dropped the operation");
         // A current-thread runtime with a paused clock (tests) moves its clock on whenever
@@ -241,11 +223,44 @@ impl Writer {
 
 impl Drop for Writer {
     fn drop(&mut self) {
-        // Closing the queue ends the thread's loop once what is queued has run.
-        self.queue.take();
+        // Closing the inbox ends the thread's loop once what is queued has run.
+        self.inbox.lock().closed = true;
+        self.inbox.ready.notify_all();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+    }
+}
+
+/// An operation of the batch being run, and its answer until the batch's fate is known.
+struct Job {
+    pending: Pending<Write, Instant>,
+    out: Option<R<Answer>>,
+}
+
+impl Job {
+    /// Runs the operation on the batch; answers its staged writes if it succeeded, `None` if
+    /// it failed (nothing to apply).
+    fn run(&mut self, batch: &mut Batch<'_>) -> Option<Staged> {
+        let write = &mut self.pending.op;
+        let solo = write.mode() == Mode::Solo;
+        let campaign = write.campaign().to_vec();
+        let mut tx = RedbTx::new(batch, &campaign, solo);
+        let out = write.run(&mut tx);
+        let staged = out.is_ok().then(|| tx.into_staged());
+        self.out = Some(out);
+        staged
+    }
+
+    /// Answers the caller once the batch is durable (`Ok`), or with why it is not.
+    fn answer(self, batch: Result<(), &str>) {
+        let answer = match (batch, self.out) {
+            (Err(why), _) => Err(backend(why)),
+            (Ok(()), Some(out)) => out,
+            // `run` never finished: the operation panicked.
+            (Ok(()), None) => Err(backend("the store operation panicked")),
+        };
+        self.pending.answer(answer);
     }
 }
 
@@ -254,7 +269,7 @@ impl Drop for Writer {
 /// committed, and nothing if it did not (a panic unwinding through here leaves nothing too).
 fn run_batch(
     db: &Database,
-    mut batch: Vec<Box<dyn Op>>,
+    batch: Vec<Pending<Write, Instant>>,
     counters: &Counters,
     metas: &mut Metas,
     observer: &ObserverSlot,
@@ -263,7 +278,11 @@ fn run_batch(
     counters
         .ops
         .fetch_add(batch.len() as u64, Ordering::Relaxed);
-    let fate = match run_in_txn(db, &mut batch, metas, counters) {
+    let mut jobs: Vec<Job> = batch
+        .into_iter()
+        .map(|pending| Job { pending, out: None })
+        .collect();
+    let fate = match run_in_txn(db, &mut jobs, metas, counters) {
         Ok((wrote, events)) => {
             if wrote {
                 counters.commits.fetch_add(1, Ordering::Relaxed);
@@ -274,30 +293,33 @@ fn run_batch(
         }
         Err(e) => Err(e.to_string()),
     };
-    for op in batch {
-        op.answer(fate.as_ref().copied().map_err(String::as_str));
+    for job in jobs {
+        job.answer(fate.as_ref().copied().map_err(String::as_str));
     }
 }
 
 /// The events of a committed batch, by campaign, to the observer.
-fn report(observer: &ObserverSlot, events: Vec<(String, Vec<Event>)>) {
+fn report(observer: &ObserverSlot, events: BatchEvents) {
     for (campaign, events) in events {
         // Only operations on a campaign's keys emit events, so the id is one.
-        if let Ok(id) = lanes_common::ids::CampaignId::new(campaign) {
+        if let Some(id) = std::str::from_utf8(&campaign)
+            .ok()
+            .and_then(|c| lanes_common::ids::CampaignId::new(c).ok())
+        {
             observer.committed(&id, &events);
         }
     }
 }
 
 /// The events of each operation applied to a batch, by its campaign.
-type BatchEvents = Vec<(String, Vec<Event>)>;
+type BatchEvents = Vec<(Vec<u8>, Vec<Event>)>;
 
 /// Runs the batch's operations in order, each seeing the writes of those before it, and
 /// commits; answers whether anything was written, and the events of the operations that
 /// succeeded (only to be reported once the commit is done, which it is when this is `Ok`).
 fn run_in_txn(
     db: &Database,
-    batch: &mut [Box<dyn Op>],
+    batch: &mut [Job],
     metas: &mut Metas,
     counters: &Counters,
 ) -> Result<(bool, BatchEvents), StoreError> {
@@ -307,22 +329,22 @@ fn run_in_txn(
     // redb's default, spelled out: commit returns only once the batch is on disk.
     txn.set_durability(Durability::Immediate).map_err(backend)?;
     let mut open = Batch::open(&txn, known)?;
-    for op in batch.iter_mut() {
+    for job in batch.iter_mut() {
         // A panicking operation answers an error; its writes were only staged, so the
         // transaction holds none of them.
         let staged =
-            std::panic::catch_unwind(AssertUnwindSafe(|| op.run(&mut open))).unwrap_or(None);
+            std::panic::catch_unwind(AssertUnwindSafe(|| job.run(&mut open))).unwrap_or(None);
         match staged {
             Some(mut staged) => {
                 let emitted = std::mem::take(&mut staged.events);
                 open.apply(staged)?;
                 if !emitted.is_empty() {
-                    events.push((op.campaign().to_owned(), emitted));
+                    events.push((job.pending.op.campaign().to_vec(), emitted));
                 }
             }
             // A solo operation wrote into the transaction as it went: it failed, so none of
             // that stands. It is alone in its batch and answers its own error.
-            None if op.mode() == Mode::Solo => {
+            None if job.pending.op.mode() == Mode::Solo => {
                 drop(open);
                 txn.abort().map_err(backend)?;
                 return Ok((false, BatchEvents::new()));

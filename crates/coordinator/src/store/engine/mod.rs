@@ -11,13 +11,13 @@ mod requeue;
 mod status;
 mod submit;
 
-pub(crate) use claim::claim;
+use claim::claim;
 pub(crate) use delete::deletable;
-pub(crate) use lease::{forfeit, reap, renew};
-pub(crate) use record::{complete, release};
-pub(crate) use requeue::requeue;
-pub(crate) use status::{campaign, spec, status, stop};
-pub(crate) use submit::submit;
+use lease::{forfeit, reap, renew};
+use record::{complete, release};
+use requeue::requeue;
+use status::{campaign, spec, status, stop};
+use submit::submit;
 
 use lanes_common::ids::{ArmId, CampaignId, TrialId};
 use lanes_common::policy::AdmissionInput;
@@ -28,7 +28,56 @@ use lanes_common::utc::EpochMs;
 
 use super::api::*;
 use super::model::*;
+use super::op::{Answer, CampaignOp};
 use super::tx::{R, Tx};
+
+/// Runs one operation of a campaign in `tx`. The one entry point of the engine: a backend
+/// runs this inside a transaction and commits only if it answers `Ok`.
+pub(crate) async fn run(tx: &mut impl Tx, op: &CampaignOp) -> R<Answer> {
+    Ok(match op {
+        CampaignOp::Submit { campaign, now } => {
+            Answer::Submitted(submit(tx, campaign, *now).await?)
+        }
+        CampaignOp::Claim { campaign, req, now } => {
+            Answer::Claim(claim(tx, campaign, req, *now).await?)
+        }
+        CampaignOp::Renew {
+            campaign,
+            tokens,
+            now,
+        } => Answer::Renewed(renew(tx, campaign, tokens, *now).await?),
+        CampaignOp::Forfeit {
+            campaign,
+            worker,
+            tokens,
+            now,
+        } => Answer::Forfeited(forfeit(tx, campaign, worker, tokens, *now).await?),
+        CampaignOp::Complete {
+            campaign,
+            outcome,
+            now,
+        } => Answer::Ack(complete(tx, campaign, outcome, *now).await?),
+        CampaignOp::Release {
+            campaign,
+            release: r,
+            now,
+        } => Answer::Ack(release(tx, campaign, r, *now).await?),
+        CampaignOp::Reap { campaign, now } => Answer::Reaped(reap(tx, campaign, *now).await?),
+        CampaignOp::Stop {
+            campaign,
+            mode,
+            now,
+        } => Answer::State(stop(tx, campaign, *mode, *now).await?),
+        CampaignOp::Status { campaign, now } => Answer::Status(status(tx, campaign, *now).await?),
+        CampaignOp::Requeue { campaign, req, now } => {
+            Answer::Requeued(requeue(tx, campaign, req, *now).await?)
+        }
+        CampaignOp::Spec { campaign } => Answer::Spec(Box::new(spec(tx, campaign).await?)),
+        CampaignOp::Campaign { campaign: c } => {
+            Answer::Campaign(Box::new(self::campaign(tx, c).await?))
+        }
+    })
+}
 
 async fn meta_of(tx: &mut impl Tx, c: &CampaignId) -> R<Meta> {
     tx.meta()

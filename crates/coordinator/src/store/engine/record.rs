@@ -372,10 +372,10 @@ async fn check_token(tx: &mut impl Tx, meta: &Meta, token: &Token) -> R<Trial> {
 pub(crate) async fn complete(
     tx: &mut impl Tx,
     c: &CampaignId,
-    outcome: Outcome,
+    outcome: &Outcome,
     now: EpochMs,
 ) -> R<CompleteAck> {
-    let outcome = outcome.validate()?;
+    let outcome = outcome.clone().validate()?;
     let mut meta = meta_of(tx, c).await?;
     let trial = check_token(tx, &meta, &outcome.token).await?;
     if let Some(ack) = tx

@@ -1,7 +1,8 @@
 //! Rounds: a replica's concurrent operations on one campaign share one transaction.
 //!
-//! Claims, renewals, completions, releases, forfeits, reaps and stops of a campaign queue up
-//! in this replica; a driver task takes everything queued, runs each operation through the
+//! A campaign's operations queue up in this replica, in the shared group-commit
+//! [`Queue`](crate::store::group) (its cap, renewal linger and solo operations); a driver task
+//! takes a batch, runs each operation through the
 //! engine in turn within one [`RedisTx`] (each under a savepoint, so one that fails leaves no
 //! write behind and the others go on), and commits the round with one script call. Only then
 //! does any operation get its answer, so an answer is never given for writes that did not
@@ -23,9 +24,9 @@
 //! chained; a round with nothing to write is validated by re-reading the version after the
 //! commits in flight.
 //!
-//! A round of renewals alone, with no commit in flight, lingers up to [`LINGER`] for more
-//! operations before it runs: heartbeats arrive spread over each second and share a commit
-//! instead of paying one each; any other operation ends the wait.
+//! A round of renewals alone lingers only with no commit in flight. A solo operation (a
+//! submit, a retry pass) waits for the commits in flight, then runs alone, from no cache
+//! ([`RedisStore::run_alone`]).
 //!
 //! The driver is a spawned task, so a caller that goes away (a cancelled request) never leaves
 //! a round half done; the driver ends when the queue is empty and no commit is in flight. It
@@ -37,13 +38,11 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::task::Poll;
 
-use tokio::sync::{Notify, oneshot, watch};
+use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
-use lanes_common::ids::{CampaignId, Token, TrialId};
-use lanes_common::row::{Outcome, Phase};
-use lanes_common::state::{CampaignState, StopMode};
-use lanes_common::utc::EpochMs;
+use lanes_common::ids::{CampaignId, TrialId};
 
 use super::RedisStore;
 use super::cache::Cache;
@@ -52,15 +51,10 @@ use super::stats::Counters;
 use super::tx::{RedisTx, Settled};
 use crate::store::api::*;
 use crate::store::engine;
+use crate::store::group::{self, Grouped, LINGER, Mode, Queue, Take};
+use crate::store::op::{Answer, CampaignOp};
 use crate::store::tx::R;
 
-/// Operations one round takes at most; the rest wait for the next round.
-const MAX_ROUND: usize = 256;
-/// The longest a round of renewals alone (nothing in flight) waits for more operations, unless
-/// `RedisOptions::renew_linger` says otherwise:
-/// heartbeats arrive spread over each second, and without it each paid a commit of its own.
-/// Any other operation ends the wait at once.
-const LINGER: std::time::Duration = std::time::Duration::from_millis(100);
 /// Commits in flight at most: several queued behind one another share Redis's next fsync.
 const DEPTH: usize = 4;
 /// Operations a round chained behind commits in flight takes at least; fewer wait for the
@@ -70,68 +64,13 @@ const MIN_CHAINED: usize = 16;
 /// Rounds run again after conflicts before the operations fail as unavailable.
 const MAX_ATTEMPTS: u32 = 100;
 
-/// An operation that can share a round.
-pub(crate) enum Op {
-    Claim(ClaimRequest),
-    Renew(Vec<(Token, Phase)>),
-    Forfeit(String, Vec<Token>),
-    Complete(Box<Outcome>),
-    Release(Release),
-    Reap,
-    Stop(StopMode),
-}
-
-/// Its answer.
-pub(crate) enum Answer {
-    Claim(ClaimOutcome),
-    Renew(Vec<(Token, RenewState)>),
-    Forfeit(Vec<Token>),
-    Ack(CompleteAck),
-    Reap(ReapReport),
-    Stop(CampaignState),
-}
-
-impl Op {
-    /// The tokens whose records the operation reads, for the round's read-ahead.
-    fn tokens(&self) -> Vec<(TrialId, u32)> {
-        let of = |t: &Token| (t.trial_id.clone(), t.attempt);
-        match self {
-            Op::Renew(tokens) => tokens.iter().map(|(t, _)| of(t)).collect(),
-            Op::Forfeit(_, tokens) => tokens.iter().map(of).collect(),
-            Op::Complete(o) => vec![of(&o.token)],
-            Op::Release(r) => vec![of(&r.token)],
-            Op::Claim(_) | Op::Reap | Op::Stop(_) => Vec::new(),
-        }
-    }
-
-    async fn run(&self, tx: &mut RedisTx, c: &CampaignId, now: EpochMs) -> R<Answer> {
-        Ok(match self {
-            Op::Claim(req) => Answer::Claim(engine::claim(tx, c, req, now).await?),
-            Op::Renew(tokens) => Answer::Renew(engine::renew(tx, c, tokens, now).await?),
-            Op::Forfeit(worker, tokens) => {
-                Answer::Forfeit(engine::forfeit(tx, c, worker, tokens, now).await?)
-            }
-            Op::Complete(o) => Answer::Ack(engine::complete(tx, c, Outcome::clone(o), now).await?),
-            Op::Release(r) => Answer::Ack(engine::release(tx, c, r, now).await?),
-            Op::Reap => Answer::Reap(engine::reap(tx, c, now).await?),
-            Op::Stop(mode) => Answer::Stop(engine::stop(tx, c, *mode, now).await?),
-        })
-    }
-}
-
 /// A queued operation and where its answer goes.
-struct Pending {
-    op: Op,
-    now: EpochMs,
-    reply: oneshot::Sender<R<Answer>>,
-    /// When it was queued: a round of renewals alone lingers from the oldest one's.
-    queued: tokio::time::Instant,
-}
+type Pending = group::Pending<CampaignOp, Instant>;
 
 /// One campaign's queue in this replica.
 #[derive(Default)]
 struct CampaignQueue {
-    pending: Vec<Pending>,
+    queue: Queue<CampaignOp, Instant>,
     /// A driver is running rounds.
     running: bool,
     /// The cache between rounds (taken by the running round).
@@ -166,7 +105,7 @@ fn copy_err(e: &StoreError) -> StoreError {
 
 fn deliver(batch: Vec<Pending>, answers: Vec<R<Answer>>) {
     for (p, a) in batch.into_iter().zip(answers) {
-        let _ = p.reply.send(a);
+        p.answer(a);
     }
 }
 
@@ -206,29 +145,24 @@ fn landing(joined: Result<Landing, tokio::task::JoinError>) -> Landing {
 
 fn fail_all(batch: Vec<Pending>, e: &StoreError) {
     for p in batch {
-        let _ = p.reply.send(Err(copy_err(e)));
+        p.answer(Err(copy_err(e)));
     }
 }
 
 impl RedisStore {
-    /// Queues `op` for the campaign's next round and waits for its answer.
-    pub(crate) async fn in_round(&self, c: &CampaignId, op: Op, now: EpochMs) -> R<Answer> {
+    /// Queues `op` for its campaign's next round and waits for its answer.
+    pub(crate) async fn in_round(&self, op: CampaignOp) -> R<Answer> {
         Counters::bump(&self.counters.ops);
-        let (reply, answer) = oneshot::channel();
-        let start = {
+        let c = op.campaign().clone();
+        let (answer, start) = {
             let mut queues = self.rounds.lock();
             let q = queues.entry(c.clone()).or_default();
-            q.pending.push(Pending {
-                op,
-                now,
-                reply,
-                queued: tokio::time::Instant::now(),
-            });
+            let answer = q.queue.push(op, Instant::now());
             q.wake.notify_one();
-            !std::mem::replace(&mut q.running, true)
+            (answer, !std::mem::replace(&mut q.running, true))
         };
         if start {
-            tokio::spawn(self.clone().drive(c.clone()));
+            tokio::spawn(self.clone().drive(c));
         }
         answer.await.unwrap_or_else(|_| {
             Err(StoreError::Backend(
@@ -252,51 +186,56 @@ impl RedisStore {
             while chain.front().is_some_and(|f| f.commit.is_finished()) {
                 self.land_front(&c, &mut chain, &mut cache).await;
             }
-            let mut linger = None;
-            let batch = {
+            let take = {
                 let mut queues = self.rounds.lock();
                 let q = queues.entry(c.clone()).or_default();
-                if q.pending.is_empty() && chain.is_empty() {
+                if q.queue.is_empty() && chain.is_empty() {
                     q.running = false;
                     q.cache = cache;
                     return;
                 }
-                let renewals_only = q.pending.iter().all(|p| matches!(p.op, Op::Renew(_)));
-                if chain.is_empty() && renewals_only && q.pending.len() < MAX_ROUND {
-                    let wait = self.opts.renew_linger.unwrap_or(LINGER);
-                    let until = q.pending.iter().map(|p| p.queued).min().map(|t| t + wait);
-                    linger = until.filter(|u| *u > tokio::time::Instant::now());
+                // Renewals linger only with no commit in flight; behind commits in flight,
+                // a round waits for enough operations to be worth its own cost.
+                let (linger, min) = match chain.is_empty() {
+                    true => (self.opts.renew_linger.unwrap_or(LINGER), 1),
+                    false => (std::time::Duration::ZERO, MIN_CHAINED),
+                };
+                q.queue.take(Instant::now(), linger, min)
+            };
+            let batch = match take {
+                Take::Batch(batch) => batch,
+                Take::Linger(until) => {
+                    // Woken by a new operation, or the linger is over: look again.
+                    tokio::select! {
+                        () = wake.notified() => {}
+                        () = tokio::time::sleep_until(until) => {}
+                    }
+                    continue;
                 }
-                if linger.is_some() {
-                    Vec::new()
-                } else {
-                    let n = match chain.is_empty() || q.pending.len() >= MIN_CHAINED {
-                        true => q.pending.len().min(MAX_ROUND),
-                        false => 0,
+                Take::Wait => {
+                    // Commits in flight and few operations: wait for the oldest commit, or
+                    // for more operations.
+                    let front = &mut chain.front_mut().expect("a commit in flight").commit;
+                    let ended = tokio::select! {
+                        joined = front => Some(landing(joined)),
+                        () = wake.notified() => None,
                     };
-                    q.pending.drain(..n).collect::<Vec<_>>()
+                    if let Some(ended) = ended {
+                        let f = chain.pop_front().expect("the commit that ended");
+                        self.landed(&c, f, ended, &mut chain, &mut cache).await;
+                    }
+                    continue;
                 }
             };
-            if let Some(until) = linger {
-                // Woken by a new operation, or the linger is over: look again.
-                tokio::select! {
-                    () = wake.notified() => {}
-                    () = tokio::time::sleep_until(until) => {}
+            if batch[0].op.mode() == Mode::Solo {
+                // A submit or a retry pass: after everything in flight, alone, with no
+                // cache (it may write a great deal, and it changes the version).
+                self.land_all(&c, &mut chain, &mut cache).await;
+                for p in batch {
+                    let answer = self.run_alone(&p.op).await;
+                    p.answer(answer);
                 }
-                continue;
-            }
-            if batch.is_empty() {
-                // Commits in flight and few operations: wait for the oldest commit, or for
-                // more operations.
-                let front = &mut chain.front_mut().expect("a commit in flight").commit;
-                let ended = tokio::select! {
-                    joined = front => Some(landing(joined)),
-                    () = wake.notified() => None,
-                };
-                if let Some(ended) = ended {
-                    let f = chain.pop_front().expect("the commit that ended");
-                    self.landed(&c, f, ended, &mut chain, &mut cache).await;
-                }
+                cache = None;
                 continue;
             }
             if chain.len() >= DEPTH {
@@ -321,12 +260,7 @@ impl RedisStore {
 
     /// Runs `batch`'s operations in `tx` in turn, each under a savepoint, after reading ahead
     /// what its tokens need. Fails as a whole only if the read-ahead fails.
-    async fn run_batch(
-        &self,
-        tx: &mut RedisTx,
-        c: &CampaignId,
-        batch: &[Pending],
-    ) -> R<Vec<R<Answer>>> {
+    async fn run_batch(&self, tx: &mut RedisTx, batch: &[Pending]) -> R<Vec<R<Answer>>> {
         let tokens: Vec<(TrialId, u32)> = batch.iter().flat_map(|p| p.op.tokens()).collect();
         if !tokens.is_empty() {
             // The meta first: the read-ahead names blocks from the spec.
@@ -336,7 +270,7 @@ impl RedisStore {
         let mut answers = Vec::with_capacity(batch.len());
         for p in batch {
             let sp = tx.savepoint();
-            let answer = p.op.run(tx, c, p.now).await;
+            let answer = engine::run(tx, &p.op).await;
             if answer.is_err() {
                 tx.rollback(sp);
             }
@@ -375,7 +309,7 @@ impl RedisStore {
                 )
             }
         };
-        let answers = match self.run_batch(&mut tx, c, &batch).await {
+        let answers = match self.run_batch(&mut tx, &batch).await {
             Ok(a) => a,
             Err(e) => {
                 self.land_all(c, chain, cache).await;
@@ -514,6 +448,43 @@ impl RedisStore {
         };
     }
 
+    /// Runs one operation in a transaction of its own, from no cache, again after each
+    /// conflict (with the campaign lock): a submit or a retry pass, which may write a great
+    /// deal and stage bulk parts.
+    pub(crate) async fn run_alone(&self, op: &CampaignOp) -> R<Answer> {
+        let c = op.campaign();
+        let mut attempt = 0u32;
+        loop {
+            let mut tx = self.begin(c.as_str(), attempt > 0, None).await?;
+            let answer = match engine::run(&mut tx, op).await {
+                Ok(answer) => answer,
+                Err(e) => {
+                    self.abort(tx).await;
+                    return Err(e);
+                }
+            };
+            match tx.commit(&self.script).await? {
+                Committed::Yes { wrote, .. } => {
+                    if wrote {
+                        Counters::bump(&self.counters.writes);
+                    }
+                    self.observer.committed(c, &tx.take_events());
+                    self.after_commit(wrote).await;
+                    return Ok(answer);
+                }
+                Committed::Conflict => {
+                    self.conflicted();
+                    attempt += 1;
+                    if attempt >= MAX_ATTEMPTS {
+                        return Err(StoreError::Unavailable(format!(
+                            "campaign {c}: {attempt} commit conflicts in a row"
+                        )));
+                    }
+                }
+            }
+        }
+    }
+
     /// Runs one round synchronously: every operation of `batch` in one transaction, then one
     /// commit, then the answers; after a conflict again, with the campaign lock. Returns the
     /// cache for the next round.
@@ -532,7 +503,7 @@ impl RedisStore {
                     return None;
                 }
             };
-            let answers = match self.run_batch(&mut tx, c, &batch).await {
+            let answers = match self.run_batch(&mut tx, &batch).await {
                 Ok(a) => a,
                 Err(e) => {
                     self.abort(tx).await;

@@ -16,15 +16,17 @@
 //!    `HSETNX scored <trial>`, and the script refuses to run if the field already exists.
 //!
 //! # Rounds
-//! Claims, renewals, completions, releases, forfeits, reaps and stops do not run one by one:
-//! a replica's concurrent operations on one campaign share a **round** ([`batch`]), one
+//! A campaign's operations do not run one by one: a replica's concurrent operations on one
+//! campaign share a **round** ([`batch`]), one
 //! transaction in which each runs in turn under a savepoint, committed by one script call, so
 //! they never conflict with each other and share the commit's cost (its script, its fsync).
 //! Conflicts remain only between replicas (and with submits); a conflict runs the round again.
 //! A round reads through the campaign's [`cache`]: the committed state its last commit left,
 //! valid while the stored version is still that commit's, so a replica that is the only writer
 //! reads only what it never saw. A round that writes nothing validates its reads by reading
-//! the version again instead of committing. Submits, status and the other reads run alone.
+//! the version again instead of committing. Submits and retry passes run alone, after the
+//! commits in flight. Deletes, the ledger's streams and the store-wide values
+//! ([`store_wide`]) are plain commands outside the rounds.
 //!
 //! A large submit stages its tasks in chunked staging hashes and its large ready queues in
 //! chunked staging sets, each under a key of its own that expires if the writer dies. Only the
@@ -62,6 +64,7 @@ mod layout;
 mod meta;
 mod migrate;
 mod stats;
+mod store_wide;
 mod stream;
 mod tx;
 mod writes;
@@ -72,26 +75,19 @@ use std::time::Duration;
 use async_trait::async_trait;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
-use lanes_common::ids::{CampaignId, Token};
-use lanes_common::lease::LeaseKey;
-use lanes_common::row::{Outcome, Phase, Row};
-use lanes_common::spec::{Campaign, CampaignSpec};
-use lanes_common::state::{CampaignState, StopMode};
-use lanes_common::utc::EpochMs;
-
-use self::batch::{Answer, Op, Rounds};
+use self::batch::Rounds;
 use self::cache::Cache;
-use self::commit::{Committed, nonce};
+use self::commit::nonce;
 pub use self::durability::Durability;
-use self::keys::{CAMPAIGNS, Keys, LEASE_KEY, bundle, login_code};
+use self::keys::Keys;
 pub use self::stats::RedisStats;
 use self::stats::{Conn, Counters};
 use self::tx::RedisTx;
 use super::Store;
 use super::api::*;
-use super::engine;
 use super::layout::{MigrationReport, StoreAt};
 use super::observe::{CommitObserver, ObserverSlot};
+use super::op::{Answer, CampaignOp, Op};
 
 /// How long a campaign lock is held at most before another operation may take it. Short,
 /// because a replica that dies holding it stalls the campaign that long; safe, because the
@@ -99,8 +95,6 @@ use super::observe::{CommitObserver, ObserverSlot};
 const LOCK_TTL_MS: u64 = 3_000;
 /// How long an operation waits for a busy campaign lock before failing as unavailable.
 const LOCK_WAIT: Duration = Duration::from_secs(10);
-/// Commit attempts before giving up (each conflict means another operation won).
-const MAX_ATTEMPTS: u32 = 100;
 
 /// Server error codes that describe the server's health, not the request: the same request
 /// succeeds once the server has finished loading its AOF (`LOADING`), a failover has settled
@@ -378,351 +372,50 @@ impl RedisStore {
     }
 }
 
-/// Runs one engine operation with retries on conflict: `$body` is evaluated with `$tx` bound
-/// to a fresh transaction each attempt.
-macro_rules! op {
-    ($self:ident, $campaign:expr, |$tx:ident| $body:expr) => {{
-        let campaign: &str = $campaign;
-        let mut attempt = 0u32;
-        Counters::bump(&$self.counters.ops);
-        loop {
-            let mut $tx = $self.begin(campaign, attempt > 0, None).await?;
-            let out = $body;
-            match out {
-                Err(e) => {
-                    $self.abort($tx).await;
-                    break Err(e);
-                }
-                Ok(value) => match $tx.commit(&$self.script).await? {
-                    Committed::Yes { wrote, .. } => {
-                        if wrote {
-                            Counters::bump(&$self.counters.writes);
-                        }
-                        if let Ok(id) = CampaignId::new(campaign) {
-                            $self.observer.committed(&id, &$tx.take_events());
-                        }
-                        $self.after_commit(wrote).await;
-                        break Ok(value);
-                    }
-                    Committed::Conflict => {
-                        $self.conflicted();
-                        attempt += 1;
-                        if attempt >= MAX_ATTEMPTS {
-                            break Err(StoreError::Unavailable(format!(
-                                "campaign {campaign}: {attempt} commit conflicts in a row"
-                            )));
-                        }
-                    }
-                },
-            }
-        }
-    }};
-}
-
-/// A round answered an operation with another operation's kind of answer: a bug.
-fn mismatch() -> StoreError {
-    StoreError::Backend("a round answered with the wrong kind of answer".into())
-}
-
 #[async_trait]
 impl Store for RedisStore {
-    async fn submit(&self, campaign: Campaign, now_ms: EpochMs) -> Result<Submitted, StoreError> {
-        let id = campaign.spec.id.to_string();
-        // Listed before the commit: the global index lives outside the campaign's slot, so
-        // it cannot join the commit script. A listed id whose submit never committed has no
-        // meta and `list` skips it; the other order could commit a campaign that no claim
-        // or reap ever sees, while telling the client its submit failed.
-        let mut conn = self.conn.clone();
-        redis::cmd("SADD")
-            .arg(CAMPAIGNS)
-            .arg(&id)
-            .query_async::<()>(&mut conn)
-            .await
-            .map_err(redis_err)?;
-        op!(self, &id, |tx| engine::submit(&mut tx, &campaign, now_ms)
-            .await)
-    }
-
-    async fn claim(
-        &self,
-        campaign: &CampaignId,
-        req: ClaimRequest,
-        now_ms: EpochMs,
-    ) -> Result<ClaimOutcome, StoreError> {
-        match self.in_round(campaign, Op::Claim(req), now_ms).await? {
-            Answer::Claim(a) => Ok(a),
-            _ => Err(mismatch()),
-        }
-    }
-
-    async fn renew(
-        &self,
-        campaign: &CampaignId,
-        tokens: Vec<(Token, Phase)>,
-        now_ms: EpochMs,
-    ) -> Result<Vec<(Token, RenewState)>, StoreError> {
-        match self.in_round(campaign, Op::Renew(tokens), now_ms).await? {
-            Answer::Renew(a) => Ok(a),
-            _ => Err(mismatch()),
-        }
-    }
-
-    async fn forfeit(
-        &self,
-        campaign: &CampaignId,
-        worker: &str,
-        tokens: Vec<Token>,
-        now_ms: EpochMs,
-    ) -> Result<Vec<Token>, StoreError> {
-        let op = Op::Forfeit(worker.to_owned(), tokens);
-        match self.in_round(campaign, op, now_ms).await? {
-            Answer::Forfeit(a) => Ok(a),
-            _ => Err(mismatch()),
-        }
-    }
-
-    async fn complete(
-        &self,
-        campaign: &CampaignId,
-        outcome: Outcome,
-        now_ms: EpochMs,
-    ) -> Result<CompleteAck, StoreError> {
-        match self
-            .in_round(campaign, Op::Complete(Box::new(outcome)), now_ms)
-            .await?
-        {
-            Answer::Ack(a) => Ok(a),
-            _ => Err(mismatch()),
-        }
-    }
-
-    async fn release(
-        &self,
-        campaign: &CampaignId,
-        release: Release,
-        now_ms: EpochMs,
-    ) -> Result<CompleteAck, StoreError> {
-        match self
-            .in_round(campaign, Op::Release(release), now_ms)
-            .await?
-        {
-            Answer::Ack(a) => Ok(a),
-            _ => Err(mismatch()),
-        }
-    }
-
-    async fn reap(&self, campaign: &CampaignId, now_ms: EpochMs) -> Result<ReapReport, StoreError> {
-        match self.in_round(campaign, Op::Reap, now_ms).await? {
-            Answer::Reap(a) => Ok(a),
-            _ => Err(mismatch()),
-        }
-    }
-
-    async fn stop(
-        &self,
-        campaign: &CampaignId,
-        mode: StopMode,
-        now_ms: EpochMs,
-    ) -> Result<CampaignState, StoreError> {
-        match self.in_round(campaign, Op::Stop(mode), now_ms).await? {
-            Answer::Stop(a) => Ok(a),
-            _ => Err(mismatch()),
-        }
-    }
-
-    async fn status(
-        &self,
-        campaign: &CampaignId,
-        now_ms: EpochMs,
-    ) -> Result<CampaignStatus, StoreError> {
-        op!(self, campaign.as_str(), |tx| engine::status(
-            &mut tx, campaign, now_ms
-        )
-        .await)
-    }
-
-    async fn rows(
-        &self,
-        campaign: &CampaignId,
-        from_seq: u64,
-        limit: usize,
-    ) -> Result<Vec<Row>, StoreError> {
-        self.read_stream(Keys::new(campaign.as_str()).results(), from_seq, limit)
-            .await
-    }
-
-    async fn events(
-        &self,
-        campaign: &CampaignId,
-        from: u64,
-        limit: usize,
-    ) -> Result<Vec<Event>, StoreError> {
-        self.read_stream(Keys::new(campaign.as_str()).events(), from, limit)
-            .await
-    }
-
-    async fn spec(&self, campaign: &CampaignId) -> Result<CampaignSpec, StoreError> {
-        op!(self, campaign.as_str(), |tx| engine::spec(
-            &mut tx, campaign
-        )
-        .await)
-    }
-
-    async fn campaign(&self, campaign: &CampaignId) -> Result<Campaign, StoreError> {
-        op!(self, campaign.as_str(), |tx| engine::campaign(
-            &mut tx, campaign
-        )
-        .await)
-    }
-
-    async fn ping(&self) -> Result<(), StoreError> {
-        let mut conn = self.conn.clone();
-        redis::cmd("PING")
-            .query_async::<String>(&mut conn)
-            .await
-            .map(|_| ())
-            .map_err(redis_err)
-    }
-
-    async fn lease_key(&self, fresh: LeaseKey) -> Result<LeaseKey, StoreError> {
-        let mut conn = self.conn.clone();
-        // SET NX: the first replica's key wins; every replica then reads the same one.
-        let (stored,): (Option<String>,) = redis::pipe()
-            .atomic()
-            .cmd("SET")
-            .arg(LEASE_KEY)
-            .arg(fresh.to_hex())
-            .arg("NX")
-            .ignore()
-            .cmd("GET")
-            .arg(LEASE_KEY)
-            .query_async(&mut conn)
-            .await
-            .map_err(redis_err)?;
-        stored
-            .as_deref()
-            .and_then(LeaseKey::from_hex)
-            .ok_or_else(|| StoreError::Corrupt(format!("{LEASE_KEY} is not 32 bytes of hex")))
-    }
-
-    async fn put_login_code(
-        &self,
-        digest: [u8; 32],
-        grant: LoginGrant,
-        now_ms: EpochMs,
-    ) -> Result<(), StoreError> {
-        let ttl = grant.expires_ms - now_ms;
-        if ttl <= 0 {
-            return Ok(());
-        }
-        let value =
-            serde_json::to_string(&grant).map_err(|e| StoreError::Backend(e.to_string()))?;
-        let mut conn = self.conn.clone();
-        redis::cmd("SET")
-            .arg(login_code(&digest))
-            .arg(value)
-            .arg("PX")
-            .arg(ttl)
-            .query_async::<()>(&mut conn)
-            .await
-            .map_err(redis_err)
-    }
-
-    async fn take_login_code(
-        &self,
-        digest: [u8; 32],
-        now_ms: EpochMs,
-    ) -> Result<Option<LoginGrant>, StoreError> {
-        let mut conn = self.conn.clone();
-        let taken: Option<String> = redis::cmd("GETDEL")
-            .arg(login_code(&digest))
-            .query_async(&mut conn)
-            .await
-            .map_err(redis_err)?;
-        let Some(text) = taken else { return Ok(None) };
-        let grant: LoginGrant =
-            serde_json::from_str(&text).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-        // PX expires it on Redis's clock; ours decides too, so both stores agree.
-        Ok((grant.expires_ms > now_ms).then_some(grant))
-    }
-
-    async fn delete(&self, campaign: &CampaignId) -> Result<Deleted, StoreError> {
-        self.delete_campaign(campaign).await
-    }
-
-    async fn missing_bundles(&self, digests: Vec<String>) -> Result<Vec<String>, StoreError> {
-        if digests.is_empty() {
-            return Ok(Vec::new());
-        }
-        let mut conn = self.conn.clone();
-        let mut pipe = redis::pipe();
-        for d in &digests {
-            pipe.cmd("EXISTS").arg(bundle(d));
-        }
-        let kept: Vec<bool> = pipe.query_async(&mut conn).await.map_err(redis_err)?;
-        Ok(digests
-            .into_iter()
-            .zip(kept)
-            .filter(|(_, k)| !k)
-            .map(|(d, _)| d)
-            .collect())
-    }
-
-    async fn put_bundle(&self, digest: String, encoded: Vec<u8>) -> Result<bool, StoreError> {
-        let mut conn = self.conn.clone();
-        let set: Option<String> = redis::cmd("SET")
-            .arg(bundle(&digest))
-            .arg(encoded)
-            .arg("NX")
-            .query_async(&mut conn)
-            .await
-            .map_err(redis_err)?;
-        Ok(set.is_some())
-    }
-
-    async fn bundle(&self, digest: String) -> Result<Option<Vec<u8>>, StoreError> {
-        let mut conn = self.conn.clone();
-        redis::cmd("GET")
-            .arg(bundle(&digest))
-            .query_async(&mut conn)
-            .await
-            .map_err(redis_err)
-    }
-
-    async fn requeue_excluded(
-        &self,
-        campaign: &CampaignId,
-        req: RequeueRequest,
-        now_ms: EpochMs,
-    ) -> Result<Requeued, StoreError> {
-        op!(self, campaign.as_str(), |tx| engine::requeue(
-            &mut tx, campaign, &req, now_ms
-        )
-        .await)
-    }
-
-    async fn list(&self) -> Result<Vec<CampaignId>, StoreError> {
-        let mut conn = self.conn.clone();
-        let mut ids: Vec<String> = redis::cmd("SMEMBERS")
-            .arg(CAMPAIGNS)
-            .query_async(&mut conn)
-            .await
-            .map_err(redis_err)?;
-        ids.sort();
-        if ids.is_empty() {
-            return Ok(Vec::new());
-        }
-        // Only committed campaigns: an id is listed just before its first commit.
-        let mut pipe = redis::pipe();
-        for id in &ids {
-            pipe.cmd("EXISTS").arg(Keys::new(id).meta());
-        }
-        let exists: Vec<bool> = pipe.query_async(&mut conn).await.map_err(redis_err)?;
-        ids.into_iter()
-            .zip(exists)
-            .filter(|(_, e)| *e)
-            .map(|(id, _)| CampaignId::new(id).map_err(|e| StoreError::Corrupt(e.to_string())))
-            .collect()
+    async fn execute(&self, op: Op) -> Result<Answer, StoreError> {
+        Ok(match op {
+            Op::Campaign(op) => {
+                if let CampaignOp::Submit { campaign, .. } = &op {
+                    self.list_campaign(&campaign.spec.id).await?;
+                }
+                self.in_round(op).await?
+            }
+            Op::Delete { campaign } => Answer::Deleted(self.delete_campaign(&campaign).await?),
+            Op::Rows {
+                campaign,
+                from,
+                limit,
+            } => {
+                let key = Keys::new(campaign.as_str()).results();
+                Answer::Rows(self.read_stream(key, from, limit).await?)
+            }
+            Op::Events {
+                campaign,
+                from,
+                limit,
+            } => {
+                let key = Keys::new(campaign.as_str()).events();
+                Answer::Events(self.read_stream(key, from, limit).await?)
+            }
+            Op::List => Answer::Campaigns(self.campaign_ids().await?),
+            Op::LeaseKey { fresh } => Answer::LeaseKey(self.keep_lease_key(fresh).await?),
+            Op::PutLoginCode { digest, grant, now } => {
+                self.put_code(digest, grant, now).await?;
+                Answer::Done
+            }
+            Op::TakeLoginCode { digest, now } => Answer::Grant(self.take_code(digest, now).await?),
+            Op::MissingBundles { digests } => Answer::Missing(self.missing(digests).await?),
+            Op::PutBundle { digest, encoded } => {
+                Answer::Stored(self.keep_bundle(digest, encoded).await?)
+            }
+            Op::Bundle { digest } => Answer::Bundle(self.bundle_bytes(digest).await?),
+            Op::Ping => {
+                self.ping_server().await?;
+                Answer::Done
+            }
+        })
     }
 
     fn set_observer(&self, observer: Arc<dyn CommitObserver>) {
