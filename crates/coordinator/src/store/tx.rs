@@ -1,6 +1,7 @@
 //! The typed transaction a backend gives the engine: reads see the transaction's own writes,
 //! and all writes commit together or not at all.
 
+use lanes_common::ids::{TaskId, TrialId};
 use lanes_common::row::Row;
 use lanes_common::spec::Task;
 use lanes_common::utc::EpochMs;
@@ -19,22 +20,22 @@ pub(crate) trait Tx {
     async fn task(&mut self, pos: u32) -> R<Task>;
     async fn put_task(&mut self, pos: u32, task: &Task) -> R<()>;
     async fn tasks(&mut self) -> R<Vec<Task>>;
-    async fn task_pos(&mut self, id: &str) -> R<Option<u32>>;
+    async fn task_pos(&mut self, id: &TaskId) -> R<Option<u32>>;
 
-    async fn trial(&mut self, id: &str) -> R<Option<TrialState>>;
-    async fn put_trial(&mut self, id: &str, state: &TrialState) -> R<()>;
+    async fn trial(&mut self, id: &TrialId) -> R<Option<TrialState>>;
+    async fn put_trial(&mut self, id: &TrialId, state: &TrialState) -> R<()>;
     /// Ids of every trial with a stored state.
-    async fn trial_ids(&mut self) -> R<Vec<String>>;
+    async fn trial_ids(&mut self) -> R<Vec<TrialId>>;
 
-    async fn lease(&mut self, trial: &str) -> R<Option<Lease>>;
-    async fn put_lease(&mut self, trial: &str, lease: &Lease) -> R<()>;
-    async fn del_lease(&mut self, trial: &str) -> R<()>;
-    async fn leases(&mut self) -> R<Vec<(String, Lease)>>;
+    async fn lease(&mut self, trial: &TrialId) -> R<Option<Lease>>;
+    async fn put_lease(&mut self, trial: &TrialId, lease: &Lease) -> R<()>;
+    async fn del_lease(&mut self, trial: &TrialId) -> R<()>;
+    async fn leases(&mut self) -> R<Vec<(TrialId, Lease)>>;
 
-    async fn add_deadline(&mut self, at: EpochMs, trial: &str) -> R<()>;
-    async fn del_deadline(&mut self, at: EpochMs, trial: &str) -> R<()>;
+    async fn add_deadline(&mut self, at: EpochMs, trial: &TrialId) -> R<()>;
+    async fn del_deadline(&mut self, at: EpochMs, trial: &TrialId) -> R<()>;
     /// Deadlines at or before `before`, oldest first.
-    async fn deadlines_due(&mut self, before: EpochMs, limit: usize) -> R<Vec<(EpochMs, String)>>;
+    async fn deadlines_due(&mut self, before: EpochMs, limit: usize) -> R<Vec<(EpochMs, TrialId)>>;
 
     /// Adds the unit at position `key`; its kind is the queue's.
     async fn add_ready(&mut self, queue: &Queue, key: u64) -> R<()>;
@@ -45,13 +46,13 @@ pub(crate) trait Tx {
     /// Every queue that ever held an entry, in name order.
     async fn queues(&mut self) -> R<Vec<Queue>>;
 
-    async fn add_delayed(&mut self, at: EpochMs, trial: &str) -> R<()>;
-    async fn del_delayed(&mut self, at: EpochMs, trial: &str) -> R<()>;
-    async fn delayed_due(&mut self, now: EpochMs, limit: usize) -> R<Vec<(EpochMs, String)>>;
+    async fn add_delayed(&mut self, at: EpochMs, trial: &TrialId) -> R<()>;
+    async fn del_delayed(&mut self, at: EpochMs, trial: &TrialId) -> R<()>;
+    async fn delayed_due(&mut self, now: EpochMs, limit: usize) -> R<Vec<(EpochMs, TrialId)>>;
     async fn delayed_next(&mut self) -> R<Option<EpochMs>>;
 
-    async fn token(&mut self, trial: &str, attempt: u32) -> R<Option<TokenRecord>>;
-    async fn put_token(&mut self, trial: &str, attempt: u32, record: &TokenRecord) -> R<()>;
+    async fn token(&mut self, trial: &TrialId, attempt: u32) -> R<Option<TokenRecord>>;
+    async fn put_token(&mut self, trial: &TrialId, attempt: u32, record: &TokenRecord) -> R<()>;
 
     async fn put_row(&mut self, row: &Row) -> R<()>;
     async fn put_event(&mut self, event: &Event) -> R<()>;

@@ -9,6 +9,7 @@ use redb::ReadableTable;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use lanes_common::ids::{TaskId, TrialId};
 use lanes_common::row::Row;
 use lanes_common::spec::Task;
 use lanes_common::utc::EpochMs;
@@ -218,11 +219,16 @@ fn utf8(b: Vec<u8>) -> R<String> {
 }
 
 /// Splits `<time:8> 0x00 <trial>`.
-fn time_and_trial(k: Vec<u8>) -> R<(EpochMs, String)> {
+fn time_and_trial(k: Vec<u8>) -> R<(EpochMs, TrialId)> {
     if k.len() < 9 {
         return Err(corrupt("bad time key"));
     }
-    Ok((unsigned_back(&k[..8])?, utf8(k[9..].to_vec())?))
+    Ok((unsigned_back(&k[..8])?, trial_id(utf8(k[9..].to_vec())?)?))
+}
+
+/// A stored trial id, checked as it is read back.
+fn trial_id(s: String) -> R<TrialId> {
+    TrialId::new(s).map_err(corrupt)
 }
 
 impl Tx for RedbTx<'_, '_> {
@@ -255,8 +261,8 @@ impl Tx for RedbTx<'_, '_> {
             .map(|(_, v)| serde_json::from_slice(&v).map_err(corrupt))
             .collect()
     }
-    async fn task_pos(&mut self, id: &str) -> R<Option<u32>> {
-        match self.get_raw(TASK_POS, &self.k(&[id.as_bytes()]))? {
+    async fn task_pos(&mut self, id: &TaskId) -> R<Option<u32>> {
+        match self.get_raw(TASK_POS, &self.k(&[id.as_str().as_bytes()]))? {
             Some(v) => {
                 let arr: [u8; 4] = v
                     .as_slice()
@@ -268,43 +274,56 @@ impl Tx for RedbTx<'_, '_> {
         }
     }
 
-    async fn trial(&mut self, id: &str) -> R<Option<TrialState>> {
-        self.get(TRIALS, &self.k(&[id.as_bytes()]))
+    async fn trial(&mut self, id: &TrialId) -> R<Option<TrialState>> {
+        self.get(TRIALS, &self.k(&[id.as_str().as_bytes()]))
     }
-    async fn put_trial(&mut self, id: &str, state: &TrialState) -> R<()> {
-        self.put(TRIALS, &self.k(&[id.as_bytes()]), state)
+    async fn put_trial(&mut self, id: &TrialId, state: &TrialState) -> R<()> {
+        self.put(TRIALS, &self.k(&[id.as_str().as_bytes()]), state)
     }
-    async fn trial_ids(&mut self) -> R<Vec<String>> {
+    async fn trial_ids(&mut self) -> R<Vec<TrialId>> {
         self.scan_prefix(TRIALS, &prefix(self.campaign), usize::MAX)?
             .into_iter()
-            .map(|(k, _)| utf8(k))
+            .map(|(k, _)| trial_id(utf8(k)?))
             .collect()
     }
 
-    async fn lease(&mut self, trial: &str) -> R<Option<Lease>> {
-        self.get(LEASES, &self.k(&[trial.as_bytes()]))
+    async fn lease(&mut self, trial: &TrialId) -> R<Option<Lease>> {
+        self.get(LEASES, &self.k(&[trial.as_str().as_bytes()]))
     }
-    async fn put_lease(&mut self, trial: &str, lease: &Lease) -> R<()> {
-        self.put(LEASES, &self.k(&[trial.as_bytes()]), lease)
+    async fn put_lease(&mut self, trial: &TrialId, lease: &Lease) -> R<()> {
+        self.put(LEASES, &self.k(&[trial.as_str().as_bytes()]), lease)
     }
-    async fn del_lease(&mut self, trial: &str) -> R<()> {
-        self.del(LEASES, &self.k(&[trial.as_bytes()])).map(drop)
-    }
-    async fn leases(&mut self) -> R<Vec<(String, Lease)>> {
-        self.scan_prefix(LEASES, &prefix(self.campaign), usize::MAX)?
-            .into_iter()
-            .map(|(k, v)| Ok((utf8(k)?, serde_json::from_slice(&v).map_err(corrupt)?)))
-            .collect()
-    }
-
-    async fn add_deadline(&mut self, at: EpochMs, trial: &str) -> R<()> {
-        self.put_raw(DEADLINES, &self.k(&[&signed(at), trial.as_bytes()]), &[])
-    }
-    async fn del_deadline(&mut self, at: EpochMs, trial: &str) -> R<()> {
-        self.del(DEADLINES, &self.k(&[&signed(at), trial.as_bytes()]))
+    async fn del_lease(&mut self, trial: &TrialId) -> R<()> {
+        self.del(LEASES, &self.k(&[trial.as_str().as_bytes()]))
             .map(drop)
     }
-    async fn deadlines_due(&mut self, before: EpochMs, limit: usize) -> R<Vec<(EpochMs, String)>> {
+    async fn leases(&mut self) -> R<Vec<(TrialId, Lease)>> {
+        self.scan_prefix(LEASES, &prefix(self.campaign), usize::MAX)?
+            .into_iter()
+            .map(|(k, v)| {
+                Ok((
+                    trial_id(utf8(k)?)?,
+                    serde_json::from_slice(&v).map_err(corrupt)?,
+                ))
+            })
+            .collect()
+    }
+
+    async fn add_deadline(&mut self, at: EpochMs, trial: &TrialId) -> R<()> {
+        self.put_raw(
+            DEADLINES,
+            &self.k(&[&signed(at), trial.as_str().as_bytes()]),
+            &[],
+        )
+    }
+    async fn del_deadline(&mut self, at: EpochMs, trial: &TrialId) -> R<()> {
+        self.del(
+            DEADLINES,
+            &self.k(&[&signed(at), trial.as_str().as_bytes()]),
+        )
+        .map(drop)
+    }
+    async fn deadlines_due(&mut self, before: EpochMs, limit: usize) -> R<Vec<(EpochMs, TrialId)>> {
         let p = prefix(self.campaign);
         let end = self.k(&[&signed(before.saturating_add(1))]);
         self.scan(DEADLINES, p.len(), &p, &end, limit)?
@@ -358,14 +377,18 @@ impl Tx for RedbTx<'_, '_> {
         }
     }
 
-    async fn add_delayed(&mut self, at: EpochMs, trial: &str) -> R<()> {
-        self.put_raw(DELAYED, &self.k(&[&signed(at), trial.as_bytes()]), &[])
+    async fn add_delayed(&mut self, at: EpochMs, trial: &TrialId) -> R<()> {
+        self.put_raw(
+            DELAYED,
+            &self.k(&[&signed(at), trial.as_str().as_bytes()]),
+            &[],
+        )
     }
-    async fn del_delayed(&mut self, at: EpochMs, trial: &str) -> R<()> {
-        self.del(DELAYED, &self.k(&[&signed(at), trial.as_bytes()]))
+    async fn del_delayed(&mut self, at: EpochMs, trial: &TrialId) -> R<()> {
+        self.del(DELAYED, &self.k(&[&signed(at), trial.as_str().as_bytes()]))
             .map(drop)
     }
-    async fn delayed_due(&mut self, now: EpochMs, limit: usize) -> R<Vec<(EpochMs, String)>> {
+    async fn delayed_due(&mut self, now: EpochMs, limit: usize) -> R<Vec<(EpochMs, TrialId)>> {
         let p = prefix(self.campaign);
         let end = self.k(&[&signed(now.saturating_add(1))]);
         self.scan(DELAYED, p.len(), &p, &end, limit)?
@@ -384,13 +407,16 @@ impl Tx for RedbTx<'_, '_> {
             .map(|(t, _)| t))
     }
 
-    async fn token(&mut self, trial: &str, attempt: u32) -> R<Option<TokenRecord>> {
-        self.get(TOKENS, &self.k(&[trial.as_bytes(), &attempt.to_be_bytes()]))
+    async fn token(&mut self, trial: &TrialId, attempt: u32) -> R<Option<TokenRecord>> {
+        self.get(
+            TOKENS,
+            &self.k(&[trial.as_str().as_bytes(), &attempt.to_be_bytes()]),
+        )
     }
-    async fn put_token(&mut self, trial: &str, attempt: u32, record: &TokenRecord) -> R<()> {
+    async fn put_token(&mut self, trial: &TrialId, attempt: u32, record: &TokenRecord) -> R<()> {
         self.put(
             TOKENS,
-            &self.k(&[trial.as_bytes(), &attempt.to_be_bytes()]),
+            &self.k(&[trial.as_str().as_bytes(), &attempt.to_be_bytes()]),
             record,
         )
     }

@@ -215,7 +215,7 @@ pub(crate) async fn claim(
         }
         if cand.queue.unit() == Unit::Trial {
             let trial = trial_by_key(tx, &meta, cand.key).await?;
-            let tid = trial.trial_id.to_string();
+            let tid = trial.trial_id.clone();
             let ts = tx.trial(&tid).await?.unwrap_or_default();
             let placement = ts.queued.as_ref().map(|q| (&q.placement, q.since_ms));
             let blocked = match placement {
@@ -305,10 +305,10 @@ async fn lease_unit(
             for slot in 0..n {
                 let t = trial_at(&meta.spec, meta.n_tasks as usize, tp, &task, run, slot);
                 let done = tx
-                    .trial(t.trial_id.as_str())
+                    .trial(&t.trial_id)
                     .await?
                     .is_some_and(|s| s.final_mark.is_some())
-                    || tx.lease(t.trial_id.as_str()).await?.is_some();
+                    || tx.lease(&t.trial_id).await?.is_some();
                 if !done {
                     trials.push(t);
                 }
@@ -350,7 +350,7 @@ async fn lease_unit(
     let hard = hard_deadlines_ms(now, &timeouts);
     let mut assigned = Vec::new();
     for ((trial, hard), reserved) in trials.into_iter().zip(hard).zip(reserve) {
-        let tid = trial.trial_id.to_string();
+        let tid = trial.trial_id.clone();
         let mut ts = tx.trial(&tid).await?.unwrap_or_default();
         ts.attempts += 1;
         ts.queued = None;

@@ -25,7 +25,7 @@ pub(crate) async fn renew(
     let ttl = ttl_ms(&meta);
     let mut out = Vec::with_capacity(tokens.len());
     for (token, phase) in tokens {
-        let tid = token.trial_id.as_str();
+        let tid = &token.trial_id;
         let state = match tx.lease(tid).await? {
             Some(mut lease)
                 if lease.attempt == token.attempt
@@ -90,7 +90,7 @@ pub(crate) async fn forfeit(
     let mut meta = meta_of(tx, c).await?;
     let mut out = Vec::new();
     for token in tokens {
-        let tid = token.trial_id.as_str();
+        let tid = &token.trial_id;
         let Some(lease) = tx.lease(tid).await? else {
             continue;
         };
@@ -134,7 +134,7 @@ fn unstarted(lease: &Lease, meta: &Meta) -> Option<TakeBack> {
 async fn take_back(
     tx: &mut impl Tx,
     meta: &mut Meta,
-    tid: &str,
+    tid: &TrialId,
     lease: &Lease,
     take: TakeBack,
     now: EpochMs,

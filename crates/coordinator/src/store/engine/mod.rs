@@ -153,8 +153,8 @@ fn trial_key(t: &Trial) -> u64 {
 }
 
 /// Resolves a trial id against the campaign, refusing ids outside its schedule.
-async fn resolve(tx: &mut impl Tx, meta: &Meta, id: &str) -> R<Option<Trial>> {
-    let Ok((task, run, arm)) = TrialId::parse(id) else {
+async fn resolve(tx: &mut impl Tx, meta: &Meta, id: &TrialId) -> R<Option<Trial>> {
+    let Ok((task, run, arm)) = TrialId::parse(id.as_str()) else {
         return Ok(None);
     };
     let Some(arm_pos) = meta.spec.arms.iter().position(|a| a.id == arm) else {
@@ -163,7 +163,7 @@ async fn resolve(tx: &mut impl Tx, meta: &Meta, id: &str) -> R<Option<Trial>> {
     if run >= meta.spec.total_runs() {
         return Ok(None);
     }
-    let Some(tp) = tx.task_pos(task.as_str()).await? else {
+    let Some(tp) = tx.task_pos(&task).await? else {
         return Ok(None);
     };
     let n = meta.spec.arms.len() as u32;

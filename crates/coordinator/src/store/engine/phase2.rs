@@ -107,7 +107,7 @@ async fn refuse_block(
                 run,
                 slot,
             );
-            let tid = trial.trial_id.to_string();
+            let tid = trial.trial_id.clone();
             // The entry goes whatever the trial's state, so a claim never meets it again.
             tx.del_ready(&trial_queue(meta, &trial), trial_key(&trial))
                 .await?;

@@ -1,7 +1,7 @@
 //! complete and release: a result becomes a row and a retry decision (`record`), which the
 //! reaper's take-backs end in too.
 
-use lanes_common::ids::{CampaignId, Token};
+use lanes_common::ids::{CampaignId, Token, TrialId};
 use lanes_common::policy::admission::pause_until;
 use lanes_common::policy::{ClaimGateInForce, Decision, NewResult, Placement, decide};
 use lanes_common::row::{ExcludedReason, FailureKind, Outcome, Row, Status, StoreFields};
@@ -88,7 +88,7 @@ pub(super) async fn dequeue(
 ) -> R<()> {
     if let Some(q) = ts.queued.take() {
         match q.delayed_until {
-            Some(at) => tx.del_delayed(at, trial.trial_id.as_str()).await?,
+            Some(at) => tx.del_delayed(at, &trial.trial_id).await?,
             None => {
                 tx.del_ready(&trial_queue(meta, trial), trial_key(trial))
                     .await?;
@@ -117,7 +117,7 @@ async fn enqueue_retry(
             since_ms: now,
         });
     } else {
-        tx.add_delayed(at, trial.trial_id.as_str()).await?;
+        tx.add_delayed(at, &trial.trial_id).await?;
         ts.queued = Some(Queued {
             delayed_until: Some(at),
             placement,
@@ -136,7 +136,7 @@ pub(super) async fn record(
     answer: bool,
     now: EpochMs,
 ) -> R<CompleteAck> {
-    let tid = trial.trial_id.to_string();
+    let tid = trial.trial_id.clone();
     let attempt = outcome.token.attempt;
     let mut ts = tx.trial(&tid).await?.unwrap_or_default();
     let mut token_rec = tx.token(&tid, attempt).await?.unwrap_or_default();
@@ -344,7 +344,7 @@ pub(super) async fn record(
 }
 
 /// The attempt whose completion counted, from its token records.
-async fn winner_of(tx: &mut impl Tx, tid: &str, attempts: u32) -> R<Option<u32>> {
+async fn winner_of(tx: &mut impl Tx, tid: &TrialId, attempts: u32) -> R<Option<u32>> {
     for a in 1..=attempts {
         if let Some(rec) = tx.token(tid, a).await?
             && rec.ack.as_ref().is_some_and(|k| k.counted)
@@ -356,11 +356,11 @@ async fn winner_of(tx: &mut impl Tx, tid: &str, attempts: u32) -> R<Option<u32>>
 }
 
 async fn check_token(tx: &mut impl Tx, meta: &Meta, token: &Token) -> R<Trial> {
-    let trial = resolve(tx, meta, token.trial_id.as_str())
+    let trial = resolve(tx, meta, &token.trial_id)
         .await?
         .ok_or_else(|| StoreError::UnknownToken(token.clone()))?;
     let issued = tx
-        .trial(token.trial_id.as_str())
+        .trial(&token.trial_id)
         .await?
         .is_some_and(|s| token.attempt >= 1 && token.attempt <= s.attempts);
     if !issued {
@@ -379,7 +379,7 @@ pub(crate) async fn complete(
     let mut meta = meta_of(tx, c).await?;
     let trial = check_token(tx, &meta, &outcome.token).await?;
     if let Some(ack) = tx
-        .token(trial.trial_id.as_str(), outcome.token.attempt)
+        .token(&trial.trial_id, outcome.token.attempt)
         .await?
         .and_then(|r| r.ack)
     {
@@ -398,7 +398,7 @@ pub(crate) async fn release(
 ) -> R<CompleteAck> {
     let mut meta = meta_of(tx, c).await?;
     let trial = check_token(tx, &meta, &release.token).await?;
-    let tid = trial.trial_id.as_str();
+    let tid = &trial.trial_id;
     if let Some(ack) = tx
         .token(tid, release.token.attempt)
         .await?

@@ -12,7 +12,7 @@ use std::collections::{BTreeSet, HashMap};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use lanes_common::ids::TrialId;
+use lanes_common::ids::{TaskId, TrialId};
 use lanes_common::row::Row;
 use lanes_common::schedule::{arm_index, block_name, from_position_key, phase_of};
 use lanes_common::spec::Task;
@@ -42,6 +42,11 @@ fn json<T: Serialize>(v: &T) -> R<Vec<u8>> {
 
 fn parse<T: DeserializeOwned>(b: &[u8]) -> R<T> {
     serde_json::from_slice(b).map_err(corrupt)
+}
+
+/// A stored trial id, checked as it is read back.
+fn trial_id(s: String) -> R<TrialId> {
+    TrialId::new(s).map_err(corrupt)
 }
 
 fn token_field(trial: &str, attempt: u32) -> String {
@@ -507,7 +512,8 @@ impl Tx for RedisTx {
         all.sort_by_key(|(p, _)| *p);
         all.iter().map(|(_, v)| parse(v)).collect()
     }
-    async fn task_pos(&mut self, id: &str) -> R<Option<u32>> {
+    async fn task_pos(&mut self, id: &TaskId) -> R<Option<u32>> {
+        let id = id.as_str();
         if let Some((p, _, _)) = self.writes.bulk_tasks.iter().find(|(_, _, t)| t == id) {
             return Ok(Some(*p));
         }
@@ -521,67 +527,72 @@ impl Tx for RedisTx {
         .await
     }
 
-    async fn trial(&mut self, id: &str) -> R<Option<TrialState>> {
+    async fn trial(&mut self, id: &TrialId) -> R<Option<TrialState>> {
+        let id = id.as_str();
         let key = self.keys.trials();
         self.hget_with(&key, id, parse).await
     }
-    async fn put_trial(&mut self, id: &str, state: &TrialState) -> R<()> {
+    async fn put_trial(&mut self, id: &TrialId, state: &TrialState) -> R<()> {
+        let id = id.as_str();
         let v = json(state)?;
         self.writes.hset(self.keys.trials(), id.to_owned(), Some(v));
         Ok(())
     }
-    async fn trial_ids(&mut self) -> R<Vec<String>> {
+    async fn trial_ids(&mut self) -> R<Vec<TrialId>> {
         let key = self.keys.trials();
-        Ok(self
-            .hgetall(&key)
+        self.hgetall(&key)
             .await?
             .into_iter()
-            .map(|(f, _)| f)
-            .collect())
+            .map(|(f, _)| trial_id(f))
+            .collect()
     }
 
-    async fn lease(&mut self, trial: &str) -> R<Option<Lease>> {
+    async fn lease(&mut self, trial: &TrialId) -> R<Option<Lease>> {
+        let trial = trial.as_str();
         let key = self.keys.leases();
         self.hget_with(&key, trial, parse).await
     }
-    async fn put_lease(&mut self, trial: &str, lease: &Lease) -> R<()> {
+    async fn put_lease(&mut self, trial: &TrialId, lease: &Lease) -> R<()> {
+        let trial = trial.as_str();
         let v = json(lease)?;
         self.writes
             .hset(self.keys.leases(), trial.to_owned(), Some(v));
         Ok(())
     }
-    async fn del_lease(&mut self, trial: &str) -> R<()> {
+    async fn del_lease(&mut self, trial: &TrialId) -> R<()> {
+        let trial = trial.as_str();
         self.writes.hset(self.keys.leases(), trial.to_owned(), None);
         Ok(())
     }
-    async fn leases(&mut self) -> R<Vec<(String, Lease)>> {
+    async fn leases(&mut self) -> R<Vec<(TrialId, Lease)>> {
         let key = self.keys.leases();
         self.hgetall(&key)
             .await?
             .into_iter()
-            .map(|(f, v)| Ok((f, parse(&v)?)))
+            .map(|(f, v)| Ok((trial_id(f)?, parse(&v)?)))
             .collect()
     }
 
-    async fn add_deadline(&mut self, at: EpochMs, trial: &str) -> R<()> {
+    async fn add_deadline(&mut self, at: EpochMs, trial: &TrialId) -> R<()> {
+        let trial = trial.as_str();
         self.writes
             .zadd(self.keys.deadlines(), at as f64, trial.to_owned());
         Ok(())
     }
-    async fn del_deadline(&mut self, _at: EpochMs, trial: &str) -> R<()> {
+    async fn del_deadline(&mut self, _at: EpochMs, trial: &TrialId) -> R<()> {
+        let trial = trial.as_str();
         // One lease per trial, so one deadline per trial: the member alone identifies it.
         self.writes.zrem(self.keys.deadlines(), trial.to_owned());
         Ok(())
     }
-    async fn deadlines_due(&mut self, before: EpochMs, limit: usize) -> R<Vec<(EpochMs, String)>> {
+    async fn deadlines_due(&mut self, before: EpochMs, limit: usize) -> R<Vec<(EpochMs, TrialId)>> {
         let key = self.keys.deadlines();
-        Ok(self
-            .zrange(&key, Some(before as f64), limit)
+        self.zrange(&key, Some(before as f64), limit)
             .await?
             .0
             .into_iter()
-            .map(|(m, s)| (s as EpochMs, m))
-            .collect())
+            .map(|(m, s)| Ok((s as EpochMs, trial_id(m)?)))
+            .collect()
     }
 
     async fn add_ready(&mut self, queue: &Queue, key: u64) -> R<()> {
@@ -633,25 +644,26 @@ impl Tx for RedisTx {
         Ok(all.into_iter().collect())
     }
 
-    async fn add_delayed(&mut self, at: EpochMs, trial: &str) -> R<()> {
+    async fn add_delayed(&mut self, at: EpochMs, trial: &TrialId) -> R<()> {
+        let trial = trial.as_str();
         self.writes
             .zadd(self.keys.delayed(), at as f64, trial.to_owned());
         Ok(())
     }
-    async fn del_delayed(&mut self, _at: EpochMs, trial: &str) -> R<()> {
+    async fn del_delayed(&mut self, _at: EpochMs, trial: &TrialId) -> R<()> {
+        let trial = trial.as_str();
         // A trial waits in the delayed set at most once.
         self.writes.zrem(self.keys.delayed(), trial.to_owned());
         Ok(())
     }
-    async fn delayed_due(&mut self, now: EpochMs, limit: usize) -> R<Vec<(EpochMs, String)>> {
+    async fn delayed_due(&mut self, now: EpochMs, limit: usize) -> R<Vec<(EpochMs, TrialId)>> {
         let key = self.keys.delayed();
-        Ok(self
-            .zrange(&key, Some(now as f64), limit)
+        self.zrange(&key, Some(now as f64), limit)
             .await?
             .0
             .into_iter()
-            .map(|(m, s)| (s as EpochMs, m))
-            .collect())
+            .map(|(m, s)| Ok((s as EpochMs, trial_id(m)?)))
+            .collect()
     }
     async fn delayed_next(&mut self) -> R<Option<EpochMs>> {
         let key = self.keys.delayed();
@@ -663,12 +675,14 @@ impl Tx for RedisTx {
             .map(|(_, s)| *s as EpochMs))
     }
 
-    async fn token(&mut self, trial: &str, attempt: u32) -> R<Option<TokenRecord>> {
+    async fn token(&mut self, trial: &TrialId, attempt: u32) -> R<Option<TokenRecord>> {
+        let trial = trial.as_str();
         let key = self.keys.tokens();
         self.hget_with(&key, &token_field(trial, attempt), parse)
             .await
     }
-    async fn put_token(&mut self, trial: &str, attempt: u32, record: &TokenRecord) -> R<()> {
+    async fn put_token(&mut self, trial: &TrialId, attempt: u32, record: &TokenRecord) -> R<()> {
+        let trial = trial.as_str();
         let v = json(record)?;
         self.writes
             .hset(self.keys.tokens(), token_field(trial, attempt), Some(v));
