@@ -30,7 +30,8 @@
 //!
 //! A large submit stages its tasks in chunked staging hashes and its large ready queues in
 //! chunked staging sets, each under a key of its own that expires if the writer dies. Only the
-//! commit script merges them (`M` for hashes, `ZUNIONSTORE` for sets), so a transaction that
+//! commit script merges them (`M` for hashes, `U` for sets: a rename when the target does not
+//! exist yet, otherwise a copy of the staged entries), so a transaction that
 //! loses a version conflict, or a concurrent submit of the same id, never sees another's
 //! uncommitted tasks; the campaign becomes visible only when the script commits its meta.
 //!
