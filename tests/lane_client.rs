@@ -69,16 +69,16 @@ impl ScriptedLane {
     /// Opens a session over `https://` with this CA and client certificate, and registers.
     pub async fn connect_tls(
         url: &str,
-        tls: &lanes_common::tls::ClientTls,
+        tls: &lanes_dial::ClientTls,
         token: Option<&str>,
         worker: &str,
         host: &str,
     ) -> Result<Self, Status> {
-        let channel = lanes_common::tls::endpoint(url, tls)
+        let channel = lanes_dial::endpoint(url, tls)
             .expect("endpoint")
             .connect()
             .await
-            .map_err(|e| Status::unavailable(lanes_common::tls::explain_connect_error(url, &e)))?;
+            .map_err(|e| Status::unavailable(lanes_dial::explain_connect_error(url, &e)))?;
         Self::connect_on(channel, token, worker, host).await
     }
 

@@ -8,11 +8,11 @@ use std::sync::Arc;
 use lanes_common::proto as pb;
 use lanes_common::proto::coordinator_message::Msg;
 use lanes_common::proto::lane_service_client::LaneServiceClient;
-use lanes_common::tls::{ClientTls, endpoint};
 use lanes_coordinator::store::{
     EmbeddedStore, ManualClock, RedisOptions, RedisStore, Store, StoreError,
 };
 use lanes_coordinator::tls::ServerTls;
+use lanes_dial::{ClientTls, endpoint};
 use lanes_tests::certs::{Pair, TestCa};
 use lanes_tests::coordinator::{CLIENT_TOKEN, CoordinatorHandle, LANE_TOKEN, test_config};
 use lanes_tests::lane_client::{Bearer, ScriptedLane, small_campaign, submit_request};
@@ -116,7 +116,7 @@ async fn mutual_tls_binds_a_lane_session_to_its_certificate() {
         .connect()
         .await
         .expect_err("an unknown server CA");
-    let text = lanes_common::tls::explain_connect_error(&url, &e);
+    let text = lanes_dial::explain_connect_error(&url, &e);
     assert!(text.to_lowercase().contains("certificate"), "{text}");
 
     // Plaintext against the TLS port fails, and the message says what to do.
@@ -126,7 +126,7 @@ async fn mutual_tls_binds_a_lane_session_to_its_certificate() {
         .connect()
         .await
     {
-        Err(e) => lanes_common::tls::explain_connect_error(&plain, &e),
+        Err(e) => lanes_dial::explain_connect_error(&plain, &e),
         Ok(ch) => {
             let mut l = LaneServiceClient::new(ch);
             let (_tx, rx) = tokio::sync::mpsc::channel::<pb::WorkerMessage>(1);
@@ -134,7 +134,7 @@ async fn mutual_tls_binds_a_lane_session_to_its_certificate() {
                 .session(tokio_stream::wrappers::ReceiverStream::new(rx))
                 .await
                 .expect_err("plaintext to a TLS port");
-            lanes_common::tls::explain_status(&s)
+            lanes_dial::explain_status(&s)
         }
     };
     assert!(e.contains("https://"), "{e}");

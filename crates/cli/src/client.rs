@@ -17,7 +17,7 @@ use lanes_common::proto::campaign_service_client::CampaignServiceClient;
 
 use crate::exit::Code;
 use crate::local_api::LocalApi;
-use lanes_common::tls::{ClientTls, endpoint, explain_connect_error};
+use lanes_dial::{ClientTls, endpoint, explain_connect_error};
 
 /// Where client commands go.
 #[derive(clap::Args, Debug, Clone)]
@@ -151,7 +151,7 @@ impl Target {
 
 /// A gRPC failure as an exit code and a message on stderr.
 pub(crate) fn report_status(s: &tonic::Status) -> Code {
-    eprintln!("lanes: {}", lanes_common::tls::explain_status(s));
+    eprintln!("lanes: {}", lanes_dial::explain_status(s));
     if s.code() == tonic::Code::FailedPrecondition
         && let Ok(details) = pb::SubmitResponse::decode(s.details())
     {

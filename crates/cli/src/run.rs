@@ -123,7 +123,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<Code> {
 
 /// A one-time dashboard login link for `id`, asked of this run's own API.
 async fn login_link(api: &LocalApi, id: &lanes_common::ids::CampaignId) -> anyhow::Result<String> {
-    let tls = lanes_common::tls::ClientTls::default();
+    let tls = lanes_dial::ClientTls::default();
     let mut client = crate::client::connect(&api.url, Some(api.client_token.clone()), &tls).await?;
     let link = client
         .login_link(lanes_common::proto::LoginLinkRequest {

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 
-use lanes_common::tls::ClientTls;
+use lanes_dial::ClientTls;
 
 #[derive(clap::Args, Debug, Clone, Default)]
 pub(crate) struct TlsArgs {

@@ -1,6 +1,8 @@
 //! Lanes' domain model, with no I/O: ids, the campaign and its file format, the schedule,
 //! rows and outcomes, the spec hash, the policy (retries, claim gates, phase 2), resume, the
-//! size limits of every message, and the generated wire contract with its conversions.
+//! size limits of every message, and the generated wire contract with its conversions. The
+//! report (`lanes-report`), dialing a coordinator (`lanes-dial`) and attempts' traces in
+//! OpenTelemetry (`lanes-telemetry`) live in crates of their own.
 
 pub mod archive;
 pub mod canonical;
@@ -9,11 +11,9 @@ pub mod ids;
 pub mod lease;
 pub mod limits;
 pub mod log_safe;
-pub mod otel;
 pub mod policy;
 pub mod proto;
 pub mod protocol;
-pub mod report;
 pub mod request_codec;
 pub mod resume;
 pub mod row;
@@ -25,7 +25,6 @@ pub mod state;
 pub mod stats;
 pub mod strict_json;
 pub mod submit;
-pub mod tls;
 pub mod trace;
 pub mod utc;
 

@@ -2,7 +2,7 @@
 //! campaign of any size is reported in full without holding its rows at once.
 
 use lanes_common::ids::CampaignId;
-use lanes_common::report::{Report, ReportBuilder};
+use lanes_report::{Report, ReportBuilder};
 
 use crate::store::{Store, StoreError};
 

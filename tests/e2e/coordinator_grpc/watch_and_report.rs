@@ -150,7 +150,7 @@ async fn redis_report_folds_a_ledger_past_100k_rows() {
         .unwrap()
         .into_inner()
         .json;
-    let report: lanes_common::report::Report = serde_json::from_str(&json).unwrap();
+    let report: lanes_report::Report = serde_json::from_str(&json).unwrap();
     assert_eq!(report.rows_total, 101_000);
     assert_eq!(report.rows_by_status.get("cancelled"), Some(&101_000));
     assert_eq!(report.unscheduled_rows, 0);

@@ -22,7 +22,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use lanes_common::proto as pb;
-use lanes_common::tls::ClientTls;
+use lanes_dial::ClientTls;
 
 use crate::exit::Code;
 use coordinator_proc::{CoordinatorProc, StoreTarget};
@@ -192,7 +192,7 @@ async fn call<T>(
 ) -> anyhow::Result<T> {
     match tokio::time::timeout(CALL_TIMEOUT, f).await {
         Ok(Ok(r)) => Ok(r.into_inner()),
-        Ok(Err(s)) => anyhow::bail!("{what}: {}", lanes_common::tls::explain_status(&s)),
+        Ok(Err(s)) => anyhow::bail!("{what}: {}", lanes_dial::explain_status(&s)),
         Err(_) => anyhow::bail!("{what}: no answer within {CALL_TIMEOUT:?}"),
     }
 }

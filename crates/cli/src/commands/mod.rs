@@ -14,7 +14,7 @@ mod workers;
 
 use std::path::PathBuf;
 
-use lanes_common::report::{Report, ReportFormat, Sections};
+use lanes_report::{Report, ReportFormat, Sections};
 
 use crate::client::{Target, print_rows, report_status};
 use crate::exit::Code;

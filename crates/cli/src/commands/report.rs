@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use lanes_common::proto as pb;
-use lanes_common::report::Report;
+use lanes_report::Report;
 
 use super::{Done, ReportFormatArg, print_report};
 use crate::client::Client;
@@ -37,7 +37,7 @@ pub(super) fn from_archive(
             return Code::BadInput;
         }
     };
-    let report = lanes_common::report::build(&archive.campaign, &archive.rows);
+    let report = lanes_report::build(&archive.campaign, &archive.rows);
     let format = if json { ReportFormatArg::Json } else { format };
     print_report(&report, format.into(), partial)
 }

@@ -1,6 +1,6 @@
 //! A `lanes` process's logs and traces: logs on stderr (text for people, JSON lines for
 //! machines, filtered by `RUST_LOG`), and the spans of attempts (target
-//! [`lanes_common::otel::TARGET`]) exported over OTLP when the standard `OTEL_*` variables
+//! [`lanes_telemetry::TARGET`]) exported over OTLP when the standard `OTEL_*` variables
 //! name an endpoint. Span contexts exist even without an exporter, so JSON log lines and rows
 //! carry trace ids either way.
 
@@ -19,7 +19,7 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
 
-use lanes_common::otel;
+use lanes_telemetry as otel;
 
 pub(crate) use config::Protocol;
 

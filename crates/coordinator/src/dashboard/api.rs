@@ -7,9 +7,9 @@ use tonic::{Code, Request, Status};
 
 use lanes_common::proto as pb;
 use lanes_common::proto::campaign_service_server::CampaignService;
-use lanes_common::report::Report;
 use lanes_common::row::Row;
 use lanes_common::spec::CampaignSpec;
+use lanes_report::Report;
 
 use crate::auth::{Caller, Role};
 use crate::service::campaign::CampaignSvc;

@@ -5,8 +5,8 @@
 
 use std::fmt::Write as _;
 
-use lanes_common::report::{ArmStats, PairedComparison};
 use lanes_common::utc::format_rfc3339;
+use lanes_report::{ArmStats, PairedComparison};
 
 use super::html::{esc, pct};
 

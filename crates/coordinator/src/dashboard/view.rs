@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use lanes_common::proto as pb;
-use lanes_common::report::{Block, Report, Sections};
 use lanes_common::utc::{format_rfc3339, parse_rfc3339};
+use lanes_report::{Block, Report, Sections};
 
 use super::api::{Api, Result, Skeleton};
 use super::html::{duration_s, esc, table, url_part, usd};

@@ -24,7 +24,7 @@ use lanes_common::row::{FailureKind, Outcome};
 
 use tracing::Instrument;
 
-use lanes_common::otel;
+use lanes_telemetry as otel;
 
 use super::Shared;
 use super::leases::LeaseRefused;

@@ -11,9 +11,9 @@ use tonic::Status;
 use lanes_common::convert::{lease_of, token, wire_enum};
 use lanes_common::ids::{AttemptTag, CampaignId, Token};
 use lanes_common::lease::LeaseSecret;
-use lanes_common::otel;
 use lanes_common::proto as pb;
 use lanes_common::row::Phase;
+use lanes_telemetry as otel;
 
 use super::lane::{LaneSvc, Worker};
 use super::leases::LeaseRefused;

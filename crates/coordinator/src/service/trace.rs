@@ -7,9 +7,9 @@ use std::time::SystemTime;
 
 use opentelemetry::KeyValue;
 
-use lanes_common::otel;
 use lanes_common::proto as pb;
 use lanes_common::trace::TraceParent;
+use lanes_telemetry as otel;
 
 /// Records each trial's `claim` span (from `started`, when the work request came in) and sets
 /// the traceparent the lane parents its `attempt` span on.

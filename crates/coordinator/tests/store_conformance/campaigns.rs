@@ -351,7 +351,7 @@ pub(super) async fn an_operator_retry_pass_requeues_excluded_trials(h: &mut Harn
 
     // The report: every trial counted, and the requeued ones disclosed apart.
     let recorded = h.store.campaign(&c).await.unwrap();
-    let report = lanes_common::report::build(&recorded, &rows);
+    let report = lanes_report::build(&recorded, &rows);
     assert_eq!(report.completeness.total.counted, 4);
     // Scores after a requeue are the retry's, not late scores after an exclusion.
     assert_eq!(report.completeness.total.counted_after_exclusion, 0);

@@ -20,7 +20,7 @@ pub struct WorkerConfig {
     /// The lane role's bearer token. Never logged.
     pub token: Option<String>,
     /// The CA and client certificate for `https://` coordinators.
-    pub tls: lanes_common::tls::ClientTls,
+    pub tls: lanes_dial::ClientTls,
     pub worker_id: String,
     pub host: String,
     pub lanes: u32,

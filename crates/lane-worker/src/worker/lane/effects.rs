@@ -696,7 +696,7 @@ fn record_outcome(span: &tracing::Span, o: &lanes_common::row::Outcome) {
     }
     if let Some(k) = o.failure_kind {
         let message = o.error.as_deref().unwrap_or(k.as_str());
-        lanes_common::otel::record_error(span, k.as_str(), message);
+        lanes_telemetry::record_error(span, k.as_str(), message);
     }
 }
 

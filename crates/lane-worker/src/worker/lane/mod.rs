@@ -164,7 +164,7 @@ impl Current {
 
 /// The span of one lifecycle phase, a child of the attempt span.
 fn phase_span(parent: &tracing::Span, p: Phase) -> tracing::Span {
-    use lanes_common::otel::TARGET;
+    use lanes_telemetry::TARGET;
     match p {
         Phase::Assigned | Phase::Admit => {
             tracing::info_span!(target: TARGET, parent: parent, "admit")
@@ -181,8 +181,8 @@ fn phase_span(parent: &tracing::Span, p: Phase) -> tracing::Span {
 /// The traceparent of `span` when this process exports spans (a span that is never exported
 /// must not become anyone's parent).
 pub(super) fn exported_traceparent(span: &tracing::Span) -> Option<String> {
-    lanes_common::otel::exporting()
-        .then(|| lanes_common::otel::traceparent_of(span))
+    lanes_telemetry::exporting()
+        .then(|| lanes_telemetry::traceparent_of(span))
         .flatten()
         .map(|tp| tp.to_string())
 }
@@ -201,7 +201,7 @@ fn attempt_span(
         .and_then(Value::as_str)
         .map(str::to_owned);
     let span = tracing::info_span!(
-        target: lanes_common::otel::TARGET,
+        target: lanes_telemetry::TARGET,
         "attempt",
         lanes.campaign = %campaign,
         lanes.trial_id = %token.trial_id,
@@ -220,7 +220,7 @@ fn attempt_span(
         gen_ai.usage.output_tokens = tracing::field::Empty,
     );
     match TraceParent::parse_opt(&t.traceparent) {
-        Ok(Some(tp)) => lanes_common::otel::set_parent(&span, &tp),
+        Ok(Some(tp)) => lanes_telemetry::set_parent(&span, &tp),
         Ok(None) => {}
         Err(e) => {
             tracing::warn!(error = %e, trial = %token, "the assignment's traceparent is malformed: the attempt starts its own trace")

@@ -12,7 +12,7 @@ use tonic::metadata::MetadataValue;
 use lanes_common::proto as pb;
 use lanes_common::proto::lane_service_client::LaneServiceClient;
 use lanes_common::proto::worker_message::Msg as In;
-use lanes_common::tls::{ClientTls, endpoint, explain_connect_error, explain_status};
+use lanes_dial::{ClientTls, endpoint, explain_connect_error, explain_status};
 
 use super::{CoordinatorLink, LinkFuture, LinkSession};
 

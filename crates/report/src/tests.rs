@@ -3,9 +3,9 @@
 use std::path::Path;
 
 use super::{Sections, build};
-use crate::row::{Row, Status, StoreFields};
-use crate::schedule;
-use crate::spec;
+use lanes_common::row::{Row, Status, StoreFields};
+use lanes_common::schedule;
+use lanes_common::spec;
 
 fn campaign() -> spec::Campaign {
     let text = "id = \"rep\"\nphase1_runs = 2\nschedule_seed = 7\n\

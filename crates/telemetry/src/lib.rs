@@ -18,7 +18,7 @@ use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::trace::{IdGenerator, RandomIdGenerator};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
-use crate::trace::TraceParent;
+use lanes_common::trace::TraceParent;
 
 /// The `tracing` target of the spans that are exported.
 pub const TARGET: &str = "lanes_trace";

@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 
 use super::{Report, StateCounts};
-use crate::row::Status;
-use crate::stats::Interval;
+use lanes_common::row::Status;
+use lanes_common::stats::Interval;
 
 /// Which parts of the report to lay out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

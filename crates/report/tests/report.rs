@@ -3,11 +3,11 @@
 
 use std::path::Path;
 
-use lanes_common::report::{self, Block, PAIRED_CI_METHOD, Report, ReportFormat, Sections};
 use lanes_common::row::{ExcludedReason, FailureKind, Phase2Refusal, Row, Status, StoreFields};
 use lanes_common::schedule::{self, Trial};
 use lanes_common::spec::{self, Campaign};
 use lanes_common::stats::{Interval, Z95, mcnemar_exact_p, newcombe_paired_diff, wilson_interval};
+use lanes_report::{self as report, Block, PAIRED_CI_METHOD, Report, ReportFormat, Sections};
 
 fn campaign(arms: &[&str], tasks: usize, phase1: u32, phase2: u32) -> Campaign {
     let arms: String = arms
