@@ -9,6 +9,54 @@ use sha2::{Digest, Sha256};
 use crate::ids::{ArmId, TaskId, TrialId};
 use crate::spec::{Campaign, CampaignSpec, Task};
 
+/// The phase of the schedule a trial belongs to: the first (its runs are pre-registered) or
+/// the second (adaptive: run only for blocks the first phase leaves undecided). Written as the
+/// number `1` or `2` in rows, traces and block names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum SchedulePhase {
+    First,
+    Second,
+}
+
+impl SchedulePhase {
+    /// `1` or `2`.
+    pub fn number(self) -> u8 {
+        match self {
+            Self::First => 1,
+            Self::Second => 2,
+        }
+    }
+
+    /// The phase numbered `n`, if there is one.
+    pub fn from_number(n: u8) -> Option<Self> {
+        match n {
+            1 => Some(Self::First),
+            2 => Some(Self::Second),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for SchedulePhase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.number())
+    }
+}
+
+impl Serialize for SchedulePhase {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u8(self.number())
+    }
+}
+
+impl<'de> Deserialize<'de> for SchedulePhase {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let n = u8::deserialize(d)?;
+        Self::from_number(n)
+            .ok_or_else(|| serde::de::Error::custom(format!("phase {n}: a phase is 1 or 2")))
+    }
+}
+
 /// One cell (task, arm, run_index) of the schedule, with its identity and its place.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Trial {
@@ -17,8 +65,7 @@ pub struct Trial {
     pub arm: ArmId,
     /// 0-based across phases.
     pub run_index: u32,
-    /// 1 or 2.
-    pub phase: u8,
+    pub phase: SchedulePhase,
     /// `p<phase>-<task>`.
     pub block: String,
     /// Global position in the schedule, from 0.
@@ -50,7 +97,7 @@ pub fn run_seed(schedule_seed: u64, task: &TaskId, run_index: u32) -> u64 {
 }
 
 /// The block name of a task in a phase.
-pub fn block_name(phase: u8, task: &TaskId) -> String {
+pub fn block_name(phase: SchedulePhase, task: &TaskId) -> String {
     format!("p{phase}-{task}")
 }
 
@@ -71,8 +118,8 @@ pub fn trials_of<'a>(
 ) -> impl Iterator<Item = Trial> + 'a {
     let n_arms = spec.arms.len() as u32;
     let phases = [
-        (1u8, 0..spec.phase1_runs),
-        (2u8, spec.phase1_runs..spec.total_runs()),
+        (SchedulePhase::First, 0..spec.phase1_runs),
+        (SchedulePhase::Second, spec.phase1_runs..spec.total_runs()),
     ];
     let mut order_index = 0u64;
     phases
@@ -141,26 +188,34 @@ pub fn run_groups<'a>(campaign: &'a Campaign) -> impl Iterator<Item = RunGroup> 
 }
 
 /// The phase of a run index.
-pub fn phase_of(spec: &CampaignSpec, run_index: u32) -> u8 {
-    if run_index < spec.phase1_runs { 1 } else { 2 }
+pub fn phase_of(spec: &CampaignSpec, run_index: u32) -> SchedulePhase {
+    if run_index < spec.phase1_runs {
+        SchedulePhase::First
+    } else {
+        SchedulePhase::Second
+    }
 }
 
 /// A trial's position in schedule order as a sortable integer that survives amendments
 /// (appending tasks or runs shifts `order_index`, never this): phase, task_pos, run_index and
 /// arm slot packed so that numeric order is schedule order. It fits in 41 bits, so it is exact
 /// as a Redis sorted-set score.
-pub fn position_key(phase: u8, task_pos: u32, run_index: u32, slot: u32) -> u64 {
+pub fn position_key(phase: SchedulePhase, task_pos: u32, run_index: u32, slot: u32) -> u64 {
     debug_assert!(task_pos < (1 << 20) && run_index < (1 << 14) && slot < (1 << 6));
-    (u64::from(phase.saturating_sub(1)) << 40)
+    (u64::from(phase == SchedulePhase::Second) << 40)
         | (u64::from(task_pos) << 20)
         | (u64::from(run_index) << 6)
         | u64::from(slot)
 }
 
 /// Unpacks a [`position_key`] into (phase, task_pos, run_index, slot).
-pub fn from_position_key(key: u64) -> (u8, u32, u32, u32) {
+pub fn from_position_key(key: u64) -> (SchedulePhase, u32, u32, u32) {
+    let phase = match (key >> 40) & 1 {
+        0 => SchedulePhase::First,
+        _ => SchedulePhase::Second,
+    };
     (
-        ((key >> 40) & 1) as u8 + 1,
+        phase,
         ((key >> 20) & 0xF_FFFF) as u32,
         ((key >> 6) & 0x3FFF) as u32,
         (key & 0x3F) as u32,
@@ -179,7 +234,7 @@ pub fn trial_at(
     let n_arms = spec.arms.len() as u32;
     let n = u64::from(n_arms);
     let phase = phase_of(spec, run_index);
-    let order_index = if phase == 1 {
+    let order_index = if phase == SchedulePhase::First {
         (u64::from(task_pos) * u64::from(spec.phase1_runs) + u64::from(run_index)) * n
             + u64::from(slot)
     } else {
@@ -224,12 +279,25 @@ mod tests {
 
     #[test]
     fn position_keys_round_trip_and_sort() {
-        let k = position_key(2, 999_999, 9_999, 63);
-        assert_eq!(from_position_key(k), (2, 999_999, 9_999, 63));
-        assert!(position_key(1, 5, 3, 1) < position_key(1, 5, 3, 2));
-        assert!(position_key(1, 5, 9, 0) < position_key(1, 6, 0, 0));
-        assert!(position_key(1, 999_999, 9_999, 63) < position_key(2, 0, 0, 0));
+        use SchedulePhase::{First, Second};
+        let k = position_key(Second, 999_999, 9_999, 63);
+        assert_eq!(from_position_key(k), (Second, 999_999, 9_999, 63));
+        assert!(position_key(First, 5, 3, 1) < position_key(First, 5, 3, 2));
+        assert!(position_key(First, 5, 9, 0) < position_key(First, 6, 0, 0));
+        assert!(position_key(First, 999_999, 9_999, 63) < position_key(Second, 0, 0, 0));
         assert!(k < (1 << 53));
+    }
+
+    #[test]
+    fn a_phase_is_written_as_its_number_and_read_back_only_from_1_or_2() {
+        for (p, n) in [(SchedulePhase::First, "1"), (SchedulePhase::Second, "2")] {
+            assert_eq!(serde_json::to_string(&p).unwrap(), n);
+            assert_eq!(serde_json::from_str::<SchedulePhase>(n).unwrap(), p);
+            assert_eq!(p.to_string(), n);
+        }
+        for bad in ["0", "3", "\"1\""] {
+            assert!(serde_json::from_str::<SchedulePhase>(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

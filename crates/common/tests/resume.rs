@@ -71,7 +71,9 @@ fn trials(c: &Campaign) -> Vec<Trial> {
 }
 
 fn phase1_trials(c: &Campaign) -> Vec<Trial> {
-    schedule::trials(c).filter(|t| t.phase == 1).collect()
+    schedule::trials(c)
+        .filter(|t| t.phase == schedule::SchedulePhase::First)
+        .collect()
 }
 
 fn conflicts(old: &Campaign, new: &Campaign, recorded: &[Trial]) -> Vec<Conflict> {
@@ -326,7 +328,10 @@ fn more_runs_is_an_amendment() {
 fn more_phase1_runs_refused_once_a_phase2_trial_has_rows() {
     let old = load(BASE);
     let new = load(&edit(BASE, "phase1_runs = 2", "phase1_runs = 3"));
-    let phase2: Vec<Trial> = trials(&old).into_iter().filter(|t| t.phase == 2).collect();
+    let phase2: Vec<Trial> = trials(&old)
+        .into_iter()
+        .filter(|t| t.phase == schedule::SchedulePhase::Second)
+        .collect();
     let recorded = [phase2[0].clone()];
     assert_eq!(recorded[0].trial_id.as_str(), "MB-01.r2.cc-cua");
     let c = conflicts(&old, &new, &recorded);

@@ -60,7 +60,7 @@ fn render(trials: &[Trial]) -> String {
     for t in trials {
         let line = GoldenLine {
             trial_id: t.trial_id.as_str(),
-            phase: t.phase,
+            phase: t.phase.number(),
             block: &t.block,
             order_index: t.order_index,
             task_pos: t.task_pos,

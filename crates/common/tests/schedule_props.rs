@@ -68,8 +68,8 @@ proptest! {
 
         // Phase 1 is runs 0..p1, phase 2 the next p2; every phase-2 trial comes after every
         // phase-1 trial.
-        let last_p1 = trials.iter().filter(|t| t.phase == 1).map(|t| t.order_index).max();
-        let first_p2 = trials.iter().filter(|t| t.phase == 2).map(|t| t.order_index).min();
+        let last_p1 = trials.iter().filter(|t| t.phase.number() == 1).map(|t| t.order_index).max();
+        let first_p2 = trials.iter().filter(|t| t.phase.number() == 2).map(|t| t.order_index).min();
         if let (Some(l), Some(f)) = (last_p1, first_p2) {
             prop_assert!(l < f, "phase 2 starts at {f} before phase 1 ends at {l}");
         }
@@ -79,7 +79,7 @@ proptest! {
         let mut group_arms: BTreeMap<(String, u32), Vec<u32>> = BTreeMap::new();
         for t in &trials {
             let expected_phase = if t.run_index < p1 { 1 } else { 2 };
-            prop_assert_eq!(t.phase, expected_phase);
+            prop_assert_eq!(t.phase.number(), expected_phase);
             prop_assert_eq!(&t.block, &format!("p{}-{}", t.phase, t.task));
             prop_assert_eq!(
                 t.trial_id.as_str(),

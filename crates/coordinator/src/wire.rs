@@ -169,7 +169,7 @@ pub(crate) fn assignment(a: Assignment, lane: &str) -> pb::Assignment {
                 task: t.trial.task.to_string(),
                 arm: t.trial.arm.to_string(),
                 run_index: t.trial.run_index,
-                phase: u32::from(t.trial.phase),
+                phase: u32::from(t.trial.phase.number()),
                 block: t.trial.block.clone(),
                 order_index: t.trial.order_index,
                 arm_slot: t.trial.arm_slot,

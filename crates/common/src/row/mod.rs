@@ -306,7 +306,7 @@ pub struct Row {
     pub task: TaskId,
     pub arm: ArmId,
     pub run_index: u32,
-    pub phase: u8,
+    pub phase: crate::schedule::SchedulePhase,
     pub block: String,
     pub order_index: u64,
     pub seed: u64,

@@ -6,6 +6,8 @@
 use std::collections::{BTreeMap, HashSet};
 use std::fmt::Write as _;
 
+use lanes_common::schedule::SchedulePhase;
+
 use super::api::Skeleton;
 use super::html::{esc, url_part};
 use super::ledger::{Cell, Ledger};
@@ -65,8 +67,8 @@ pub(crate) fn render(skeleton: &Skeleton, ledger: &Ledger, running: &HashSet<Str
     let mut counts: BTreeMap<Cell, u64> = BTreeMap::new();
     let mut body = String::new();
     let phases = [
-        (1u8, 0..spec.phase1_runs),
-        (2u8, spec.phase1_runs..total_runs),
+        (SchedulePhase::First, 0..spec.phase1_runs),
+        (SchedulePhase::Second, spec.phase1_runs..total_runs),
     ];
     for (phase, runs) in phases {
         if runs.is_empty() {
@@ -145,7 +147,7 @@ const MAX_BARS: usize = 150;
 /// many of its trials have each outcome. One pass over the trials with rows; the rest are
 /// pending.
 fn blocks(
-    phase: u8,
+    phase: SchedulePhase,
     skeleton: &Skeleton,
     runs: std::ops::Range<u32>,
     ledger: &Ledger,

@@ -103,7 +103,7 @@ pub(super) async fn phase1_pending_answers_wait(h: &mut Harness) {
         .remove(0)
         .trials
         .remove(0);
-    assert_eq!(t2.trial.phase, 2);
+    assert_eq!(t2.trial.phase.number(), 2);
 }
 
 pub(super) async fn phase2_block_refused_gets_not_started_rows_and_ends_done(h: &mut Harness) {
@@ -136,7 +136,7 @@ pub(super) async fn phase2_block_refused_gets_not_started_rows_and_ends_done(h: 
     assert!(
         refused
             .iter()
-            .all(|r| r.is_final && r.phase == 2 && r.attempt == 0)
+            .all(|r| r.is_final && r.phase.number() == 2 && r.attempt == 0)
     );
     assert!(refused.iter().all(|r| {
         r.excluded_reason

@@ -10,7 +10,7 @@ use lanes_common::policy::{
     AdmissionVerdict, NoWorkReason, Placement, ProviderGate, admission_verdict,
 };
 use lanes_common::row::Phase;
-use lanes_common::schedule::{Trial, from_position_key, trial_at};
+use lanes_common::schedule::{SchedulePhase, Trial, from_position_key, trial_at};
 use lanes_common::spec::Pairing;
 use lanes_common::state::{CampaignState, StopReason};
 use lanes_common::stats::median;
@@ -201,7 +201,7 @@ pub(crate) async fn claim(
             break;
         };
         let (phase, tp, _, _) = from_position_key(cand.key);
-        if phase == 2 {
+        if phase == SchedulePhase::Second {
             if meta.phase1_finals < meta.phase1_total {
                 // Only phase-2 work is left here, and phase 1 is not final.
                 wait = Some(NoWorkReason::Phase1Pending);

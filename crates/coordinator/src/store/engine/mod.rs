@@ -21,7 +21,9 @@ use submit::submit;
 
 use lanes_common::ids::{ArmId, CampaignId, TrialId};
 use lanes_common::policy::AdmissionInput;
-use lanes_common::schedule::{Trial, from_position_key, position_key, slot_of, trial_at};
+use lanes_common::schedule::{
+    SchedulePhase, Trial, from_position_key, position_key, slot_of, trial_at,
+};
 use lanes_common::spec::CampaignSpec;
 use lanes_common::state::{CampaignState, StopMode, StopReason};
 use lanes_common::utc::EpochMs;
@@ -191,8 +193,8 @@ async fn trial_by_key(tx: &mut impl Tx, meta: &Meta, key: u64) -> R<Trial> {
     ))
 }
 
-fn block_total(meta: &Meta, phase: u8) -> u64 {
-    let runs = if phase == 1 {
+fn block_total(meta: &Meta, phase: SchedulePhase) -> u64 {
+    let runs = if phase == SchedulePhase::First {
         meta.spec.phase1_runs
     } else {
         meta.spec.phase2_runs

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use lanes_common::policy::admission::{QuotaGate, quota_gate};
 use lanes_common::policy::{Phase2Input, phase2_block};
 use lanes_common::row::{ExcludedReason, Phase2Refusal, Row, Status, StoreFields};
-use lanes_common::schedule::{self, position_key, trial_at};
+use lanes_common::schedule::{self, SchedulePhase, position_key, trial_at};
 use lanes_common::utc::{EpochMs, format_rfc3339};
 
 use super::record::{append_row, dequeue, mark_final};
@@ -23,7 +23,7 @@ pub(super) async fn phase2_allows(
     now: EpochMs,
 ) -> R<bool> {
     let task = tx.task(task_pos).await?;
-    let block = schedule::block_name(2, &task.id);
+    let block = schedule::block_name(SchedulePhase::Second, &task.id);
     let mut state = tx.block(&block).await?;
     match &state.phase2 {
         Some(None) => return Ok(true),
@@ -96,8 +96,11 @@ async fn refuse_block(
     let n = meta.spec.arms.len() as u32;
     let task = tx.task(task_pos).await?;
     for run in meta.spec.phase1_runs..meta.spec.total_runs() {
-        tx.del_ready(&Queue::Groups, position_key(2, task_pos, run, 0))
-            .await?;
+        tx.del_ready(
+            &Queue::Groups,
+            position_key(SchedulePhase::Second, task_pos, run, 0),
+        )
+        .await?;
         for slot in 0..n {
             let trial = trial_at(
                 &meta.spec,

@@ -5,7 +5,7 @@ use lanes_common::ids::{CampaignId, Token, TrialId};
 use lanes_common::policy::admission::pause_until;
 use lanes_common::policy::{ClaimGateInForce, Decision, NewResult, Placement, decide};
 use lanes_common::row::{ExcludedReason, FailureKind, Outcome, Row, Status, StoreFields};
-use lanes_common::schedule::Trial;
+use lanes_common::schedule::{SchedulePhase, Trial};
 use lanes_common::utc::{EpochMs, format_rfc3339};
 
 use super::{
@@ -41,7 +41,7 @@ pub(super) async fn mark_final(
         }
     } else {
         meta.finals += 1;
-        if trial.phase == 1 {
+        if trial.phase == SchedulePhase::First {
             meta.phase1_finals += 1;
         }
         if mark.counted {

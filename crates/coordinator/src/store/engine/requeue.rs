@@ -73,7 +73,7 @@ pub(crate) async fn requeue(
         // complete stays complete: its wall time is already in the phase-2 estimate, and
         // completing it twice would count it twice.
         meta.finals = meta.finals.saturating_sub(1);
-        if trial.phase == 1 {
+        if trial.phase == lanes_common::schedule::SchedulePhase::First {
             meta.phase1_finals = meta.phase1_finals.saturating_sub(1);
         }
         meta.excluded = meta.excluded.saturating_sub(1);

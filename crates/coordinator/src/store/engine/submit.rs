@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use lanes_common::resume;
-use lanes_common::schedule::{self, phase_of, position_key};
+use lanes_common::schedule::{self, SchedulePhase, phase_of, position_key};
 use lanes_common::spec::{Campaign, CampaignSpec, Pairing};
 use lanes_common::spec_hash::spec_hash;
 use lanes_common::state::{CampaignState, StopMode};
@@ -135,8 +135,12 @@ pub(crate) async fn submit(tx: &mut impl Tx, campaign: &Campaign, now: EpochMs) 
             for tp in 0..old_tasks {
                 for run in old_p1..meta.spec.phase1_runs.min(old_runs) {
                     for slot in 0..meta.spec.arms.len() as u32 {
-                        if tx.del_ready(&queue, position_key(2, tp, run, slot)).await? {
-                            tx.add_ready(&queue, position_key(1, tp, run, slot)).await?;
+                        if tx
+                            .del_ready(&queue, position_key(SchedulePhase::Second, tp, run, slot))
+                            .await?
+                        {
+                            tx.add_ready(&queue, position_key(SchedulePhase::First, tp, run, slot))
+                                .await?;
                         }
                     }
                 }
