@@ -47,8 +47,8 @@ pub async fn append(
                 },
             );
             if counted {
-                row.score = Some(1.0);
-                row.passed = Some(true);
+                row.result.score = Some(1.0);
+                row.result.passed = Some(true);
             }
             pipe.cmd("XADD")
                 .arg(&key)

@@ -76,7 +76,7 @@ async fn coordinator_sigstop_past_the_ttl() {
             .iter()
             .map(|r| format!(
                 "{}#a{} {} {:?} on {:?} at {}",
-                r.trial_id, r.attempt, r.status, r.error, r.lane, r.written_utc
+                r.trial_id, r.attempt, r.status, r.record.error, r.lane, r.written_utc
             ))
             .collect::<Vec<_>>()
     );
@@ -263,6 +263,7 @@ async fn a_full_disk_under_an_outbox() {
     let rows = cl.check("fd", &[&text]).await;
     assert!(
         rows.iter().any(|r| r
+            .record
             .publication_errors
             .iter()
             .any(|e| e.starts_with("outbox:"))),

@@ -8,8 +8,9 @@ use crate::policy::{ClaimGateInForce, NoWorkReason, WorkerOffer};
 use crate::proto as pb;
 use crate::resume::Conflict;
 use crate::row::{
-    Check, DriverIdentity, FailureKind, GateRecord, GateVerdict, InfeasibleSource, Outcome,
-    OutcomeError, Phase, PhaseWalls, QuotaReading, Row, Status, TokenUsage,
+    AttemptRecord, AttemptResult, Check, DriverIdentity, FailureKind, GateRecord, GateVerdict,
+    InfeasibleSource, Outcome, OutcomeError, Phase, PhaseWalls, QuotaReading, Row, Status,
+    TokenUsage,
 };
 use crate::spec::env::check_name;
 use crate::spec::{Campaign, Payload, Task};
@@ -327,9 +328,10 @@ impl From<Outcome> for pb::Outcome {
                 .failure_kind
                 .map_or(0, |k| pb::FailureKind::from(k) as i32),
             reset_epoch: o.reset_epoch,
-            score: o.score,
-            passed: o.passed,
+            score: o.result.score,
+            passed: o.result.passed,
             checks: o
+                .result
                 .checks
                 .into_iter()
                 .map(|c| pb::Check {
@@ -339,41 +341,42 @@ impl From<Outcome> for pb::Outcome {
                     detail: c.detail,
                 })
                 .collect(),
-            runtime_outcome: o.runtime_outcome.unwrap_or_default(),
+            runtime_outcome: o.result.runtime_outcome.unwrap_or_default(),
             infeasible_source: o
+                .result
                 .infeasible_source
                 .map_or(0, |s| pb::InfeasibleSource::from(s) as i32),
-            final_text: o.final_text.unwrap_or_default(),
-            turns: o.turns.unwrap_or_default(),
-            tokens: o.tokens.map(|t| pb::Tokens {
+            final_text: o.result.final_text.unwrap_or_default(),
+            turns: o.result.turns.unwrap_or_default(),
+            tokens: o.result.tokens.map(|t| pb::Tokens {
                 input: t.input,
                 output: t.output,
                 cache_read: t.cache_read,
                 cache_write: t.cache_write,
             }),
-            cost_usd: o.cost_usd,
-            quota: o.quota.map(|q| pb::Quota {
+            cost_usd: o.result.cost_usd,
+            quota: o.result.quota.map(|q| pb::Quota {
                 provider: q.provider,
                 utilisation: q.utilisation,
                 reset_epoch: q.reset_epoch,
             }),
             walls: Some(pb::PhaseWalls {
-                admit_s: o.walls.admit_s,
-                boot_s: o.walls.boot_s,
-                reset_s: o.walls.reset_s,
-                gate_s: o.walls.gate_s,
-                agent_s: o.walls.agent_s,
-                evaluate_s: o.walls.evaluate_s,
-                publish_s: o.walls.publish_s,
+                admit_s: o.result.walls.admit_s,
+                boot_s: o.result.walls.boot_s,
+                reset_s: o.result.walls.reset_s,
+                gate_s: o.result.walls.gate_s,
+                agent_s: o.result.walls.agent_s,
+                evaluate_s: o.result.walls.evaluate_s,
+                publish_s: o.result.walls.publish_s,
             }),
-            lease_lost: o.lease_lost,
-            publication_errors: o.publication_errors,
-            artifacts: o.artifacts,
-            started_utc: o.started_utc.unwrap_or_default(),
-            ended_utc: o.ended_utc.unwrap_or_default(),
-            error: o.error.unwrap_or_default(),
+            lease_lost: o.record.lease_lost,
+            publication_errors: o.record.publication_errors,
+            artifacts: o.record.artifacts,
+            started_utc: o.record.started_utc.unwrap_or_default(),
+            ended_utc: o.record.ended_utc.unwrap_or_default(),
+            error: o.record.error.unwrap_or_default(),
             campaign: String::new(),
-            gate: o.gate.map(|g| pb::Gate {
+            gate: o.result.gate.map(|g| pb::Gate {
                 verdict: pb::GateVerdict::from(g.verdict) as i32,
                 reason: g.reason.unwrap_or_default(),
                 turns: g.turns,
@@ -403,66 +406,70 @@ impl TryFrom<pb::Outcome> for Outcome {
                 o.failure_kind,
             )?,
             reset_epoch: o.reset_epoch,
-            score: o.score,
-            passed: o.passed,
-            checks: o
-                .checks
-                .into_iter()
-                .map(|c| Check {
-                    name: c.name,
-                    passed: c.passed,
-                    score: c.score,
-                    detail: c.detail,
-                })
-                .collect(),
-            runtime_outcome: non_empty(o.runtime_outcome),
-            infeasible_source: wire_enum_opt::<pb::InfeasibleSource, _>(
-                "outcome.infeasible_source",
-                o.infeasible_source,
-            )?,
-            gate: o
-                .gate
-                .map(|g| -> Result<GateRecord, ConvertError> {
-                    Ok(GateRecord {
-                        verdict: wire_enum::<pb::GateVerdict, _>(
-                            "outcome.gate.verdict",
-                            g.verdict,
-                        )?,
-                        reason: non_empty(g.reason),
-                        turns: g.turns,
-                        cost_usd: g.cost_usd,
+            result: AttemptResult {
+                score: o.score,
+                passed: o.passed,
+                checks: o
+                    .checks
+                    .into_iter()
+                    .map(|c| Check {
+                        name: c.name,
+                        passed: c.passed,
+                        score: c.score,
+                        detail: c.detail,
                     })
-                })
-                .transpose()?,
-            final_text: non_empty(o.final_text),
-            turns: (o.turns > 0).then_some(o.turns),
-            tokens: o.tokens.map(|t| TokenUsage {
-                input: t.input,
-                output: t.output,
-                cache_read: t.cache_read,
-                cache_write: t.cache_write,
-            }),
-            cost_usd: o.cost_usd,
-            quota: o.quota.map(|q| QuotaReading {
-                provider: q.provider,
-                utilisation: q.utilisation,
-                reset_epoch: q.reset_epoch,
-            }),
-            walls: PhaseWalls {
-                admit_s: walls.admit_s,
-                boot_s: walls.boot_s,
-                reset_s: walls.reset_s,
-                gate_s: walls.gate_s,
-                agent_s: walls.agent_s,
-                evaluate_s: walls.evaluate_s,
-                publish_s: walls.publish_s,
+                    .collect(),
+                runtime_outcome: non_empty(o.runtime_outcome),
+                infeasible_source: wire_enum_opt::<pb::InfeasibleSource, _>(
+                    "outcome.infeasible_source",
+                    o.infeasible_source,
+                )?,
+                gate: o
+                    .gate
+                    .map(|g| -> Result<GateRecord, ConvertError> {
+                        Ok(GateRecord {
+                            verdict: wire_enum::<pb::GateVerdict, _>(
+                                "outcome.gate.verdict",
+                                g.verdict,
+                            )?,
+                            reason: non_empty(g.reason),
+                            turns: g.turns,
+                            cost_usd: g.cost_usd,
+                        })
+                    })
+                    .transpose()?,
+                final_text: non_empty(o.final_text),
+                turns: (o.turns > 0).then_some(o.turns),
+                tokens: o.tokens.map(|t| TokenUsage {
+                    input: t.input,
+                    output: t.output,
+                    cache_read: t.cache_read,
+                    cache_write: t.cache_write,
+                }),
+                cost_usd: o.cost_usd,
+                quota: o.quota.map(|q| QuotaReading {
+                    provider: q.provider,
+                    utilisation: q.utilisation,
+                    reset_epoch: q.reset_epoch,
+                }),
+                walls: PhaseWalls {
+                    admit_s: walls.admit_s,
+                    boot_s: walls.boot_s,
+                    reset_s: walls.reset_s,
+                    gate_s: walls.gate_s,
+                    agent_s: walls.agent_s,
+                    evaluate_s: walls.evaluate_s,
+                    publish_s: walls.publish_s,
+                },
             },
-            lease_lost: o.lease_lost,
-            publication_errors: o.publication_errors,
-            artifacts: o.artifacts,
-            started_utc: non_empty(o.started_utc),
-            ended_utc: non_empty(o.ended_utc),
-            error: non_empty(o.error),
+            record: AttemptRecord {
+                lease_lost: o.lease_lost,
+                publication_errors: o.publication_errors,
+                artifacts: o.artifacts,
+                started_utc: non_empty(o.started_utc),
+                ended_utc: non_empty(o.ended_utc),
+                error: non_empty(o.error),
+            },
         };
         outcome.validate().map_err(|e| {
             // Name the field the rule is about, so the answer points at what to fix.

@@ -90,9 +90,9 @@ fn full_outcome() -> Outcome {
             ("agent_sha256".to_string(), "beef".to_string()),
         ]),
     });
-    o.score = Some(0.75);
-    o.passed = Some(true);
-    o.checks = vec![
+    o.result.score = Some(0.75);
+    o.result.passed = Some(true);
+    o.result.checks = vec![
         Check {
             name: "file_exists".into(),
             passed: true,
@@ -106,23 +106,23 @@ fn full_outcome() -> Outcome {
             detail: String::new(),
         },
     ];
-    o.runtime_outcome = Some("budget_exhausted".into());
-    o.infeasible_source = Some(InfeasibleSource::Agent);
-    o.final_text = Some("done — ünïcode".into());
-    o.turns = Some(17);
-    o.tokens = Some(TokenUsage {
+    o.result.runtime_outcome = Some("budget_exhausted".into());
+    o.result.infeasible_source = Some(InfeasibleSource::Agent);
+    o.result.final_text = Some("done — ünïcode".into());
+    o.result.turns = Some(17);
+    o.result.tokens = Some(TokenUsage {
         input: 1000,
         output: 200,
         cache_read: 30,
         cache_write: 4,
     });
-    o.cost_usd = Some(0.1 + 0.2);
-    o.quota = Some(QuotaReading {
+    o.result.cost_usd = Some(0.1 + 0.2);
+    o.result.quota = Some(QuotaReading {
         provider: "anthropic".into(),
         utilisation: 0.42,
         reset_epoch: Some(1_800_000_000),
     });
-    o.walls = PhaseWalls {
+    o.result.walls = PhaseWalls {
         admit_s: 0.01,
         boot_s: 1.5,
         reset_s: 0.3,
@@ -131,12 +131,12 @@ fn full_outcome() -> Outcome {
         evaluate_s: 2.2,
         publish_s: 0.05,
     };
-    o.lease_lost = true;
-    o.publication_errors = vec!["attempt record: disk full".into()];
-    o.artifacts = vec!["a3/stderr.log".into(), "a3/screenshot.png".into()];
-    o.started_utc = Some("2026-12-02T10:00:00Z".into());
-    o.ended_utc = Some("2026-12-02T10:00:47Z".into());
-    o.error = Some("none really".into());
+    o.record.lease_lost = true;
+    o.record.publication_errors = vec!["attempt record: disk full".into()];
+    o.record.artifacts = vec!["a3/stderr.log".into(), "a3/screenshot.png".into()];
+    o.record.started_utc = Some("2026-12-02T10:00:00Z".into());
+    o.record.ended_utc = Some("2026-12-02T10:00:47Z".into());
+    o.record.error = Some("none really".into());
     o
 }
 
@@ -191,7 +191,7 @@ fn every_status_and_kind_round_trips() {
         }
         let mut o = Outcome::new(token(1), "l", "h", status);
         if status.is_scored() {
-            o.score = Some(0.0);
+            o.result.score = Some(0.0);
         }
         let kinds: Vec<Option<FailureKind>> = match status {
             Status::InfraError => FailureKind::ALL
@@ -285,7 +285,7 @@ fn a_scored_status_without_a_score_is_refused() {
     }
     // And an unscored status must not carry one.
     let mut o = Outcome::new(token(1), "l", "h", Status::Cancelled);
-    o.score = Some(1.0);
+    o.result.score = Some(1.0);
     let e = wire_err(to_wire(&o));
     assert_eq!(e.field, "outcome.score", "{e}");
 }
@@ -293,7 +293,7 @@ fn a_scored_status_without_a_score_is_refused() {
 #[test]
 fn a_failure_kind_that_does_not_fit_the_status_is_refused() {
     let mut o = Outcome::new(token(1), "l", "h", Status::Completed);
-    o.score = Some(1.0);
+    o.result.score = Some(1.0);
     o.failure_kind = Some(FailureKind::BootFailed);
     assert_eq!(wire_err(to_wire(&o)).field, "outcome.failure_kind");
     // Only the reaper writes lease_expired; an infra error needs a kind.
@@ -317,13 +317,13 @@ fn a_lane_cannot_report_not_started() {
 #[test]
 fn numbers_out_of_range_are_refused() {
     let mut o = full_outcome();
-    o.cost_usd = Some(-1.0);
+    o.result.cost_usd = Some(-1.0);
     assert_eq!(wire_err(to_wire(&o)).field, "outcome.cost_usd");
     let mut o = full_outcome();
-    o.score = Some(f64::NAN);
+    o.result.score = Some(f64::NAN);
     assert_eq!(wire_err(to_wire(&o)).field, "outcome.score");
     let mut o = full_outcome();
-    o.quota.as_mut().unwrap().utilisation = f64::INFINITY;
+    o.result.quota.as_mut().unwrap().utilisation = f64::INFINITY;
     assert_eq!(wire_err(to_wire(&o)).field, "outcome.quota.utilisation");
 }
 
@@ -334,8 +334,8 @@ fn driver_figures_over_their_per_attempt_maxima_are_refused() {
     // One attempt reporting 1e308 USD or u64::MAX tokens would poison the campaign's spend,
     // its budget gate and its report.
     let mut o = full_outcome();
-    o.cost_usd = Some(MAX_ATTEMPT_COST_USD);
-    o.tokens = Some(TokenUsage {
+    o.result.cost_usd = Some(MAX_ATTEMPT_COST_USD);
+    o.result.tokens = Some(TokenUsage {
         input: MAX_ATTEMPT_TOKENS,
         output: MAX_ATTEMPT_TOKENS,
         cache_read: MAX_ATTEMPT_TOKENS,
@@ -354,11 +354,11 @@ fn driver_figures_over_their_per_attempt_maxima_are_refused() {
         -0.5,
     ] {
         let mut o = full_outcome();
-        o.cost_usd = Some(cost);
+        o.result.cost_usd = Some(cost);
         let e = wire_err(to_wire(&o));
         assert_eq!(e.field, "outcome.cost_usd", "{cost}: {e}");
         let mut o = full_outcome();
-        o.gate = Some(GateRecord {
+        o.result.gate = Some(GateRecord {
             verdict: GateVerdict::Proceed,
             reason: None,
             turns: 1,
@@ -369,7 +369,7 @@ fn driver_figures_over_their_per_attempt_maxima_are_refused() {
     }
     let e = {
         let mut o = full_outcome();
-        o.cost_usd = Some(1e308);
+        o.result.cost_usd = Some(1e308);
         wire_err(to_wire(&o))
     };
     assert!(
@@ -386,7 +386,7 @@ fn driver_figures_over_their_per_attempt_maxima_are_refused() {
         ("cache_write", |t| t.cache_write = u64::MAX),
     ] {
         let mut o = full_outcome();
-        set(o.tokens.as_mut().unwrap());
+        set(o.result.tokens.as_mut().unwrap());
         let e = wire_err(to_wire(&o));
         assert_eq!(e.field, format!("outcome.tokens.{count}"), "{e}");
     }
@@ -425,7 +425,7 @@ fn row_round_trip(row: &Row) -> Row {
 fn a_row_round_trips_through_the_wire() {
     let row = full_row();
     // The wall time is the sum of the phases, a value with no short decimal form.
-    assert_eq!(row.wall_s, full_outcome().walls.total());
+    assert_eq!(row.wall_s, full_outcome().result.walls.total());
     assert_eq!(row_round_trip(&row), row);
 }
 
@@ -517,10 +517,10 @@ proptest! {
         utilisation in 0.0f64..1.5,
     ) {
         let mut o = full_outcome();
-        o.cost_usd = Some(cost);
-        o.score = Some(score);
-        o.walls.agent_s = agent_s;
-        o.quota.as_mut().unwrap().utilisation = utilisation;
+        o.result.cost_usd = Some(cost);
+        o.result.score = Some(score);
+        o.result.walls.agent_s = agent_s;
+        o.result.quota.as_mut().unwrap().utilisation = utilisation;
         prop_assert_eq!(from_wire(to_wire(&o)).unwrap(), o.clone());
         let row = Row::from_outcome(&campaign(CAMPAIGN).spec.id, &trial(), o, store_fields(1));
         prop_assert_eq!(row_round_trip(&row), row);

@@ -12,7 +12,7 @@ fn completed() -> Outcome {
         attempt: 1,
     };
     let mut o = Outcome::new(t, "w-0", "h", Status::Completed);
-    o.score = Some(1.0);
+    o.result.score = Some(1.0);
     o
 }
 
@@ -26,14 +26,14 @@ fn refused_field(o: Outcome) -> String {
 fn a_phase_wall_that_is_not_a_finite_duration_is_refused() {
     for bad in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -1.0] {
         let mut o = completed();
-        o.walls.boot_s = bad;
+        o.result.walls.boot_s = bad;
         assert_eq!(refused_field(o), "outcome.walls.boot_s", "{bad}");
         let mut o = completed();
-        o.walls.publish_s = bad;
+        o.result.walls.publish_s = bad;
         assert_eq!(refused_field(o), "outcome.walls.publish_s", "{bad}");
     }
     let mut o = completed();
-    o.walls.agent_s = 12.5;
+    o.result.walls.agent_s = 12.5;
     assert_eq!(Outcome::try_from(pb::Outcome::from(o.clone())), Ok(o));
 }
 
@@ -42,7 +42,7 @@ fn a_phase_wall_that_is_not_a_finite_duration_is_refused() {
 fn a_check_score_that_is_not_finite_is_refused() {
     for bad in [f64::NAN, f64::INFINITY] {
         let mut o = completed();
-        o.checks = vec![Check {
+        o.result.checks = vec![Check {
             name: "c".into(),
             passed: true,
             score: Some(bad),

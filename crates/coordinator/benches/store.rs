@@ -109,7 +109,7 @@ async fn cycles(store: Arc<dyn Store>, id: &str, lanes: usize) -> (f64, u64) {
                 let t = &a[0].trials[0];
                 let mut o =
                     Outcome::new(t.token.clone(), lane.as_str(), "bench", Status::Completed);
-                o.score = Some(1.0);
+                o.result.score = Some(1.0);
                 store.complete(&c, o, SystemClock.now_ms()).await.unwrap();
                 done.fetch_add(1, Ordering::Relaxed);
             }

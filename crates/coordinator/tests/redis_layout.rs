@@ -60,8 +60,8 @@ async fn scenario(h: &Harness) {
     }
     let (t0, l0, h0) = &held[0];
     let mut o = scored(t0, l0, h0, Status::Completed, 1.0);
-    o.cost_usd = Some(0.25);
-    o.quota = Some(QuotaReading {
+    o.result.cost_usd = Some(0.25);
+    o.result.quota = Some(QuotaReading {
         provider: "pa".into(),
         utilisation: 0.1,
         reset_epoch: None,

@@ -188,7 +188,7 @@ async fn amendment_after_a_phase2_refusal_refuses_the_new_runs_once(h: &mut Harn
     for _ in 0..2 {
         let t = h.claim_tokens(&c, "l", "h").await.remove(0);
         let mut o = scored(&t, "l", "h", Status::Completed, 1.0);
-        o.walls.agent_s = 9000.0;
+        o.result.walls.agent_s = 9000.0;
         h.store.complete(&c, o, h.now()).await.unwrap();
     }
     h.advance_s(3600);
@@ -351,7 +351,7 @@ async fn guarded_trials_never_spend_past_the_cap(h: &mut Harness) {
     assert_eq!(started.len(), 3, "three guards of $0.10 fill a $0.30 cap");
     for (lane, t) in &started {
         let mut o = scored(t, lane, "h", Status::Completed, 1.0);
-        o.cost_usd = Some(0.1);
+        o.result.cost_usd = Some(0.1);
         h.store.complete(&c, o, h.now()).await.unwrap();
     }
     assert!(matches!(
@@ -386,7 +386,7 @@ async fn a_guard_above_what_is_left_stops_the_campaign(h: &mut Harness) {
     );
     for (lane, t) in [("l1", &first), ("l2", &second)] {
         let mut o = scored(t, lane, "h", Status::Completed, 1.0);
-        o.cost_usd = Some(0.1);
+        o.result.cost_usd = Some(0.1);
         h.store.complete(&c, o, h.now()).await.unwrap();
     }
     assert_eq!(
@@ -541,7 +541,10 @@ async fn forfeited_leases_are_taken_back_without_the_publish_grace(h: &mut Harne
             r.failure_kind,
             Some(lanes_common::row::FailureKind::LeaseExpired)
         );
-        assert!(r.error.as_deref().unwrap().contains("restarted"), "{r:?}");
+        assert!(
+            r.record.error.as_deref().unwrap().contains("restarted"),
+            "{r:?}"
+        );
     }
     // The lease that never reached a lane costs nothing.
     assert_eq!(rows[2].status, Status::Cancelled);

@@ -42,48 +42,48 @@ fn wire_token(trial: &str) -> Option<pb::Token> {
 fn outcome() -> Outcome {
     let mut o = Outcome::new(token("t1.r0.a", 1), "w-0", "host-1", Status::Completed);
     o.worker = "w".into();
-    o.score = Some(1.0);
-    o.passed = Some(true);
+    o.result.score = Some(1.0);
+    o.result.passed = Some(true);
     o.driver = Some(DriverIdentity {
         name: "osworld-driver".into(),
         version: "0.4.2".into(),
         pins: [("agent_sha256".to_owned(), "9f86d081".to_owned())].into(),
     });
-    o.checks = vec![Check {
+    o.result.checks = vec![Check {
         name: "exists".into(),
         passed: true,
         score: Some(1.0),
         detail: "ok".into(),
     }];
-    o.runtime_outcome = Some("end_turn".into());
-    o.final_text = Some("Renamed report.txt to final.txt.".into());
-    o.turns = Some(11);
-    o.tokens = Some(TokenUsage {
+    o.result.runtime_outcome = Some("end_turn".into());
+    o.result.final_text = Some("Renamed report.txt to final.txt.".into());
+    o.result.turns = Some(11);
+    o.result.tokens = Some(TokenUsage {
         input: 48210,
         output: 3120,
         cache_read: 120400,
         cache_write: 9800,
     });
-    o.cost_usd = Some(0.83);
-    o.quota = Some(QuotaReading {
+    o.result.cost_usd = Some(0.83);
+    o.result.quota = Some(QuotaReading {
         provider: "anthropic".into(),
         utilisation: 0.41,
         reset_epoch: Some(1791302400),
     });
-    o.gate = Some(GateRecord {
+    o.result.gate = Some(GateRecord {
         verdict: GateVerdict::Proceed,
         reason: None,
         turns: 1,
         cost_usd: Some(0.01),
     });
-    o.walls = PhaseWalls {
+    o.result.walls = PhaseWalls {
         boot_s: 1.5,
         agent_s: 30.25,
         ..Default::default()
     };
-    o.started_utc = Some("2026-12-04T10:00:00Z".into());
-    o.ended_utc = Some("2026-12-04T10:00:31Z".into());
-    o.artifacts = vec!["/var/lanes/artifacts/c/t1.r0.a/a1/shot.png".into()];
+    o.record.started_utc = Some("2026-12-04T10:00:00Z".into());
+    o.record.ended_utc = Some("2026-12-04T10:00:31Z".into());
+    o.record.artifacts = vec!["/var/lanes/artifacts/c/t1.r0.a/a1/shot.png".into()];
     o
 }
 
@@ -98,10 +98,10 @@ fn write_generated_seeds() {
     let mut infra = outcome();
     infra.status = Status::InfraError;
     infra.failure_kind = Some(FailureKind::RateLimit);
-    infra.score = None;
-    infra.passed = None;
+    infra.result.score = None;
+    infra.result.passed = None;
     infra.reset_epoch = Some(1791302400);
-    infra.error = Some("provider returned 429".into());
+    infra.record.error = Some("provider returned 429".into());
     let with_campaign = |o: Outcome| {
         let mut o = pb::Outcome::from(o);
         o.token = wire_token("t1.r0.a");

@@ -205,7 +205,7 @@ mod tests {
             attempt,
         };
         let mut o = Outcome::new(token, "lane-0", "host", Status::Completed);
-        o.score = Some(1.0);
+        o.result.score = Some(1.0);
         Entry {
             campaign: CampaignId::new(campaign).unwrap(),
             outcome: o,

@@ -70,7 +70,7 @@ impl ReportBuilder {
     /// Folds in the next row of the ledger (rows must come in `seq` order).
     pub fn add(&mut self, row: &Row) {
         self.rows_total += 1;
-        self.spent_usd += row.cost_usd.unwrap_or(0.0);
+        self.spent_usd += row.result.cost_usd.unwrap_or(0.0);
         self.duplicates += u64::from(row.duplicate);
         self.late += u64::from(row.late);
         *self

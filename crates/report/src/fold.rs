@@ -7,8 +7,9 @@ use super::{StateCounts, UNSPECIFIED_REASON};
 
 /// Whether a counted row passed: `passed`, or when it is absent, `score >= 1.0`.
 pub fn row_passed(row: &Row) -> bool {
-    row.passed
-        .unwrap_or_else(|| row.score.is_some_and(|s| s >= 1.0))
+    row.result
+        .passed
+        .unwrap_or_else(|| row.result.score.is_some_and(|s| s >= 1.0))
 }
 
 /// The counted row of a trial: what the report needs of it.
@@ -67,7 +68,7 @@ impl TrialFold {
             self.excluded_seen = false;
             return;
         }
-        self.cost_all += row.cost_usd.unwrap_or(0.0);
+        self.cost_all += row.result.cost_usd.unwrap_or(0.0);
         if !self.attempts_seen.contains(&row.attempt) {
             self.attempts_seen.push(row.attempt);
             if matches!(row.status, Status::InfraError | Status::Blocked) {
@@ -84,8 +85,8 @@ impl TrialFold {
                         seq: row.seq,
                         status: row.status,
                         passed: row_passed(row),
-                        score: row.score,
-                        cost_usd: row.cost_usd.unwrap_or(0.0),
+                        score: row.result.score,
+                        cost_usd: row.result.cost_usd.unwrap_or(0.0),
                         wall_s: row.wall_s,
                     });
                     self.after_exclusion = self.excluded_seen;

@@ -29,7 +29,7 @@ fn rows(campaign: &spec::Campaign, n: usize) -> Vec<Row> {
                 ..StoreFields::default()
             };
             let mut row = Row::bare(&campaign.spec.id, &trial, 1, Status::Completed, None, store);
-            row.passed = Some(i % 2 == 0);
+            row.result.passed = Some(i % 2 == 0);
             row
         })
         .collect()

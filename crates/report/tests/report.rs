@@ -83,9 +83,9 @@ impl<'c> Ledger<'c> {
                 ..StoreFields::default()
             },
         );
-        row.score = Some(if pass { 1.0 } else { 0.0 });
-        row.passed = Some(pass);
-        row.cost_usd = Some(0.5);
+        row.result.score = Some(if pass { 1.0 } else { 0.0 });
+        row.result.passed = Some(pass);
+        row.result.cost_usd = Some(0.5);
         row.wall_s = 10.0;
     }
 
@@ -194,8 +194,8 @@ fn completeness_classifies_every_trial_by_final_state() {
             ..StoreFields::default()
         },
     );
-    row.score = Some(1.0);
-    row.passed = Some(true);
+    row.result.score = Some(1.0);
+    row.result.passed = Some(true);
     // In retry: one infra failure, not final.
     l.infra(("t3", 0, "b"), 1, false);
     // A duplicate evaluation of an already-counted trial: never counts.
@@ -210,8 +210,8 @@ fn completeness_classifies_every_trial_by_final_state() {
             ..StoreFields::default()
         },
     );
-    row.score = Some(0.0);
-    row.passed = Some(false);
+    row.result.score = Some(0.0);
+    row.result.passed = Some(false);
     // Phase 2 of t3 refused; phase 2 of t1 and t2 never attempted.
     l.not_started(("t3", 1, "a"));
     l.not_started(("t3", 1, "b"));
@@ -312,8 +312,8 @@ fn pass_falls_back_to_score_when_passed_is_absent() {
     for (task, score) in [("t1", 1.0), ("t2", 0.99), ("t3", 1.0)] {
         l.scored((task, 0, "a"), 1, Status::Completed, true);
         let row = l.rows.last_mut().unwrap();
-        row.passed = None;
-        row.score = Some(score);
+        row.result.passed = None;
+        row.result.score = Some(score);
     }
     let r = l.report();
     assert_eq!(r.arms[0].passed, 2);

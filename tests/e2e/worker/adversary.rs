@@ -203,26 +203,42 @@ async fn secrets_a_driver_echoes_never_reach_rows_logs_or_artifacts() {
         .iter()
         .find(|r| r.status == Status::Completed)
         .expect("a scored row");
-    assert_eq!(ok.final_text.as_deref(), Some("final *** *** ***"));
-    assert_eq!(ok.runtime_outcome.as_deref(), Some("outcome *** *** ***"));
-    assert_eq!(ok.checks[0].name, "check *** *** ***");
-    assert_eq!(ok.checks[0].detail, "detail *** *** ***");
+    assert_eq!(ok.result.final_text.as_deref(), Some("final *** *** ***"));
+    assert_eq!(
+        ok.result.runtime_outcome.as_deref(),
+        Some("outcome *** *** ***")
+    );
+    assert_eq!(ok.result.checks[0].name, "check *** *** ***");
+    assert_eq!(ok.result.checks[0].detail, "detail *** *** ***");
     assert_eq!(ok.driver.as_ref().unwrap().pins["leak"], "pin ***");
-    assert!(row("T1").error.as_deref().unwrap().contains("*** *** ***"));
+    assert!(
+        row("T1")
+            .record
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("*** *** ***")
+    );
     let blocked: Vec<_> = all_rows
         .iter()
         .filter(|r| r.status == Status::Blocked)
         .collect();
     assert!(
-        blocked
-            .iter()
-            .any(|r| r.error.as_deref().unwrap().contains("driver has pin ***")),
+        blocked.iter().any(|r| r
+            .record
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("driver has pin ***")),
         "{blocked:#?}"
     );
     assert!(
-        blocked
-            .iter()
-            .any(|r| r.error.as_deref().unwrap().contains("dying with ***")),
+        blocked.iter().any(|r| r
+            .record
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("dying with ***")),
         "{blocked:#?}"
     );
 
@@ -495,14 +511,14 @@ async fn a_driver_cannot_read_or_return_lease_secrets() {
     assert_eq!(mode(&art.join(".outbox")), 0o700);
     assert_eq!(mode(&art.join(".outbox/leases")), 0o700);
     for r in rows(&f.store, "as-other").await {
-        let text = r.final_text.clone().unwrap_or_default();
+        let text = r.result.final_text.clone().unwrap_or_default();
         assert_eq!(text, "denied PermissionError", "{r:#?}");
     }
     // Every lease read is masked; the attempt that ran first waited to read the other lane's
     // too (the second may run after the first's lease left the journal).
     let mut most = 0;
     for r in rows(&f.store, "as-own").await {
-        let text = r.final_text.clone().unwrap_or_default();
+        let text = r.result.final_text.clone().unwrap_or_default();
         assert!(text.starts_with("read "), "{text}");
         let read = text.matches("\"lease\":").count();
         assert!(read >= 1, "{text}");

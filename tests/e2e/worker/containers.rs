@@ -140,7 +140,7 @@ async fn a_task_folder_submitted_to_a_fleet_runs_on_a_worker_that_never_saw_it()
     assert_eq!(finals.len(), 2, "{rows:#?}");
     for r in finals {
         assert_eq!(r.status, Status::Completed, "{r:#?}");
-        assert_eq!(r.passed, Some(true), "{r:#?}");
+        assert_eq!(r.result.passed, Some(true), "{r:#?}");
         let pins = &r.driver.as_ref().unwrap().pins;
         assert!(digests.contains(&pins["task_digest"]), "{r:#?}");
     }

@@ -59,11 +59,12 @@ async fn a_full_outbox_disk_keeps_the_outcome_and_stops_taking_work() {
     assert!(first.counted, "{first:?}");
     assert!(
         first
+            .record
             .publication_errors
             .iter()
             .any(|e| e.starts_with("outbox:") && e.contains("No space left")),
         "{:?}",
-        first.publication_errors
+        first.record.publication_errors
     );
     // The attempt record keeps its pending name while no outbox holds its outcome.
     let record = f
@@ -142,7 +143,11 @@ async fn a_full_outbox_disk_keeps_the_outcome_and_stops_taking_work() {
     assert_eq!(st.state, pb::CampaignState::Done as i32);
     let rows = rows(&f.store, "fullbox").await;
     assert_eq!(rows.len(), 4);
-    assert!(rows[1..].iter().all(|r| r.publication_errors.is_empty()));
+    assert!(
+        rows[1..]
+            .iter()
+            .all(|r| r.record.publication_errors.is_empty())
+    );
     let ws = c
         .workers(pb::WorkersRequest {})
         .await
@@ -378,7 +383,12 @@ async fn a_restarted_worker_forfeits_the_leases_it_cannot_publish() {
         let mine: Vec<&Row> = rows.iter().filter(|r| r.task.as_str() == task).collect();
         assert_eq!(mine[0].failure_kind, Some(FailureKind::LeaseExpired));
         assert!(
-            mine[0].error.as_deref().unwrap().contains("restarted"),
+            mine[0]
+                .record
+                .error
+                .as_deref()
+                .unwrap()
+                .contains("restarted"),
             "{:?}",
             mine[0]
         );

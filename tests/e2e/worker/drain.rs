@@ -63,7 +63,9 @@ async fn drain_waits_for_the_attempt_in_flight_and_takes_nothing_new() {
         landed
             .iter()
             .all(|r| (r.status == Status::Completed && r.counted)
-                || (r.status == Status::Cancelled && !r.is_final && r.started_utc.is_none())),
+                || (r.status == Status::Cancelled
+                    && !r.is_final
+                    && r.record.started_utc.is_none())),
         "{landed:#?}"
     );
     assert!(landed.len() < 8, "the drain stopped nothing: {landed:#?}");

@@ -115,7 +115,7 @@ async fn shellbench_reaches_done_and_the_careful_arm_wins() {
     let rows = rows(&f.store, "shellbench").await;
     let passes = |arm: &str| {
         rows.iter()
-            .filter(|r| r.counted && r.arm.as_str() == arm && r.passed == Some(true))
+            .filter(|r| r.counted && r.arm.as_str() == arm && r.result.passed == Some(true))
             .count()
     };
     let (careful, naive) = (passes("careful"), passes("naive"));
@@ -248,7 +248,10 @@ async fn a_guest_that_dies_mid_agent_is_guest_lost_then_retried() {
         Some(FailureKind::GuestLost),
         "{rows:#?}"
     );
-    assert!(rows[0].score.is_none(), "a dead guest is never a score");
+    assert!(
+        rows[0].result.score.is_none(),
+        "a dead guest is never a score"
+    );
     assert!(
         rows.last().unwrap().counted && rows.last().unwrap().attempt == 2,
         "{rows:#?}"
@@ -280,36 +283,47 @@ async fn a_gate_infeasible_is_declared_and_scored_by_the_evaluator() {
     let inf = row("INF");
     assert_eq!(inf.status, Status::Completed);
     assert_eq!(
-        (inf.score, inf.passed, inf.infeasible_source),
+        (
+            inf.result.score,
+            inf.result.passed,
+            inf.result.infeasible_source
+        ),
         (Some(1.0), Some(true), Some(InfeasibleSource::Gate)),
         "{inf:#?}"
     );
-    assert_eq!(inf.checks[0].name, "fail_action");
-    let gate = inf.gate.as_ref().expect("the gate's answer is in the row");
+    assert_eq!(inf.result.checks[0].name, "fail_action");
+    let gate = inf
+        .result
+        .gate
+        .as_ref()
+        .expect("the gate's answer is in the row");
     assert_eq!(gate.verdict, GateVerdict::Infeasible);
     assert_eq!(gate.reason.as_deref(), Some("premise false"));
     assert_eq!((gate.turns, gate.cost_usd), (2, Some(0.02)));
     // The gate's turns and cost are the attempt's, even with no agent.
-    assert_eq!((inf.turns, inf.cost_usd), (Some(2), Some(0.02)));
+    assert_eq!(
+        (inf.result.turns, inf.result.cost_usd),
+        (Some(2), Some(0.02))
+    );
     // PROCEED and an error: the agent ran (after a fresh reset) and was evaluated.
     for t in ["GO", "ERR"] {
         assert_eq!(
-            (row(t).status, row(t).score),
+            (row(t).status, row(t).result.score),
             (Status::Completed, Some(1.0)),
             "{t}"
         );
-        assert!(row(t).infeasible_source.is_none());
+        assert!(row(t).result.infeasible_source.is_none());
     }
     assert_eq!(
-        row("GO").gate.as_ref().unwrap().verdict,
+        row("GO").result.gate.as_ref().unwrap().verdict,
         GateVerdict::Proceed
     );
-    let err = row("ERR").gate.as_ref().unwrap();
+    let err = row("ERR").result.gate.as_ref().unwrap();
     assert_eq!(err.verdict, GateVerdict::Error);
     assert!(err.reason.as_deref().unwrap().contains("the gate broke"));
     // The gate's turns and cost count toward the attempt's.
-    assert_eq!(row("GO").turns, Some(3 + 1));
-    let cost = row("GO").cost_usd.unwrap();
+    assert_eq!(row("GO").result.turns, Some(3 + 1));
+    let cost = row("GO").result.cost_usd.unwrap();
     assert!((cost - 0.11).abs() < 1e-9, "{cost}");
-    assert_eq!(row("ERR").turns, Some(3));
+    assert_eq!(row("ERR").result.turns, Some(3));
 }

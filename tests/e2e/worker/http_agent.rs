@@ -186,7 +186,11 @@ async fn an_https_task_api_works_through_the_workers_ca_file() {
     let rows = rows(&f.store, "https").await;
     let row = rows.iter().find(|r| r.counted).expect("a counted row");
     assert_eq!(
-        (row.status, row.runtime_outcome.as_deref(), row.turns),
+        (
+            row.status,
+            row.result.runtime_outcome.as_deref(),
+            row.result.turns
+        ),
         (
             lanes_common::row::Status::Completed,
             Some("completed"),
@@ -252,19 +256,22 @@ async fn the_http_agent_adapter_maps_task_api_outcomes() {
     assert_eq!(
         (
             row("complete").status,
-            row("complete").runtime_outcome.as_deref()
+            row("complete").result.runtime_outcome.as_deref()
         ),
         (Status::Completed, Some("completed"))
     );
-    assert_eq!(row("complete").turns, Some(4));
+    assert_eq!(row("complete").result.turns, Some(4));
     assert_eq!(
-        (row("fail").status, row("fail").runtime_outcome.as_deref()),
+        (
+            row("fail").status,
+            row("fail").result.runtime_outcome.as_deref()
+        ),
         (Status::AgentError, Some("tool_error"))
     );
     assert_eq!(
         (
             row("budget").status,
-            row("budget").runtime_outcome.as_deref()
+            row("budget").result.runtime_outcome.as_deref()
         ),
         (Status::Completed, Some("budget_exhausted")),
         "a budget stop stays visible"

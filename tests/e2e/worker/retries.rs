@@ -147,6 +147,7 @@ async fn a_hung_driver_is_killed_at_its_deadline_and_the_next_attempt_gets_a_fre
     assert_eq!(crashes.len(), 4, "{rows:#?}");
     assert!(
         crashes.iter().all(|r| r
+            .record
             .error
             .as_deref()
             .is_some_and(|e| e.contains("deadline") || e.contains("cancel grace"))),

@@ -38,6 +38,7 @@ async fn a_run_group_runs_back_to_back_on_one_lane_in_slot_order() {
     // Every attempt record holds its outcome too, and the row points at it.
     for r in &rows {
         let record = r
+            .record
             .artifacts
             .iter()
             .find(|a| a.ends_with("outcome.json"))
@@ -49,9 +50,9 @@ async fn a_run_group_runs_back_to_back_on_one_lane_in_slot_order() {
                 .exists()
         );
         assert!(
-            r.publication_errors.is_empty(),
+            r.record.publication_errors.is_empty(),
             "{:?}",
-            r.publication_errors
+            r.record.publication_errors
         );
     }
     let mut groups: BTreeMap<(String, u32), Vec<&Row>> = BTreeMap::new();
@@ -77,7 +78,7 @@ async fn a_run_group_runs_back_to_back_on_one_lane_in_slot_order() {
         let at =
             |t: &Option<String>| lanes_common::utc::parse_rfc3339(t.as_deref().unwrap()).unwrap();
         assert!(
-            at(&by_slot[0].ended_utc) <= at(&by_slot[1].started_utc),
+            at(&by_slot[0].record.ended_utc) <= at(&by_slot[1].record.started_utc),
             "{g:?}: back to back, in slot order"
         );
     }
@@ -201,7 +202,7 @@ async fn a_pin_mismatch_is_identity_mismatch_naming_every_key_and_the_lane_leave
         assert_eq!(r.status, lanes_common::row::Status::Blocked);
         assert_eq!(r.failure_kind, Some(FailureKind::IdentityMismatch));
         assert!(!r.is_final);
-        let e = r.error.as_deref().unwrap_or_default();
+        let e = r.record.error.as_deref().unwrap_or_default();
         assert!(
             e.contains("dataset_commit") && e.contains("agent_sha256"),
             "{e}"

@@ -49,7 +49,7 @@ async fn scored_once(store: &Arc<dyn Store>, id: &str, trials: usize) {
         assert_eq!(rs.len(), 1, "{id}/{trial}: one attempt, no re-run: {rs:#?}");
         let r = rs[0];
         assert_eq!(
-            (r.attempt, r.status, r.counted, r.score),
+            (r.attempt, r.status, r.counted, r.result.score),
             (1, Status::Completed, true, Some(1.0)),
             "{id}/{trial}: {r:#?}"
         );

@@ -517,7 +517,7 @@ async fn each_attempt_is_one_trace_across_coordinator_worker_and_driver() {
     let agent = one("agent");
     let tp = format!("00-{}-{}-01", agent.trace_id, agent.span_id);
     assert_eq!(
-        counted.final_text.as_deref(),
+        counted.result.final_text.as_deref(),
         Some(format!("{tp} {tp}").as_str())
     );
 
@@ -629,7 +629,7 @@ async fn an_untraced_worker_leaves_the_coordinators_spans_in_the_attempts_trace(
                 assert_eq!(complete.parent, claim.span_id, "complete hangs under claim");
                 let tp = format!("00-{}-{}-01", claim.trace_id, claim.span_id);
                 assert_eq!(
-                    r.final_text.as_deref(),
+                    r.result.final_text.as_deref(),
                     Some(format!("{tp} {tp}").as_str()),
                     "the driver got the claim's context"
                 );

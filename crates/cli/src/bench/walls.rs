@@ -94,8 +94,8 @@ pub(crate) async fn read(
         let row = Row::try_from(row).map_err(|e| anyhow::anyhow!("a ledger row: {e}"))?;
         rows.push(AttemptWalls {
             lane: (row.worker.unwrap_or_default(), row.lane.unwrap_or_default()),
-            started_utc: row.started_utc.unwrap_or_default(),
-            walls: row.walls,
+            started_utc: row.record.started_utc.unwrap_or_default(),
+            walls: row.result.walls,
         });
     }
     Ok(WallFigures::of(&rows, lanes))

@@ -121,34 +121,34 @@ pub fn fit_outcome(o: &mut Outcome) {
                 .collect();
         }
     }
-    o.checks.truncate(MAX_CHECKS);
-    for c in &mut o.checks {
+    o.result.checks.truncate(MAX_CHECKS);
+    for c in &mut o.result.checks {
         cut(&mut c.name, MAX_CHECK_NAME_BYTES);
         cut(&mut c.detail, MAX_CHECK_DETAIL_BYTES);
     }
     for (text, limit) in [
-        (&mut o.runtime_outcome, MAX_RUNTIME_OUTCOME_BYTES),
-        (&mut o.final_text, MAX_FINAL_TEXT_BYTES),
-        (&mut o.started_utc, MAX_TIMESTAMP_BYTES),
-        (&mut o.ended_utc, MAX_TIMESTAMP_BYTES),
-        (&mut o.error, MAX_ERROR_BYTES),
+        (&mut o.result.runtime_outcome, MAX_RUNTIME_OUTCOME_BYTES),
+        (&mut o.result.final_text, MAX_FINAL_TEXT_BYTES),
+        (&mut o.record.started_utc, MAX_TIMESTAMP_BYTES),
+        (&mut o.record.ended_utc, MAX_TIMESTAMP_BYTES),
+        (&mut o.record.error, MAX_ERROR_BYTES),
     ] {
         if let Some(t) = text {
             cut(t, limit);
         }
     }
-    if let Some(q) = &mut o.quota {
+    if let Some(q) = &mut o.result.quota {
         cut(&mut q.provider, MAX_PROVIDER_BYTES);
     }
-    o.publication_errors.truncate(MAX_PUBLICATION_ERRORS);
-    for e in &mut o.publication_errors {
+    o.record.publication_errors.truncate(MAX_PUBLICATION_ERRORS);
+    for e in &mut o.record.publication_errors {
         cut(e, MAX_PUBLICATION_ERROR_BYTES);
     }
-    o.artifacts.truncate(MAX_ARTIFACTS);
-    for a in &mut o.artifacts {
+    o.record.artifacts.truncate(MAX_ARTIFACTS);
+    for a in &mut o.record.artifacts {
         cut(a, MAX_ARTIFACT_BYTES);
     }
-    if let Some(r) = o.gate.as_mut().and_then(|g| g.reason.as_mut()) {
+    if let Some(r) = o.result.gate.as_mut().and_then(|g| g.reason.as_mut()) {
         cut(r, MAX_ERROR_BYTES);
     }
 }
@@ -165,7 +165,7 @@ mod tests {
             attempt: 1,
         };
         let mut o = Outcome::new(t, "w-0", "h", Status::Completed);
-        o.score = Some(1.0);
+        o.result.score = Some(1.0);
         pb::Outcome::from(o)
     }
 
@@ -351,11 +351,11 @@ mod tests {
             attempt: 1,
         };
         let mut o = Outcome::new(t, &"l".repeat(300), "h", Status::Completed);
-        o.score = Some(1.0);
-        o.error = Some("é".repeat(MAX_ERROR_BYTES));
-        o.final_text = Some("x".repeat(MAX_FINAL_TEXT_BYTES * 2));
-        o.runtime_outcome = Some("r".repeat(1000));
-        o.checks = vec![
+        o.result.score = Some(1.0);
+        o.record.error = Some("é".repeat(MAX_ERROR_BYTES));
+        o.result.final_text = Some("x".repeat(MAX_FINAL_TEXT_BYTES * 2));
+        o.result.runtime_outcome = Some("r".repeat(1000));
+        o.result.checks = vec![
             Check {
                 name: "n".repeat(1000),
                 passed: true,
@@ -364,8 +364,8 @@ mod tests {
             };
             MAX_CHECKS + 5
         ];
-        o.publication_errors = vec!["p".repeat(5000); 100];
-        o.artifacts = vec!["a".repeat(2000); 2000];
+        o.record.publication_errors = vec!["p".repeat(5000); 100];
+        o.record.artifacts = vec!["a".repeat(2000); 2000];
         o.driver = Some(DriverIdentity {
             name: "n".repeat(300),
             version: "v".repeat(300),
@@ -373,21 +373,21 @@ mod tests {
                 .map(|i| (format!("{i}{}", "k".repeat(300)), "v".repeat(2000)))
                 .collect(),
         });
-        o.quota = Some(QuotaReading {
+        o.result.quota = Some(QuotaReading {
             provider: "p".repeat(200),
             utilisation: 0.5,
             reset_epoch: None,
         });
-        o.gate = Some(GateRecord {
+        o.result.gate = Some(GateRecord {
             verdict: GateVerdict::Proceed,
             reason: Some("g".repeat(MAX_ERROR_BYTES + 1)),
             turns: 0,
             cost_usd: None,
         });
-        o.started_utc = Some("s".repeat(100));
+        o.record.started_utc = Some("s".repeat(100));
         fit_outcome(&mut o);
-        assert_eq!(o.checks.len(), MAX_CHECKS);
-        assert!(o.error.as_ref().unwrap().len() <= MAX_ERROR_BYTES);
+        assert_eq!(o.result.checks.len(), MAX_CHECKS);
+        assert!(o.record.error.as_ref().unwrap().len() <= MAX_ERROR_BYTES);
         check_outcome(&pb::Outcome::from(o)).unwrap();
     }
 }

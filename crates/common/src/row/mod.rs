@@ -84,22 +84,11 @@ impl PhaseWalls {
     }
 }
 
-/// What a lane reports for one attempt.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Outcome {
-    pub token: Token,
-    pub lane: String,
-    pub host: String,
-    #[serde(default)]
-    pub worker: String,
-    #[serde(default)]
-    pub driver: Option<DriverIdentity>,
-    pub status: Status,
-    #[serde(default)]
-    pub failure_kind: Option<FailureKind>,
-    /// For `rate_limit`: when the provider's window resets, epoch seconds.
-    #[serde(default)]
-    pub reset_epoch: Option<i64>,
+/// What an attempt obtained: its score and checks, what the agent said and spent, and how
+/// long each phase took. A lane reports it in its [`Outcome`]; the store copies it into the
+/// attempt's [`Row`] as it is (both embed it, flattened, so the JSON of each is unchanged).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct AttemptResult {
     #[serde(default)]
     pub score: Option<f64>,
     #[serde(default)]
@@ -126,6 +115,13 @@ pub struct Outcome {
     pub quota: Option<QuotaReading>,
     #[serde(default)]
     pub walls: PhaseWalls,
+}
+
+/// How an attempt's run went, beside its result: whether its lease was lost, what could not be
+/// published, its artifacts, when it ran, and a harness message. Embedded like
+/// [`AttemptResult`], after the row's `wall_s`.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct AttemptRecord {
     #[serde(default)]
     pub lease_lost: bool,
     #[serde(default)]
@@ -139,6 +135,30 @@ pub struct Outcome {
     /// A short harness message for unscored outcomes.
     #[serde(default)]
     pub error: Option<String>,
+}
+
+/// What a lane reports for one attempt.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Outcome {
+    pub token: Token,
+    pub lane: String,
+    pub host: String,
+    #[serde(default)]
+    pub worker: String,
+    #[serde(default)]
+    pub driver: Option<DriverIdentity>,
+    pub status: Status,
+    #[serde(default)]
+    pub failure_kind: Option<FailureKind>,
+    /// For `rate_limit`: when the provider's window resets, epoch seconds.
+    #[serde(default)]
+    pub reset_epoch: Option<i64>,
+    /// What the attempt obtained.
+    #[serde(flatten)]
+    pub result: AttemptResult,
+    /// How its run went.
+    #[serde(flatten)]
+    pub record: AttemptRecord,
 }
 
 /// An outcome that breaks the status rules.
@@ -177,24 +197,8 @@ impl Outcome {
             status,
             failure_kind: None,
             reset_epoch: None,
-            score: None,
-            passed: None,
-            checks: Vec::new(),
-            runtime_outcome: None,
-            infeasible_source: None,
-            gate: None,
-            final_text: None,
-            turns: None,
-            tokens: None,
-            cost_usd: None,
-            quota: None,
-            walls: PhaseWalls::default(),
-            lease_lost: false,
-            publication_errors: Vec::new(),
-            artifacts: Vec::new(),
-            started_utc: None,
-            ended_utc: None,
-            error: None,
+            result: AttemptResult::default(),
+            record: AttemptRecord::default(),
         }
     }
 
@@ -206,10 +210,10 @@ impl Outcome {
         if matches!(status, Status::NotStarted | Status::Requeued) {
             return Err(OutcomeError::StoreOnlyStatus(status));
         }
-        if status.is_scored() != self.score.is_some() {
+        if status.is_scored() != self.result.score.is_some() {
             return Err(OutcomeError::Score {
                 status,
-                has_score: self.score.is_some(),
+                has_score: self.result.score.is_some(),
             });
         }
         let kind_ok = match status {
@@ -232,12 +236,12 @@ impl Outcome {
         }
         // The phase walls too: a row is JSON, which has no NaN or infinity (a `null` there
         // made the row unreadable), and a wall is a duration (found by fuzzing).
-        let w = &self.walls;
+        let w = &self.result.walls;
         for (field, value) in [
-            ("score", self.score),
+            ("score", self.result.score),
             (
                 "quota.utilisation",
-                self.quota.as_ref().map(|q| q.utilisation),
+                self.result.quota.as_ref().map(|q| q.utilisation),
             ),
             ("walls.admit_s", Some(w.admit_s)),
             ("walls.boot_s", Some(w.boot_s)),
@@ -255,6 +259,7 @@ impl Outcome {
         }
         // A check's score, for the same reason: JSON would write a NaN as `null`.
         if let Some(v) = self
+            .result
             .checks
             .iter()
             .filter_map(|c| c.score)
@@ -267,20 +272,23 @@ impl Outcome {
         }
         // Bounded, so one attempt cannot swamp the spend, the budget gate and the report.
         for (field, value) in [
-            ("cost_usd", self.cost_usd),
-            ("gate.cost_usd", self.gate.as_ref().and_then(|g| g.cost_usd)),
+            ("cost_usd", self.result.cost_usd),
+            (
+                "gate.cost_usd",
+                self.result.gate.as_ref().and_then(|g| g.cost_usd),
+            ),
         ] {
             if let Some(v) = value {
                 crate::limits::check_cost_usd(field, v)?;
             }
         }
-        if let Some(t) = &self.tokens {
+        if let Some(t) = &self.result.tokens {
             crate::limits::check_tokens(t)?;
         }
-        if let Some(text) = &mut self.final_text {
+        if let Some(text) = &mut self.result.final_text {
             truncate_chars(text, FINAL_TEXT_MAX_CHARS);
         }
-        if let Some(reason) = self.gate.as_mut().and_then(|g| g.reason.as_mut()) {
+        if let Some(reason) = self.result.gate.as_mut().and_then(|g| g.reason.as_mut()) {
             truncate_chars(reason, FINAL_TEXT_MAX_CHARS);
         }
         crate::limits::fit_outcome(&mut self);
@@ -343,26 +351,13 @@ pub struct Row {
     /// On a `requeued` row: what the operator asked, and why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requeue: Option<RequeueNote>,
-    // Result.
-    pub score: Option<f64>,
-    pub passed: Option<bool>,
-    pub checks: Vec<Check>,
-    pub runtime_outcome: Option<String>,
-    pub infeasible_source: Option<InfeasibleSource>,
-    pub gate: Option<GateRecord>,
-    pub final_text: Option<String>,
-    pub turns: Option<u32>,
-    pub tokens: Option<TokenUsage>,
-    pub cost_usd: Option<f64>,
-    pub quota: Option<QuotaReading>,
-    pub walls: PhaseWalls,
+    /// What the attempt obtained (none of it on a row the store writes itself).
+    #[serde(flatten)]
+    pub result: AttemptResult,
+    /// The sum of the phase walls.
     pub wall_s: f64,
-    pub lease_lost: bool,
-    pub publication_errors: Vec<String>,
-    pub artifacts: Vec<String>,
-    pub started_utc: Option<String>,
-    pub ended_utc: Option<String>,
-    pub error: Option<String>,
+    #[serde(flatten)]
+    pub record: AttemptRecord,
     /// When the store wrote the row, RFC 3339.
     pub written_utc: String,
 }
@@ -415,25 +410,9 @@ impl Row {
         row.worker = (!outcome.worker.is_empty()).then_some(outcome.worker);
         row.driver = outcome.driver;
         row.reset_epoch = outcome.reset_epoch;
-        row.score = outcome.score;
-        row.passed = outcome.passed;
-        row.checks = outcome.checks;
-        row.runtime_outcome = outcome.runtime_outcome;
-        row.infeasible_source = outcome.infeasible_source;
-        row.gate = outcome.gate;
-        row.final_text = outcome.final_text;
-        row.turns = outcome.turns;
-        row.tokens = outcome.tokens;
-        row.cost_usd = outcome.cost_usd;
-        row.quota = outcome.quota;
-        row.wall_s = outcome.walls.total();
-        row.walls = outcome.walls;
-        row.lease_lost = outcome.lease_lost;
-        row.publication_errors = outcome.publication_errors;
-        row.artifacts = outcome.artifacts;
-        row.started_utc = outcome.started_utc;
-        row.ended_utc = outcome.ended_utc;
-        row.error = outcome.error;
+        row.wall_s = outcome.result.walls.total();
+        row.result = outcome.result;
+        row.record = outcome.record;
         row
     }
 
@@ -482,25 +461,9 @@ impl Row {
             smoke: store.smoke,
             retry_pass: store.retry_pass,
             requeue: None,
-            score: None,
-            passed: None,
-            checks: Vec::new(),
-            runtime_outcome: None,
-            infeasible_source: None,
-            gate: None,
-            final_text: None,
-            turns: None,
-            tokens: None,
-            cost_usd: None,
-            quota: None,
-            walls: PhaseWalls::default(),
+            result: AttemptResult::default(),
             wall_s: 0.0,
-            lease_lost: false,
-            publication_errors: Vec::new(),
-            artifacts: Vec::new(),
-            started_utc: None,
-            ended_utc: None,
-            error: None,
+            record: AttemptRecord::default(),
             written_utc: store.written_utc,
         }
     }

@@ -247,12 +247,12 @@ pub(crate) fn section(
             out.push_str("</ul>");
         }
     }
-    if !row.artifacts.is_empty() {
+    if !row.record.artifacts.is_empty() {
         listed = true;
         out.push_str(
             "<p class=\"quiet\">Named by the row (on the worker's host):</p><ul class=\"paths\">",
         );
-        for p in &row.artifacts {
+        for p in &row.record.artifacts {
             let _ = write!(out, "<li><code>{}</code></li>", esc(p));
         }
         out.push_str("</ul>");

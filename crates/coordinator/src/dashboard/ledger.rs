@@ -135,7 +135,7 @@ impl Ledger {
         } else if row.status == Status::NotStarted {
             Cell::NotStarted
         } else if row.counted {
-            if row.passed == Some(true) {
+            if row.result.passed == Some(true) {
                 Cell::Passed
             } else {
                 Cell::Failed

@@ -194,11 +194,11 @@ pub(super) async fn budget_gate_stops_at_the_cap(h: &mut Harness) {
     .await;
     let t = h.claim_tokens(&c, "l", "h").await.remove(0);
     let mut o = scored(&t, "l", "h", Status::Completed, 1.0);
-    o.cost_usd = Some(0.6);
+    o.result.cost_usd = Some(0.6);
     h.store.complete(&c, o, h.now()).await.unwrap();
     let t = h.claim_tokens(&c, "l", "h").await.remove(0);
     let mut o = scored(&t, "l", "h", Status::Completed, 1.0);
-    o.cost_usd = Some(0.5);
+    o.result.cost_usd = Some(0.5);
     h.store.complete(&c, o, h.now()).await.unwrap();
     assert_eq!(
         no_work(h.claim(&c, "l", "h", 1).await),
@@ -230,7 +230,7 @@ pub(super) async fn quota_gate_pauses_only_its_provider(h: &mut Harness) {
     assert_eq!(t.trial.arm.as_str(), "a");
     let reset_s = h.now() / 1000 + 600;
     let mut o = scored(&t.token, "l", "h", Status::Completed, 1.0);
-    o.quota = Some(QuotaReading {
+    o.result.quota = Some(QuotaReading {
         provider: "pa".into(),
         utilisation: 0.93,
         reset_epoch: Some(reset_s),
@@ -271,7 +271,7 @@ pub(super) async fn quota_gate_pauses_only_its_provider(h: &mut Harness) {
     );
     // At or above quota_stop the campaign stops.
     let mut o = scored(&a.trials[0].token, "l", "h", Status::Completed, 1.0);
-    o.quota = Some(QuotaReading {
+    o.result.quota = Some(QuotaReading {
         provider: "pa".into(),
         utilisation: 0.995,
         reset_epoch: Some(reset_s + 600),
@@ -377,7 +377,7 @@ pub(super) async fn sixteen_concurrent_claims_against_a_cap_for_five_admit_five(
     // Each costs a little more than expected: spend ends within one trial's overrun of the cap.
     for t in &tokens {
         let mut o = scored(t, "l", "h", Status::Completed, 1.0);
-        o.cost_usd = Some(1.1);
+        o.result.cost_usd = Some(1.1);
         h.store.complete(&c, o, h.now()).await.unwrap();
     }
     let st = h.store.status(&c, h.now()).await.unwrap();
@@ -406,7 +406,7 @@ pub(super) async fn a_trial_that_would_end_after_the_cutoff_is_not_started(h: &m
     for _ in 0..3 {
         let t = h.claim_tokens(&c, "l", "h").await.remove(0);
         let mut o = scored(&t, "l", "h", Status::Completed, 1.0);
-        o.walls.agent_s = 1200.0;
+        o.result.walls.agent_s = 1200.0;
         h.store.complete(&c, o, h.now()).await.unwrap();
     }
     // Ten minutes before the cutoff, nothing starts, and the answer says why.

@@ -121,7 +121,7 @@ pub(super) async fn phase2_block_refused_gets_not_started_rows_and_ends_done(h: 
     for _ in 0..2 {
         let t = h.claim_tokens(&c, "l", "h").await.remove(0);
         let mut o = scored(&t, "l", "h", Status::Completed, 1.0);
-        o.walls.agent_s = 9000.0;
+        o.result.walls.agent_s = 9000.0;
         h.store.complete(&c, o, h.now()).await.unwrap();
     }
     // ... and an hour later no phase-2 block fits in the two hours left before the cutoff.

@@ -56,7 +56,7 @@ pub(super) async fn check_ledger(
     }
     // The reaper takes only leases past their deadline by more than the grace, waits
     // `publish_grace_s` for one past evaluate, and never expires an undelivered assignment.
-    for row in rows.iter().filter(|r| r.lease_lost) {
+    for row in rows.iter().filter(|r| r.record.lease_lost) {
         let token = row.token();
         let view = m.leases.get(&token);
         prop_assert!(

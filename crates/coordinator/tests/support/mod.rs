@@ -222,8 +222,8 @@ pub fn cid(s: &str) -> CampaignId {
 /// A scored outcome.
 pub fn scored(token: &Token, lane: &str, host: &str, status: Status, score: f64) -> Outcome {
     let mut o = Outcome::new(token.clone(), lane, host, status);
-    o.score = Some(score);
-    o.passed = Some(score >= 1.0);
+    o.result.score = Some(score);
+    o.result.passed = Some(score >= 1.0);
     o
 }
 

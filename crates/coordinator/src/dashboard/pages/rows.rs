@@ -148,8 +148,10 @@ pub(crate) async fn page(
                 esc(r.status.as_str()),
                 r.failure_kind.map_or_else(String::new, |k| esc(k.as_str())),
                 flags(r),
-                r.score.map_or_else(|| "—".into(), |s| format!("{s:.3}")),
-                r.cost_usd.map_or_else(|| "—".into(), usd),
+                r.result
+                    .score
+                    .map_or_else(|| "—".into(), |s| format!("{s:.3}")),
+                r.result.cost_usd.map_or_else(|| "—".into(), usd),
                 format!("{:.1}s", r.wall_s),
                 format!("<time>{}</time>", esc(&r.written_utc)),
             ]
@@ -213,7 +215,7 @@ pub(crate) fn flags(r: &Row) -> String {
     if r.late {
         f.push("late");
     }
-    if r.passed == Some(true) {
+    if r.result.passed == Some(true) {
         f.push("passed");
     }
     f.join(" ")

@@ -72,8 +72,10 @@ pub(crate) async fn page(
                 esc(r.status.as_str()),
                 r.failure_kind.map_or_else(String::new, |k| esc(k.as_str())),
                 flags(r),
-                r.score.map_or_else(|| "—".into(), |s| format!("{s:.3}")),
-                r.cost_usd.map_or_else(|| "—".into(), usd),
+                r.result
+                    .score
+                    .map_or_else(|| "—".into(), |s| format!("{s:.3}")),
+                r.result.cost_usd.map_or_else(|| "—".into(), usd),
                 duration_s(r.wall_s),
             ]
         })
@@ -112,9 +114,12 @@ pub(crate) async fn page(
         }
         fact("Lane", esc(r.lane.as_deref().unwrap_or("—")));
         fact("Host", esc(r.host.as_deref().unwrap_or("—")));
-        fact("Started", esc(r.started_utc.as_deref().unwrap_or("—")));
-        fact("Ended", esc(r.ended_utc.as_deref().unwrap_or("—")));
-        if let Some(e) = &r.error {
+        fact(
+            "Started",
+            esc(r.record.started_utc.as_deref().unwrap_or("—")),
+        );
+        fact("Ended", esc(r.record.ended_utc.as_deref().unwrap_or("—")));
+        if let Some(e) = &r.record.error {
             fact("Error", format!("<code>{}</code>", esc(e)));
         }
         fact(
@@ -122,7 +127,7 @@ pub(crate) async fn page(
             trace(d.config.trace_url.as_deref(), r.trace_id.as_deref()),
         );
         body.push_str("</dl>");
-        let w = &r.walls;
+        let w = &r.result.walls;
         let walls = [
             ("admit", w.admit_s),
             ("boot", w.boot_s),

@@ -70,7 +70,7 @@ fn request(lane: usize) -> ClaimRequest {
 
 fn scored(token: &Token) -> Outcome {
     let mut o = Outcome::new(token.clone(), "lane", "h", Status::Completed);
-    o.score = Some(1.0);
+    o.result.score = Some(1.0);
     o
 }
 

@@ -153,8 +153,8 @@ async fn take_back(
     let mut outcome = Outcome::new(token, &lease.lane, &lease.host, status);
     outcome.failure_kind = kind;
     outcome.worker = lease.worker.clone();
-    outcome.error = Some(why.to_owned());
-    outcome.lease_lost = true;
+    outcome.record.error = Some(why.to_owned());
+    outcome.record.lease_lost = true;
     record(tx, meta, &trial, outcome, false, now).await?;
     Ok(())
 }

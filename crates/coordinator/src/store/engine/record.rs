@@ -179,10 +179,10 @@ pub(super) async fn record(
         }
     }
 
-    if let Some(cost) = outcome.cost_usd {
+    if let Some(cost) = outcome.result.cost_usd {
         meta.spend_usd += cost;
     }
-    if let Some(q) = &outcome.quota {
+    if let Some(q) = &outcome.result.quota {
         meta.quotas.insert(q.provider.clone(), q.clone());
     }
     // A rate limit pauses every arm of its provider until the reset, not just this trial.
@@ -236,7 +236,7 @@ pub(super) async fn record(
     let kind = outcome.failure_kind;
     let row = Row::from_outcome(&meta.spec.id, trial, outcome, fields);
     if counted {
-        if let Some(c) = row.cost_usd {
+        if let Some(c) = row.result.cost_usd {
             push_capped(
                 meta.arm_costs
                     .make_mut()
@@ -424,7 +424,7 @@ pub(crate) async fn release(
         status,
     );
     outcome.failure_kind = kind;
-    outcome.error = release.detail.clone();
+    outcome.record.error = release.detail.clone();
     let outcome = outcome.validate()?;
     let ack = record(tx, &mut meta, &trial, outcome, true, now).await?;
     tx.put_meta(&meta).await?;

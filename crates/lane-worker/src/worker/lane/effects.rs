@@ -368,7 +368,7 @@ impl LaneActor {
                 let ctx = self.outcome_ctx(state);
                 let o = outcome::published(&ctx, verdict, &secrets);
                 span.in_scope(|| {
-                    tracing::info!(status = %o.status, failure_kind = o.failure_kind.map(|k| k.as_str()), score = o.score, "attempt finished");
+                    tracing::info!(status = %o.status, failure_kind = o.failure_kind.map(|k| k.as_str()), score = o.result.score, "attempt finished");
                 });
                 record_outcome(&attempt_span, &o);
                 self.hand_off(myself, span, tag, o, true, secrets);
@@ -510,7 +510,7 @@ impl LaneActor {
                 .unwrap_or_else(|e| Err(e.to_string()));
                 if let Err(e) = scrubbed {
                     tracing::warn!(error = %e, "could not scrub the driver's files in the attempt folder");
-                    o.publication_errors.push(format!("scrubbing the attempt folder: {e}"));
+                    o.record.publication_errors.push(format!("scrubbing the attempt folder: {e}"));
                 }
             }
             let mut record = None;
@@ -525,10 +525,10 @@ impl LaneActor {
                 // the row, and the outbox and the coordinator still get the outcome.
                 match written {
                     Ok(path) => {
-                        o.artifacts.push(path.display().to_string());
+                        o.record.artifacts.push(path.display().to_string());
                         record = Some(path);
                     }
-                    Err(e) => o.publication_errors.push(format!("attempt record: {e}")),
+                    Err(e) => o.record.publication_errors.push(format!("attempt record: {e}")),
                 }
             }
             let entry = Box::new(Entry {
@@ -687,15 +687,15 @@ fn record_outcome(span: &tracing::Span, o: &lanes_common::row::Outcome) {
     if let Some(k) = o.failure_kind {
         span.record("lanes.failure_kind", k.as_str());
     }
-    if let Some(score) = o.score {
+    if let Some(score) = o.result.score {
         span.record("lanes.score", score);
     }
-    if let Some(t) = &o.tokens {
+    if let Some(t) = &o.result.tokens {
         span.record("gen_ai.usage.input_tokens", t.input);
         span.record("gen_ai.usage.output_tokens", t.output);
     }
     if let Some(k) = o.failure_kind {
-        let message = o.error.as_deref().unwrap_or(k.as_str());
+        let message = o.record.error.as_deref().unwrap_or(k.as_str());
         lanes_telemetry::record_error(span, k.as_str(), message);
     }
 }

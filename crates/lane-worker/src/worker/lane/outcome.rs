@@ -29,8 +29,8 @@ impl OutcomeCtx {
         let mut o = Outcome::new(self.token.clone(), &self.lane, &self.host, status);
         o.worker = self.worker.clone();
         o.driver = self.driver.clone();
-        o.started_utc = Some(self.started_utc.clone());
-        o.ended_utc = Some(self.ended_utc.clone());
+        o.record.started_utc = Some(self.started_utc.clone());
+        o.record.ended_utc = Some(self.ended_utc.clone());
         o
     }
 }
@@ -39,24 +39,24 @@ impl OutcomeCtx {
 pub(super) fn published(ctx: &OutcomeCtx, v: Verdict, secrets: &Secrets) -> Outcome {
     let mut o = ctx.base(v.status);
     o.failure_kind = v.failure_kind;
-    o.score = v.score;
-    o.passed = v.passed;
-    o.checks = v.checks;
-    o.infeasible_source = v.infeasible_source;
-    o.lease_lost = v.lease_lost;
-    o.error = v.error;
-    o.walls = ctx.walls;
+    o.result.score = v.score;
+    o.result.passed = v.passed;
+    o.result.checks = v.checks;
+    o.result.infeasible_source = v.infeasible_source;
+    o.record.lease_lost = v.lease_lost;
+    o.record.error = v.error;
+    o.result.walls = ctx.walls;
     if let Some(a) = v.agent {
-        if o.error.is_none() {
-            o.error = a.error;
+        if o.record.error.is_none() {
+            o.record.error = a.error;
         }
         o.reset_epoch = a.reset_epoch;
-        o.runtime_outcome = a.runtime_outcome;
-        o.final_text = a.final_text;
-        o.turns = a.turns;
-        o.tokens = a.tokens;
-        o.cost_usd = a.cost_usd;
-        o.quota = a.quota;
+        o.result.runtime_outcome = a.runtime_outcome;
+        o.result.final_text = a.final_text;
+        o.result.turns = a.turns;
+        o.result.tokens = a.tokens;
+        o.result.cost_usd = a.cost_usd;
+        o.result.quota = a.quota;
     }
     add_gate(&mut o, v.gate);
     if o.status != Status::InfraError {
@@ -79,7 +79,7 @@ pub(super) fn released(
     };
     let mut o = ctx.base(status);
     o.failure_kind = failure_kind;
-    o.error = reason;
+    o.record.error = reason;
     add_gate(&mut o, gate);
     finish(o, secrets)
 }
@@ -95,12 +95,12 @@ fn finish(mut o: Outcome, secrets: &Secrets) -> Outcome {
         Err(e) => {
             let mut bad = Outcome::new(o.token.clone(), &o.lane, &o.host, Status::InfraError);
             bad.failure_kind = Some(FailureKind::HarnessError);
-            bad.error = Some(format!("driver reported an invalid outcome: {e}"));
+            bad.record.error = Some(format!("driver reported an invalid outcome: {e}"));
             bad.worker = o.worker;
             bad.driver = o.driver;
-            bad.walls = o.walls;
-            bad.started_utc = o.started_utc;
-            bad.ended_utc = o.ended_utc;
+            bad.result.walls = o.result.walls;
+            bad.record.started_utc = o.record.started_utc;
+            bad.record.ended_utc = o.record.ended_utc;
             bad
         }
     }
@@ -110,12 +110,12 @@ fn finish(mut o: Outcome, secrets: &Secrets) -> Outcome {
 fn add_gate(o: &mut Outcome, gate: Option<GateRecord>) {
     let Some(g) = gate else { return };
     if g.turns > 0 {
-        o.turns = Some(o.turns.unwrap_or(0) + g.turns);
+        o.result.turns = Some(o.result.turns.unwrap_or(0) + g.turns);
     }
     if let Some(c) = g.cost_usd {
-        o.cost_usd = Some(o.cost_usd.unwrap_or(0.0) + c);
+        o.result.cost_usd = Some(o.result.cost_usd.unwrap_or(0.0) + c);
     }
-    o.gate = Some(g);
+    o.result.gate = Some(g);
 }
 
 /// The secret values of an attempt: the values of its payload's `secret_payload_keys` (at any
@@ -138,21 +138,25 @@ fn scrub_outcome(o: &mut Outcome, secrets: &Secrets) {
         return;
     }
     let scrub = |t: &mut String| secrets.scrub(t);
-    for field in [&mut o.error, &mut o.final_text, &mut o.runtime_outcome]
-        .into_iter()
-        .flatten()
+    for field in [
+        &mut o.record.error,
+        &mut o.result.final_text,
+        &mut o.result.runtime_outcome,
+    ]
+    .into_iter()
+    .flatten()
     {
         scrub(field);
     }
-    o.publication_errors.iter_mut().for_each(scrub);
-    for c in &mut o.checks {
+    o.record.publication_errors.iter_mut().for_each(scrub);
+    for c in &mut o.result.checks {
         scrub(&mut c.name);
         scrub(&mut c.detail);
     }
-    if let Some(reason) = o.gate.as_mut().and_then(|g| g.reason.as_mut()) {
+    if let Some(reason) = o.result.gate.as_mut().and_then(|g| g.reason.as_mut()) {
         scrub(reason);
     }
-    if let Some(q) = o.quota.as_mut() {
+    if let Some(q) = o.result.quota.as_mut() {
         scrub(&mut q.provider);
     }
     if let Some(d) = o.driver.as_mut() {
@@ -245,11 +249,14 @@ mod tests {
         let payload = serde_json::json!({"vm": {"pw": "hunter22", "n": 31337}});
         let secrets = secrets_of(&spec, &payload, &[]);
         let o = published(&c, v, &secrets);
-        assert_eq!(o.error.as_deref(), Some("login failed for *** at vm"));
-        assert_eq!(o.final_text.as_deref(), Some("the password is ***"));
-        assert_eq!(o.checks[0].name, "check-***");
-        assert_eq!(o.checks[0].detail, "saw ***");
-        assert_eq!(o.quota.unwrap().provider, "p-***");
+        assert_eq!(
+            o.record.error.as_deref(),
+            Some("login failed for *** at vm")
+        );
+        assert_eq!(o.result.final_text.as_deref(), Some("the password is ***"));
+        assert_eq!(o.result.checks[0].name, "check-***");
+        assert_eq!(o.result.checks[0].detail, "saw ***");
+        assert_eq!(o.result.quota.unwrap().provider, "p-***");
         assert_eq!(o.driver.unwrap().pins["key"], "pin ***");
     }
 
@@ -289,8 +296,8 @@ mod tests {
                 (Status::InfraError, Some(FailureKind::HarnessError)),
                 "{o:?}"
             );
-            assert_eq!((o.cost_usd, o.tokens), (None, None));
-            let error = o.error.unwrap();
+            assert_eq!((o.result.cost_usd, o.result.tokens), (None, None));
+            let error = o.record.error.unwrap();
             assert!(error.contains(field), "{error}");
         }
     }
@@ -319,7 +326,7 @@ mod tests {
             );
             let text = serde_json::to_string(&o).unwrap();
             assert!(!text.contains("hunter22"), "{text}");
-            assert!(o.error.unwrap().ends_with("pw=***"));
+            assert!(o.record.error.unwrap().ends_with("pw=***"));
         }
     }
 
@@ -339,7 +346,7 @@ mod tests {
             &Secrets::default(),
         );
         assert_eq!(o.status, Status::Cancelled);
-        assert_eq!((o.turns, o.cost_usd), (Some(2), Some(0.5)));
+        assert_eq!((o.result.turns, o.result.cost_usd), (Some(2), Some(0.5)));
         let blocked = released(
             &ctx(),
             ReleaseKind::Blocked(FailureKind::IdentityMismatch),
@@ -351,7 +358,7 @@ mod tests {
             (
                 blocked.status,
                 blocked.failure_kind,
-                blocked.error.as_deref()
+                blocked.record.error.as_deref()
             ),
             (
                 Status::Blocked,

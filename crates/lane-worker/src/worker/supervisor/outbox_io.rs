@@ -64,6 +64,7 @@ impl Supervisor {
                 );
                 entry
                     .outcome
+                    .record
                     .publication_errors
                     .push(format!("outbox: {e}"));
                 state.unpersisted.insert(entry.tag(), (*entry).clone());
