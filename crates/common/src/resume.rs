@@ -106,7 +106,7 @@ fn trial_fields(t: &Trial) -> [(&'static str, String); 11] {
         ("arm", t.arm.to_string()),
         ("run_index", t.run_index.to_string()),
         ("phase", t.phase.to_string()),
-        ("block", t.block.clone()),
+        ("block", t.block.to_string()),
         ("task_pos", t.task_pos.to_string()),
         ("arm_slot", t.arm_slot.to_string()),
         ("first_arm", t.first_arm.to_string()),

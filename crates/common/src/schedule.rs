@@ -57,6 +57,24 @@ impl<'de> Deserialize<'de> for SchedulePhase {
     }
 }
 
+/// A block: one task's trials of one phase, named `p<phase>-<task>`. Phase 2 is decided per
+/// block, and the store keeps a record per block under this name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct BlockName(String);
+
+impl BlockName {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for BlockName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
 /// One cell (task, arm, run_index) of the schedule, with its identity and its place.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Trial {
@@ -66,8 +84,7 @@ pub struct Trial {
     /// 0-based across phases.
     pub run_index: u32,
     pub phase: SchedulePhase,
-    /// `p<phase>-<task>`.
-    pub block: String,
+    pub block: BlockName,
     /// Global position in the schedule, from 0.
     pub order_index: u64,
     pub task_pos: u32,
@@ -97,8 +114,8 @@ pub fn run_seed(schedule_seed: u64, task: &TaskId, run_index: u32) -> u64 {
 }
 
 /// The block name of a task in a phase.
-pub fn block_name(phase: SchedulePhase, task: &TaskId) -> String {
-    format!("p{phase}-{task}")
+pub fn block_name(phase: SchedulePhase, task: &TaskId) -> BlockName {
+    BlockName(format!("p{phase}-{task}"))
 }
 
 /// The index into `arms` of the arm in `slot` of the run group `(task_pos, run_index)`.

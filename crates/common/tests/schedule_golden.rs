@@ -61,7 +61,7 @@ fn render(trials: &[Trial]) -> String {
         let line = GoldenLine {
             trial_id: t.trial_id.as_str(),
             phase: t.phase.number(),
-            block: &t.block,
+            block: t.block.as_str(),
             order_index: t.order_index,
             task_pos: t.task_pos,
             arm_slot: t.arm_slot,

@@ -80,7 +80,7 @@ proptest! {
         for t in &trials {
             let expected_phase = if t.run_index < p1 { 1 } else { 2 };
             prop_assert_eq!(t.phase.number(), expected_phase);
-            prop_assert_eq!(&t.block, &format!("p{}-{}", t.phase, t.task));
+            prop_assert_eq!(t.block.as_str(), format!("p{}-{}", t.phase, t.task));
             prop_assert_eq!(
                 t.trial_id.as_str(),
                 format!("{}.r{}.{}", t.task, t.run_index, t.arm)

@@ -170,7 +170,7 @@ pub(crate) fn assignment(a: Assignment, lane: &str) -> pb::Assignment {
                 arm: t.trial.arm.to_string(),
                 run_index: t.trial.run_index,
                 phase: u32::from(t.trial.phase.number()),
-                block: t.trial.block.clone(),
+                block: t.trial.block.to_string(),
                 order_index: t.trial.order_index,
                 arm_slot: t.trial.arm_slot,
                 seed: t.trial.seed,

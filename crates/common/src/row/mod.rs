@@ -315,7 +315,7 @@ pub struct Row {
     pub arm: ArmId,
     pub run_index: u32,
     pub phase: crate::schedule::SchedulePhase,
-    pub block: String,
+    pub block: crate::schedule::BlockName,
     pub order_index: u64,
     pub seed: u64,
     // Attempt.

@@ -3,6 +3,7 @@
 
 use lanes_common::ids::{TaskId, TrialId};
 use lanes_common::row::Row;
+use lanes_common::schedule::BlockName;
 use lanes_common::spec::Task;
 use lanes_common::utc::EpochMs;
 
@@ -57,6 +58,6 @@ pub(crate) trait Tx {
     async fn put_row(&mut self, row: &Row) -> R<()>;
     async fn put_event(&mut self, event: &Event) -> R<()>;
 
-    async fn block(&mut self, name: &str) -> R<BlockState>;
-    async fn put_block(&mut self, name: &str, block: &BlockState) -> R<()>;
+    async fn block(&mut self, name: &BlockName) -> R<BlockState>;
+    async fn put_block(&mut self, name: &BlockName, block: &BlockState) -> R<()>;
 }

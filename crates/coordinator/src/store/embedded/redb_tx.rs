@@ -11,6 +11,7 @@ use serde::de::DeserializeOwned;
 
 use lanes_common::ids::{TaskId, TrialId};
 use lanes_common::row::Row;
+use lanes_common::schedule::BlockName;
 use lanes_common::spec::Task;
 use lanes_common::utc::EpochMs;
 
@@ -430,12 +431,14 @@ impl Tx for RedbTx<'_, '_> {
         Ok(())
     }
 
-    async fn block(&mut self, name: &str) -> R<BlockState> {
+    async fn block(&mut self, name: &BlockName) -> R<BlockState> {
+        let name = name.as_str();
         Ok(self
             .get(BLOCKS, &self.k(&[name.as_bytes()]))?
             .unwrap_or_default())
     }
-    async fn put_block(&mut self, name: &str, block: &BlockState) -> R<()> {
+    async fn put_block(&mut self, name: &BlockName, block: &BlockState) -> R<()> {
+        let name = name.as_str();
         self.put(BLOCKS, &self.k(&[name.as_bytes()]), block)
     }
 }

@@ -14,7 +14,7 @@ use serde::de::DeserializeOwned;
 
 use lanes_common::ids::{TaskId, TrialId};
 use lanes_common::row::Row;
-use lanes_common::schedule::{arm_index, block_name, from_position_key, phase_of};
+use lanes_common::schedule::{BlockName, arm_index, block_name, from_position_key, phase_of};
 use lanes_common::spec::Task;
 use lanes_common::utc::EpochMs;
 
@@ -296,7 +296,7 @@ impl RedisTx {
                 ids.push(TrialId::from_parts(&task_id, run, &arm.id).to_string());
             }
             // Its completion adds to its block.
-            blocks.push(block_name(phase, &task_id));
+            blocks.push(block_name(phase, &task_id).to_string());
         }
         self.read_ahead(vec![
             (self.keys.trials(), ids.clone()),
@@ -355,7 +355,7 @@ impl RedisTx {
             if let Some(Some(p)) = self.cache.field(&pos_key, task.as_str()) {
                 positions.push(String::from_utf8_lossy(p).into_owned());
             }
-            blocks.push(block_name(phase_of(&meta.spec, run), &task));
+            blocks.push(block_name(phase_of(&meta.spec, run), &task).to_string());
         }
         self.read_ahead(vec![
             (self.keys.tasks(), positions),
@@ -705,11 +705,13 @@ impl Tx for RedisTx {
         Ok(())
     }
 
-    async fn block(&mut self, name: &str) -> R<BlockState> {
+    async fn block(&mut self, name: &BlockName) -> R<BlockState> {
+        let name = name.as_str();
         let key = self.keys.blocks();
         Ok(self.hget_with(&key, name, parse).await?.unwrap_or_default())
     }
-    async fn put_block(&mut self, name: &str, block: &BlockState) -> R<()> {
+    async fn put_block(&mut self, name: &BlockName, block: &BlockState) -> R<()> {
+        let name = name.as_str();
         let v = json(block)?;
         self.writes
             .hset(self.keys.blocks(), name.to_owned(), Some(v));
