@@ -232,10 +232,13 @@ async fn the_coordinator_refuses_a_bundle_that_is_not_what_it_says() {
     assert_eq!(missing, vec![other]);
 }
 
-/// kill -9 of a worker while its agent runs in a container: the container outlives it; the
-/// restarted worker (same host, same outbox) kills the old driver and its lanes tear down
-/// what their drivers left before they claim anything, so the old container is removed; the
-/// retried attempt's own container goes when it ends.
+/// kill -9 of a worker and its drivers together (as an OOM kill of the host's cgroup does)
+/// while its agent runs in a container: no driver gets to remove its containers, so the
+/// container outlives them; the restarted worker (same host, same outbox) sweeps the dead
+/// drivers' records and its lanes tear down what their drivers left before they claim
+/// anything, so the old container is removed; the retried attempt's own container goes when
+/// it ends. (Killing the worker alone was racy: its drivers see their input end and remove
+/// the lane's containers themselves, sometimes before the test looked.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_worker_killed_mid_attempt_leaves_no_container_once_restarted() {
     use lanes_tests::podman::{containers_of_campaign, wait_containers};
@@ -270,7 +273,11 @@ async fn a_worker_killed_mid_attempt_leaves_no_container_once_restarted() {
         "no container started"
     );
     let old = containers_of_campaign(id);
+    // Stopped first, so none of them sees the worker go and cleans up; then all killed.
+    let drivers = art.join(".outbox").join("drivers");
+    signal_driver_groups(&drivers, "-STOP");
     w.kill9();
+    signal_driver_groups(&drivers, "-KILL");
     assert_eq!(
         containers_of_campaign(id),
         old,
@@ -292,4 +299,23 @@ async fn a_worker_killed_mid_attempt_leaves_no_container_once_restarted() {
         "left behind: {:?}",
         containers_of_campaign(id)
     );
+}
+
+/// Sends `sig` to the process group of every driver recorded in `records` (the worker's
+/// `<outbox>/drivers/<pid>.json`, which name each driver's group); at least one must be alive.
+fn signal_driver_groups(records: &Path, sig: &str) {
+    let mut sent = 0;
+    for e in std::fs::read_dir(records).unwrap() {
+        let text = std::fs::read_to_string(e.unwrap().path()).unwrap();
+        let record: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let pgid = record["pgid"].as_u64().expect("a recorded process group");
+        // A record may outlive its driver by a moment (a driver that just exited).
+        let status = Command::new("kill")
+            .args([sig, "--", &format!("-{pgid}")])
+            .stderr(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        sent += u32::from(status.success());
+    }
+    assert!(sent > 0, "no live driver recorded in {}", records.display());
 }
