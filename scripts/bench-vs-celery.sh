@@ -3,16 +3,21 @@
 # beside Celery". It starts its own durable redis-server (AOF, fsync on every write) on a free
 # loopback port in a temp directory, then runs on it, one after the other:
 #   1. `lanes bench --redis` with simulated lanes (the scheduler alone: real gRPC sessions and
-#      a real coordinator process, no driver);
+#      a real coordinator process, no driver), RUNS times;
 #   2. `lanes bench --redis --workers 2` (2 real `lanes worker` processes x 32 lanes running the
-#      built-in sim driver with zero durations: the whole path, no-op trials);
-#   3. Celery no-op tasks, 2 worker processes x 32, with the prefork and the threads pool
-#      (scripts/celery_bench/run.py), publishing from 8 threads;
-# and prints each figure and the ratios to Celery's best. Celery is installed into a venv under
-# the cargo target directory. Usage: scripts/bench-vs-celery.sh [TRIALS] (default 20000).
+#      built-in sim driver with zero durations: the whole path, no-op trials), RUNS times;
+#   3. Celery no-op tasks (scripts/celery_bench/run.py) measured two ways:
+#      - the harness baseline: one worker, prefork pool of 2, acks_late, prefetch 1, 5,000
+#        tasks from one publisher (how a benchmark harness would run trials on Celery);
+#      - Celery's best: 2 workers x 32 with the prefork and the threads pool, default acks
+#        and prefetch, TRIALS tasks from 8 publishing threads;
+# and prints each figure, the median of the Lanes runs and its ratio to both Celery figures.
+# Celery is installed into a venv under the cargo target directory.
+# Usage: scripts/bench-vs-celery.sh [TRIALS] [RUNS] (defaults 20000 and 3).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TRIALS="${1:-20000}"
+RUNS="${2:-3}"
 TARGET="${CARGO_TARGET_DIR:-target}"
 VENV="$TARGET/bench-venv"
 
@@ -32,27 +37,36 @@ trap 'kill "$(cat "$DIR/redis.pid")" 2>/dev/null || true; rm -rf "$DIR"' EXIT
 URL="redis://127.0.0.1:$PORT/"
 for _ in $(seq 100); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
 
-echo "== lanes bench, simulated lanes (64 lanes in 4 sessions), $TRIALS trials" >&2
-"$LANES" bench --redis "$URL" --lanes 64 --trials "$TRIALS" --duration 120 --json >"$DIR/sim.json"
-echo "== lanes bench, 2 lanes workers x 32 lanes, sim driver, $TRIALS trials" >&2
-"$LANES" bench --redis "$URL" --workers 2 --lanes 64 --trials "$TRIALS" --duration 120 --json >"$DIR/workers.json"
+for run in $(seq "$RUNS"); do
+  echo "== lanes bench, simulated lanes (64 lanes in 4 sessions), $TRIALS trials, run $run" >&2
+  "$LANES" bench --redis "$URL" --lanes 64 --trials "$TRIALS" --duration 120 --json >"$DIR/sim-$run.json"
+  echo "== lanes bench, 2 lanes workers x 32 lanes, sim driver, $TRIALS trials, run $run" >&2
+  "$LANES" bench --redis "$URL" --workers 2 --lanes 64 --trials "$TRIALS" --duration 120 --json >"$DIR/workers-$run.json"
+done
+echo "== celery harness baseline: 1 worker, prefork 2, acks_late, prefetch 1, 5000 tasks" >&2
+"$VENV/bin/python" scripts/celery_bench/run.py --redis "$URL" --tasks 5000 --workers 1 \
+  --concurrency 2 --pool prefork --publishers 1 --acks-late --prefetch 1 >"$DIR/celery-harness.json"
 for pool in prefork threads; do
   echo "== celery, 2 workers x 32 ($pool), $TRIALS tasks" >&2
   "$VENV/bin/python" scripts/celery_bench/run.py --redis "$URL" --tasks "$TRIALS" --workers 2 \
     --concurrency 32 --pool "$pool" --publishers 8 >"$DIR/celery-$pool.json"
 done
 
-python3 - "$DIR" <<'PY'
-import json, sys, os
-d = sys.argv[1]
+python3 - "$DIR" "$RUNS" <<'PY'
+import json, os, statistics, sys
+d, runs = sys.argv[1], int(sys.argv[2])
 load = lambda n: json.load(open(os.path.join(d, n)))
-sim, workers = load("sim.json"), load("workers.json")
-celery = [load("celery-prefork.json"), load("celery-threads.json")]
-best = max(celery, key=lambda c: c["tasks_per_s"])
-for c in celery:
-    print(f"celery {c['pool']:>8}: {c['tasks_per_s']:8.1f} tasks/s ({c['tasks']} no-op tasks in {c['elapsed_s']} s)")
-for name, r in (("lanes sim lanes", sim), ("lanes 2 workers", workers)):
-    print(f"{name}: {r['attempts_per_s']:8.1f} attempts/s ({r['trials_final']}/{r['trials']} trials final, {r['ending']}), "
-          f"{r['attempts_per_s'] / best['tasks_per_s']:.1f}x celery's best ({best['pool']})")
-    print(f"  {r['summary']}")
+harness = load("celery-harness.json")
+best = max((load("celery-prefork.json"), load("celery-threads.json")), key=lambda c: c["tasks_per_s"])
+for c in (harness, load("celery-prefork.json"), load("celery-threads.json")):
+    print(f"celery {c['workers']}x{c['concurrency']} {c['pool']:>8} acks_late={c['acks_late']} prefetch={c['prefetch']}: "
+          f"{c['tasks_per_s']:8.1f} tasks/s ({c['tasks']} no-op tasks in {c['elapsed_s']} s)")
+for name, kind in (("lanes sim lanes", "sim"), ("lanes 2 workers", "workers")):
+    rs = [load(f"{kind}-{i}.json") for i in range(1, runs + 1)]
+    for r in rs:
+        print(f"{name}: {r['attempts_per_s']:8.1f} attempts/s ({r['trials_final']}/{r['trials']} trials final, {r['ending']})")
+        print(f"  {r['summary']}")
+    med = statistics.median(r["attempts_per_s"] for r in rs)
+    print(f"{name}, median of {runs}: {med:.1f} attempts/s = {med / harness['tasks_per_s']:.1f}x the celery harness baseline, "
+          f"{med / best['tasks_per_s']:.1f}x celery's best ({best['workers']}x{best['concurrency']} {best['pool']})")
 PY

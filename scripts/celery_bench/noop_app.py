@@ -19,6 +19,11 @@ app.conf.update(
     broker_connection_retry_on_startup=True,
     worker_hijack_root_logger=False,
     worker_send_task_events=False,
+    # `run.py --acks-late --prefetch 1`: a task is acknowledged after it ran, and a worker
+    # process reserves one task at a time, the at-least-once setting a benchmark harness
+    # would pick (Celery's defaults: acknowledged on receipt, 4 reserved per process).
+    task_acks_late=os.environ.get("LANES_CELERY_ACKS_LATE") == "1",
+    worker_prefetch_multiplier=int(os.environ.get("LANES_CELERY_PREFETCH", "4")),
 )
 
 # One client per worker process (prefork) or shared by its threads (redis-py pools

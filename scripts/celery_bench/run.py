@@ -37,19 +37,28 @@ def main():
     p.add_argument("--pool", choices=["prefork", "threads"], default="prefork")
     p.add_argument("--publishers", type=int, default=1,
                    help="threads publishing the tasks (one broker connection each)")
+    p.add_argument("--acks-late", action="store_true",
+                   help="acknowledge each task after it ran (task_acks_late)")
+    p.add_argument("--prefetch", type=int, default=4,
+                   help="tasks each worker process reserves (worker_prefetch_multiplier)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds before giving up")
     a = p.parse_args()
-    if min(a.tasks, a.workers, a.concurrency, a.publishers) < 1:
-        p.error("--tasks, --workers, --concurrency and --publishers must be positive")
+    if min(a.tasks, a.workers, a.concurrency, a.publishers, a.prefetch) < 1:
+        p.error("--tasks, --workers, --concurrency, --publishers and --prefetch must be positive")
 
     tag = secrets.token_hex(6)
     queue = f"lanes-celery-bench-{tag}"
     counter = f"lanes-celery-bench-{tag}:done"
     warm = f"lanes-celery-bench-{tag}:warm"
     # Running as root makes Celery warn on every start; the warning says nothing here.
-    env = dict(os.environ, LANES_CELERY_BROKER=a.redis, PYTHONWARNINGS="ignore")
+    settings = {
+        "LANES_CELERY_BROKER": a.redis,
+        "LANES_CELERY_ACKS_LATE": "1" if a.acks_late else "0",
+        "LANES_CELERY_PREFETCH": str(a.prefetch),
+    }
+    env = dict(os.environ, PYTHONWARNINGS="ignore", **settings)
     sys.path.insert(0, HERE)
-    os.environ["LANES_CELERY_BROKER"] = a.redis
+    os.environ.update(settings)
     from noop_app import noop  # noqa: E402 (needs the broker in the env)
 
     r = redis.Redis.from_url(a.redis)
@@ -105,6 +114,8 @@ def main():
         "concurrency": a.concurrency,
         "pool": a.pool,
         "publishers": a.publishers,
+        "acks_late": a.acks_late,
+        "prefetch": a.prefetch,
         "publish_s": round(published, 3),
         "elapsed_s": round(elapsed, 3),
         "tasks_per_s": round(a.tasks / elapsed, 1),

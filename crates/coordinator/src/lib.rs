@@ -14,6 +14,7 @@
 //!   run a worker in the same process.
 
 pub mod auth;
+pub mod campaign_list;
 mod dashboard;
 mod grpc_status;
 pub mod health;

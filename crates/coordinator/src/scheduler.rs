@@ -11,7 +11,8 @@ use tracing::Instrument;
 use lanes_common::ids::{ArmId, LaneName};
 use lanes_common::policy::{NoWorkReason, WorkerOffer};
 
-use crate::store::{Assignment, ClaimOutcome, ClaimRequest, Clock, Store};
+use crate::campaign_list::CampaignList;
+use crate::store::{Assignment, ClaimOutcome, ClaimRequest, Clock, Store, StoreError};
 
 /// Retry-after hint when no campaign can be asked at all (none exists, or the store cannot
 /// list them), and for a campaign this lane is excluded from.
@@ -46,9 +47,14 @@ pub enum Scheduled {
 }
 
 /// Walks the campaigns in id order and claims one unit from the first that has one.
-pub async fn schedule(store: &dyn Store, clock: &dyn Clock, req: &WorkRequest) -> Scheduled {
-    let ids = match store.list().await {
-        Ok(ids) => ids,
+pub async fn schedule(
+    store: &dyn Store,
+    clock: &dyn Clock,
+    campaigns: &CampaignList,
+    req: &WorkRequest,
+) -> Scheduled {
+    let list = match campaigns.get(store).await {
+        Ok(list) => list,
         Err(e) => {
             return Scheduled::NoWork {
                 reason: NoWorkReason::StoreUnavailable {
@@ -59,13 +65,17 @@ pub async fn schedule(store: &dyn Store, clock: &dyn Clock, req: &WorkRequest) -
         }
     };
     let mut reasons = Vec::new();
-    for c in ids {
+    for c in list.ids() {
         // A worker limited to some campaigns (`lanes run`) never hears of the others.
-        if !req.offer.takes_campaign(&c) {
+        if !req.offer.takes_campaign(c) {
             continue;
         }
         if req.exclude.contains(c.as_str()) {
             reasons.push((NoWorkReason::LaneExcluded, IDLE_RETRY_MS));
+            continue;
+        }
+        if let Some(settled) = list.settled(c) {
+            reasons.push(settled);
             continue;
         }
         let claim = ClaimRequest {
@@ -84,7 +94,7 @@ pub async fn schedule(store: &dyn Store, clock: &dyn Clock, req: &WorkRequest) -
             token = tracing::field::Empty
         );
         let claimed = store
-            .claim(&c, claim, clock.now_ms())
+            .claim(c, claim, clock.now_ms())
             .instrument(span.clone())
             .await;
         match claimed {
@@ -102,7 +112,12 @@ pub async fn schedule(store: &dyn Store, clock: &dyn Clock, req: &WorkRequest) -
             Ok(ClaimOutcome::NoWork {
                 reason,
                 retry_after_ms,
-            }) => reasons.push((reason, retry_after_ms)),
+            }) => {
+                list.answered(c, &reason, retry_after_ms);
+                reasons.push((reason, retry_after_ms));
+            }
+            // Deleted since the list was read (through another replica): nothing to say.
+            Err(StoreError::UnknownCampaign(_)) => continue,
             Err(e) => {
                 tracing::warn!(campaign = %c, error = %e, "claim failed");
                 reasons.push((

@@ -12,8 +12,9 @@ use lanes_common::row::Status;
 use lanes_common::spec::Campaign;
 use lanes_common::spec::DriverKind;
 use lanes_common::state::{StopMode, StopReason};
+use lanes_coordinator::campaign_list::CampaignList;
 use lanes_coordinator::scheduler::{IDLE_RETRY_MS, Scheduled, WorkRequest, schedule};
-use lanes_coordinator::store::{Assignment, UnitDriver};
+use lanes_coordinator::store::{Assignment, CampaignOp, UnitDriver};
 use support::*;
 
 fn request(lane: &str, exclude: &[&str]) -> WorkRequest {
@@ -31,7 +32,7 @@ fn request(lane: &str, exclude: &[&str]) -> WorkRequest {
 }
 
 async fn ask(h: &Harness, req: &WorkRequest) -> Scheduled {
-    schedule(h.store.as_ref(), &h.clock, req).await
+    schedule(h.store.as_ref(), &h.clock, &CampaignList::default(), req).await
 }
 
 async fn assigned(h: &Harness, req: &WorkRequest) -> Assignment {
@@ -270,5 +271,113 @@ async fn a_store_that_cannot_list_answers_store_unavailable() {
             assert!(!error.is_empty());
         }
         other => panic!("{other:?}"),
+    }
+}
+
+/// Claims walk the list read last (one store read serves every lane while it is fresh); a
+/// campaign submitted behind the list's back is seen once the list is forgotten, as the
+/// service does after each submit and delete, and one deleted since the read is passed over
+/// without a "claim failed".
+#[tokio::test]
+async fn claims_walk_the_campaign_list_read_last_until_it_is_forgotten() {
+    for h in [Harness::embedded(), Harness::redis().await] {
+        let list = CampaignList::fresh_for(std::time::Duration::from_secs(3600));
+        let req = request("l", &[]);
+        let ask = || schedule(h.store.as_ref(), &h.clock, &list, &req);
+        assert!(matches!(
+            ask().await,
+            Scheduled::NoWork {
+                reason: NoWorkReason::NoCampaigns,
+                ..
+            }
+        ));
+        h.submit(single("c")).await;
+        assert!(
+            matches!(
+                ask().await,
+                Scheduled::NoWork {
+                    reason: NoWorkReason::NoCampaigns,
+                    ..
+                }
+            ),
+            "the list read before the submit still serves"
+        );
+        list.forget();
+        let t = match ask().await {
+            Scheduled::Assigned(a) => {
+                assert_eq!(a.campaign.as_str(), "c");
+                a.trials[0].token.clone()
+            }
+            other => panic!("expected work from c, got {other:?}"),
+        };
+        h.store
+            .complete(&cid("c"), scored(&t, "l", "h", Status::Completed, 1.0), h.now())
+            .await
+            .expect("complete");
+        h.store.delete(&cid("c")).await.expect("delete");
+        assert_eq!(
+            no_work(&h, &req).await.0,
+            NoWorkReason::NoCampaigns,
+            "a fresh list has no c"
+        );
+        assert!(matches!(
+            ask().await,
+            Scheduled::NoWork {
+                reason: NoWorkReason::NoCampaigns,
+                ..
+            }
+        ));
+    }
+}
+
+/// Counts the claims that reach the store.
+struct CountingClaims {
+    inner: Arc<dyn lanes_coordinator::store::Store>,
+    claims: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl lanes_coordinator::store::Store for CountingClaims {
+    async fn execute(
+        &self,
+        op: lanes_coordinator::store::Op,
+    ) -> Result<lanes_coordinator::store::Answer, lanes_coordinator::store::StoreError> {
+        if let lanes_coordinator::store::Op::Campaign(CampaignOp::Claim { .. }) = &op {
+            self.claims
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        self.inner.execute(op).await
+    }
+}
+
+/// A campaign that answered "done" is passed over, with that answer, by every claim until
+/// the list is read again: a fleet's finished campaigns cost its claims nothing.
+#[tokio::test]
+async fn a_finished_campaign_is_not_asked_again_until_the_list_is_read_again() {
+    for h in [Harness::embedded(), Harness::redis().await] {
+        let store = CountingClaims {
+            inner: h.store.clone(),
+            claims: Default::default(),
+        };
+        let claims = || store.claims.load(std::sync::atomic::Ordering::Relaxed);
+        let list = CampaignList::fresh_for(std::time::Duration::from_secs(3600));
+        h.submit(single("a")).await;
+        let t = h.claim_tokens(&cid("a"), "other", "h").await.remove(0);
+        h.store
+            .complete(&cid("a"), scored(&t, "other", "h", Status::Completed, 1.0), h.now())
+            .await
+            .unwrap();
+        let req = request("l", &[]);
+        let ask = || schedule(&store, &h.clock, &list, &req);
+        for expected_claims in [1, 1, 1] {
+            match ask().await {
+                Scheduled::NoWork { reason, .. } => assert_eq!(reason, NoWorkReason::Done),
+                other => panic!("expected done, got {other:?}"),
+            }
+            assert_eq!(claims(), expected_claims, "a done campaign is asked once");
+        }
+        list.forget();
+        ask().await;
+        assert_eq!(claims(), 2, "asked again after the list is read again");
     }
 }

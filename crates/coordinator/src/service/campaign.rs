@@ -42,11 +42,10 @@ impl CampaignSvc {
         // Before the store lays out the schedule: the trial cap and the assignment size.
         s.limits.check_campaign(&campaign)?;
         super::bundles::check_campaign(s.store.as_ref(), &campaign).await?;
-        let done = s
-            .store
-            .submit(campaign, s.now())
-            .await
-            .map_err(from_store)?;
+        let done = s.store.submit(campaign, s.now()).await;
+        // Even a failed submit may have committed (a reply lost on the way).
+        s.campaigns.forget();
+        let done = done.map_err(from_store)?;
         Ok(pb::SubmitResponse {
             id: done.id.to_string(),
             trials: done.trials,
@@ -278,11 +277,10 @@ impl CampaignService for CampaignSvc {
     ) -> Result<Response<pb::RetryResponse>, Status> {
         let (id, pass) = super::retry::pass_of(request.into_inner())?;
         let s = &self.shared;
-        let done = s
-            .store
-            .requeue_excluded(&id, pass, s.now())
-            .await
-            .map_err(from_store)?;
+        let done = s.store.requeue_excluded(&id, pass, s.now()).await;
+        // A finished campaign has work again: claims must ask it.
+        s.campaigns.forget();
+        let done = done.map_err(from_store)?;
         tracing::info!(campaign = %id, pass = done.pass, requeued = done.trials, "retry pass");
         Ok(Response::new(pb::RetryResponse {
             pass: done.pass,
@@ -297,7 +295,9 @@ impl CampaignService for CampaignSvc {
         request: Request<pb::DeleteRequest>,
     ) -> Result<Response<pb::DeleteResponse>, Status> {
         let id = campaign_id("id", &request.into_inner().id)?;
-        let deleted = self.shared.store.delete(&id).await.map_err(from_store)?;
+        let deleted = self.shared.store.delete(&id).await;
+        self.shared.campaigns.forget();
+        let deleted = deleted.map_err(from_store)?;
         tracing::info!(campaign = %id, rows = deleted.rows, "campaign deleted");
         Ok(Response::new(pb::DeleteResponse {
             rows: deleted.rows,

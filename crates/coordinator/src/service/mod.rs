@@ -45,6 +45,8 @@ pub(crate) struct Shared {
     pub(crate) metrics: Option<Arc<crate::metrics::CoordinatorMetrics>>,
     /// Where this replica's dashboard is, for login links; `None` when it serves none.
     pub(crate) links: Option<Arc<crate::login::Links>>,
+    /// The campaigns claims walk, read from the store at most every 100 ms.
+    pub(crate) campaigns: Arc<crate::campaign_list::CampaignList>,
 }
 
 impl Shared {
