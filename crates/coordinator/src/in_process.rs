@@ -31,7 +31,7 @@ impl InProcessCoordinator {
         let (store_up, store_up_rx) = watch::channel(true);
         Self {
             shared: Shared {
-            campaigns: Default::default(),
+                campaigns: Default::default(),
                 store,
                 clock,
                 poll: std::time::Duration::from_millis(200),

@@ -180,7 +180,7 @@ pub async fn serve(
         stop_rx.clone(),
     ));
     let shared = Shared {
-            campaigns: Default::default(),
+        campaigns: Default::default(),
         store: store.clone(),
         clock: clock.clone(),
         poll: config.poll,

@@ -311,7 +311,11 @@ async fn claims_walk_the_campaign_list_read_last_until_it_is_forgotten() {
             other => panic!("expected work from c, got {other:?}"),
         };
         h.store
-            .complete(&cid("c"), scored(&t, "l", "h", Status::Completed, 1.0), h.now())
+            .complete(
+                &cid("c"),
+                scored(&t, "l", "h", Status::Completed, 1.0),
+                h.now(),
+            )
             .await
             .expect("complete");
         h.store.delete(&cid("c")).await.expect("delete");
@@ -364,7 +368,11 @@ async fn a_finished_campaign_is_not_asked_again_until_the_list_is_read_again() {
         h.submit(single("a")).await;
         let t = h.claim_tokens(&cid("a"), "other", "h").await.remove(0);
         h.store
-            .complete(&cid("a"), scored(&t, "other", "h", Status::Completed, 1.0), h.now())
+            .complete(
+                &cid("a"),
+                scored(&t, "other", "h", Status::Completed, 1.0),
+                h.now(),
+            )
             .await
             .unwrap();
         let req = request("l", &[]);

@@ -138,7 +138,8 @@ impl LaneSvc {
         let s = &self.shared;
         let started = std::time::Instant::now();
         let started_at = std::time::SystemTime::now();
-        let scheduled = scheduler::schedule(s.store.as_ref(), s.clock.as_ref(), &s.campaigns, &req).await;
+        let scheduled =
+            scheduler::schedule(s.store.as_ref(), s.clock.as_ref(), &s.campaigns, &req).await;
         s.claimed(started);
         match scheduled {
             Scheduled::Assigned(a) => {
