@@ -13,7 +13,9 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use lanes_common::ids::CampaignId;
 use lanes_common::policy::NoWorkReason;
@@ -26,6 +28,7 @@ pub const FRESH_FOR: Duration = Duration::from_millis(100);
 /// One read of the list: what claims walk until the next.
 #[derive(Debug)]
 pub struct Snapshot {
+    /// When it was read (tokio's clock, so tests with paused time see it age).
     at: Instant,
     generation: u64,
     ids: Vec<CampaignId>,
@@ -90,15 +93,21 @@ impl CampaignList {
         }
     }
 
-    /// The list as of at most the freshness ago (or the last [`Self::forget`]).
-    pub async fn get(&self, store: &dyn Store) -> Result<Arc<Snapshot>, StoreError> {
+    /// The list as of at most the freshness ago (or the last [`Self::forget`]); with
+    /// `reread`, as of now. Also says whether this call read it from the store.
+    pub async fn get(
+        &self,
+        store: &dyn Store,
+        reread: bool,
+    ) -> Result<(Arc<Snapshot>, bool), StoreError> {
         let mut read = self.read.lock().await;
         let generation = self.generation.load(Ordering::Acquire);
         if let Some(r) = read.as_ref()
+            && !reread
             && r.generation == generation
             && r.at.elapsed() < self.fresh_for
         {
-            return Ok(r.clone());
+            return Ok((r.clone(), false));
         }
         let at = Instant::now();
         let ids = store.list().await?;
@@ -109,7 +118,7 @@ impl CampaignList {
             settled: Mutex::default(),
         });
         *read = Some(snapshot.clone());
-        Ok(snapshot)
+        Ok((snapshot, true))
     }
 
     /// The campaigns changed here (a submit, a requeue or a delete): the next claim reads

@@ -11,7 +11,7 @@ use tracing::Instrument;
 use lanes_common::ids::{ArmId, LaneName};
 use lanes_common::policy::{NoWorkReason, WorkerOffer};
 
-use crate::campaign_list::CampaignList;
+use crate::campaign_list::{CampaignList, Snapshot};
 use crate::store::{Assignment, ClaimOutcome, ClaimRequest, Clock, Store, StoreError};
 
 /// Retry-after hint when no campaign can be asked at all (none exists, or the store cannot
@@ -46,24 +46,43 @@ pub enum Scheduled {
     },
 }
 
-/// Walks the campaigns in id order and claims one unit from the first that has one.
+/// Walks the campaigns in id order and claims one unit from the first that has one. A walk
+/// over a list read earlier that finds no work walks again over a list read now: a campaign
+/// submitted through another replica meanwhile is served at once, not after the lane's
+/// retry-after wait, and only lanes that find no work pay for the read.
 pub async fn schedule(
     store: &dyn Store,
     clock: &dyn Clock,
     campaigns: &CampaignList,
     req: &WorkRequest,
 ) -> Scheduled {
-    let list = match campaigns.get(store).await {
-        Ok(list) => list,
-        Err(e) => {
-            return Scheduled::NoWork {
-                reason: NoWorkReason::StoreUnavailable {
-                    error: e.to_string(),
-                },
-                retry_after_ms: IDLE_RETRY_MS,
-            };
+    let mut reread = false;
+    loop {
+        let (list, read_now) = match campaigns.get(store, reread).await {
+            Ok(got) => got,
+            Err(e) => {
+                return Scheduled::NoWork {
+                    reason: NoWorkReason::StoreUnavailable {
+                        error: e.to_string(),
+                    },
+                    retry_after_ms: IDLE_RETRY_MS,
+                };
+            }
+        };
+        match walk(store, clock, &list, req).await {
+            Scheduled::NoWork { .. } if !read_now => reread = true,
+            scheduled => return scheduled,
         }
-    };
+    }
+}
+
+/// One walk over `list`.
+async fn walk(
+    store: &dyn Store,
+    clock: &dyn Clock,
+    list: &Snapshot,
+    req: &WorkRequest,
+) -> Scheduled {
     let mut reasons = Vec::new();
     for c in list.ids() {
         // A worker limited to some campaigns (`lanes run`) never hears of the others.

@@ -274,96 +274,112 @@ async fn a_store_that_cannot_list_answers_store_unavailable() {
     }
 }
 
-/// Claims walk the list read last (one store read serves every lane while it is fresh); a
-/// campaign submitted behind the list's back is seen once the list is forgotten, as the
-/// service does after each submit and delete, and one deleted since the read is passed over
-/// without a "claim failed".
-#[tokio::test]
-async fn claims_walk_the_campaign_list_read_last_until_it_is_forgotten() {
-    for h in [Harness::embedded(), Harness::redis().await] {
-        let list = CampaignList::fresh_for(std::time::Duration::from_secs(3600));
-        let req = request("l", &[]);
-        let ask = || schedule(h.store.as_ref(), &h.clock, &list, &req);
-        assert!(matches!(
-            ask().await,
-            Scheduled::NoWork {
-                reason: NoWorkReason::NoCampaigns,
-                ..
-            }
-        ));
-        h.submit(single("c")).await;
-        assert!(
-            matches!(
-                ask().await,
-                Scheduled::NoWork {
-                    reason: NoWorkReason::NoCampaigns,
-                    ..
-                }
-            ),
-            "the list read before the submit still serves"
-        );
-        list.forget();
-        let t = match ask().await {
-            Scheduled::Assigned(a) => {
-                assert_eq!(a.campaign.as_str(), "c");
-                a.trials[0].token.clone()
-            }
-            other => panic!("expected work from c, got {other:?}"),
-        };
-        h.store
-            .complete(
-                &cid("c"),
-                scored(&t, "l", "h", Status::Completed, 1.0),
-                h.now(),
-            )
-            .await
-            .expect("complete");
-        h.store.delete(&cid("c")).await.expect("delete");
-        assert_eq!(
-            no_work(&h, &req).await.0,
-            NoWorkReason::NoCampaigns,
-            "a fresh list has no c"
-        );
-        assert!(matches!(
-            ask().await,
-            Scheduled::NoWork {
-                reason: NoWorkReason::NoCampaigns,
-                ..
-            }
-        ));
-    }
+/// Counts the claims and list reads that reach the store.
+#[derive(Default)]
+struct Counted {
+    claims: std::sync::atomic::AtomicUsize,
+    lists: std::sync::atomic::AtomicUsize,
 }
 
-/// Counts the claims that reach the store.
-struct CountingClaims {
+struct CountingStore {
     inner: Arc<dyn lanes_coordinator::store::Store>,
-    claims: std::sync::atomic::AtomicUsize,
+    counted: Arc<Counted>,
 }
 
 #[async_trait::async_trait]
-impl lanes_coordinator::store::Store for CountingClaims {
+impl lanes_coordinator::store::Store for CountingStore {
     async fn execute(
         &self,
         op: lanes_coordinator::store::Op,
     ) -> Result<lanes_coordinator::store::Answer, lanes_coordinator::store::StoreError> {
-        if let lanes_coordinator::store::Op::Campaign(CampaignOp::Claim { .. }) = &op {
-            self.claims
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
+        use lanes_coordinator::store::Op;
+        use std::sync::atomic::Ordering::Relaxed;
+        match &op {
+            Op::Campaign(CampaignOp::Claim { .. }) => self.counted.claims.fetch_add(1, Relaxed),
+            Op::List => self.counted.lists.fetch_add(1, Relaxed),
+            _ => 0,
+        };
         self.inner.execute(op).await
     }
 }
 
+fn counting(h: &Harness) -> (CountingStore, Arc<Counted>) {
+    let counted = Arc::new(Counted::default());
+    let store = CountingStore {
+        inner: h.store.clone(),
+        counted: counted.clone(),
+    };
+    (store, counted)
+}
+
+fn count(n: &std::sync::atomic::AtomicUsize) -> usize {
+    n.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Claims that find work walk the list read last, not one read per claim; a walk that finds
+/// no work reads the list again, so a campaign submitted behind this replica's back (through
+/// another replica) is served at once; one deleted since the read is passed over without a
+/// "claim failed".
+#[tokio::test]
+async fn claims_walk_the_campaign_list_read_last_and_no_work_reads_it_again() {
+    for h in [Harness::embedded(), Harness::redis().await] {
+        let (store, counted) = counting(&h);
+        let list = CampaignList::fresh_for(std::time::Duration::from_secs(3600));
+        let req = request("l", &[]);
+        let ask = || schedule(&store, &h.clock, &list, &req);
+        assert!(matches!(
+            ask().await,
+            Scheduled::NoWork {
+                reason: NoWorkReason::NoCampaigns,
+                ..
+            }
+        ));
+        assert_eq!(count(&counted.lists), 1, "read once: it was read now");
+        // Submitted behind the list's back.
+        h.submit(campaign("c", &[("a", "pa")], 3, "", "")).await;
+        let mut tokens = Vec::new();
+        for _ in 0..3 {
+            match ask().await {
+                Scheduled::Assigned(a) => {
+                    assert_eq!(a.campaign.as_str(), "c");
+                    tokens.push(a.trials[0].token.clone());
+                }
+                other => panic!("expected work from c, got {other:?}"),
+            }
+        }
+        assert_eq!(
+            count(&counted.lists),
+            2,
+            "the first claim read the list again (no work on the old one); the others walked it"
+        );
+        for t in &tokens {
+            h.store
+                .complete(
+                    &cid("c"),
+                    scored(t, "l", "h", Status::Completed, 1.0),
+                    h.now(),
+                )
+                .await
+                .expect("complete");
+        }
+        h.store.delete(&cid("c")).await.expect("delete");
+        assert!(matches!(
+            ask().await,
+            Scheduled::NoWork {
+                reason: NoWorkReason::NoCampaigns,
+                ..
+            }
+        ));
+        assert_eq!(count(&counted.lists), 3);
+    }
+}
+
 /// A campaign that answered "done" is passed over, with that answer, by every claim until
-/// the list is read again: a fleet's finished campaigns cost its claims nothing.
+/// the list is read again: a fleet's finished campaigns cost its busy lanes' claims nothing.
 #[tokio::test]
 async fn a_finished_campaign_is_not_asked_again_until_the_list_is_read_again() {
     for h in [Harness::embedded(), Harness::redis().await] {
-        let store = CountingClaims {
-            inner: h.store.clone(),
-            claims: Default::default(),
-        };
-        let claims = || store.claims.load(std::sync::atomic::Ordering::Relaxed);
+        let (store, counted) = counting(&h);
         let list = CampaignList::fresh_for(std::time::Duration::from_secs(3600));
         h.submit(single("a")).await;
         let t = h.claim_tokens(&cid("a"), "other", "h").await.remove(0);
@@ -375,17 +391,23 @@ async fn a_finished_campaign_is_not_asked_again_until_the_list_is_read_again() {
             )
             .await
             .unwrap();
+        h.submit(campaign("b", &[("a", "pa")], 4, "", "")).await;
         let req = request("l", &[]);
         let ask = || schedule(&store, &h.clock, &list, &req);
-        for expected_claims in [1, 1, 1] {
+        // a (done) is asked by the first walk only; b serves each claim.
+        for expected_claims in [2, 3, 4] {
             match ask().await {
-                Scheduled::NoWork { reason, .. } => assert_eq!(reason, NoWorkReason::Done),
-                other => panic!("expected done, got {other:?}"),
+                Scheduled::Assigned(u) => assert_eq!(u.campaign.as_str(), "b"),
+                other => panic!("expected work from b, got {other:?}"),
             }
-            assert_eq!(claims(), expected_claims, "a done campaign is asked once");
+            assert_eq!(count(&counted.claims), expected_claims);
         }
         list.forget();
         ask().await;
-        assert_eq!(claims(), 2, "asked again after the list is read again");
+        assert_eq!(
+            count(&counted.claims),
+            6,
+            "a is asked again after a new read"
+        );
     }
 }

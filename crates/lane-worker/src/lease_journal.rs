@@ -1,6 +1,7 @@
-//! The worker's journal of the leases it holds: one small file per token, in `leases/` under
-//! the outbox directory, written when an assignment arrives and removed when the trial leaves
-//! the worker (acknowledged, given back or abandoned).
+//! The worker's journal of the leases it holds: one small record per token, in a
+//! [slot](crate::slots) of `leases/` under the outbox directory, written when an assignment
+//! arrives and emptied when the trial leaves the worker (acknowledged, given back or
+//! abandoned).
 //!
 //! A restarted worker (same outbox) reads it to learn which leases its previous process held.
 //! Those whose outcome is in the outbox are replayed; the rest can never be published, so the
@@ -10,14 +11,15 @@
 //! Entries are not fsynced: the journal only speeds recovery up. An entry lost with the page
 //! cache (a machine crash) means that lease waits out its deadline, as it would without one.
 
-use std::fs;
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
 use lanes_common::ids::{AttemptTag, CampaignId, Token};
 use lanes_common::lease::LeaseSecret;
+
+use crate::slots::Slots;
 
 /// One held lease.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -39,24 +41,16 @@ impl Held {
 
 #[derive(Debug, Clone)]
 pub struct LeaseJournal {
-    dir: PathBuf,
+    slots: Slots,
 }
 
 impl LeaseJournal {
     /// The journal that belongs to an outbox directory.
     pub fn open(outbox: &Path) -> io::Result<Self> {
-        let dir = outbox.join("leases");
         // Secrets: the owner only, like the outbox.
-        crate::private_fs::create_dir(&dir)?;
-        Ok(Self { dir })
-    }
-
-    /// Ids are validated, so they are safe as file-name parts.
-    fn path(&self, tag: &AttemptTag) -> PathBuf {
-        self.dir.join(format!(
-            "{}__{}__a{}.lease",
-            tag.campaign, tag.token.trial_id, tag.token.attempt
-        ))
+        Ok(Self {
+            slots: Slots::open(&outbox.join("leases"), "lease")?,
+        })
     }
 
     pub fn add(&self, tag: &AttemptTag, lease: &LeaseSecret) -> io::Result<()> {
@@ -65,41 +59,36 @@ impl LeaseJournal {
             token: tag.token.clone(),
             lease: lease.clone(),
         };
-        crate::private_fs::write(
-            &self.path(tag),
-            &serde_json::to_vec(&held).map_err(io::Error::other)?,
-        )
+        let bytes = serde_json::to_vec(&held).map_err(io::Error::other)?;
+        self.slots.write(tag, &bytes, false).map(drop)
     }
 
     /// A missing entry is fine (removed twice).
     pub fn remove(&self, tag: &AttemptTag) -> io::Result<()> {
-        match fs::remove_file(self.path(tag)) {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
-            _ => Ok(()),
-        }
+        self.slots.clear(tag)
     }
 
-    /// Every entry, in file-name order. An unreadable one (a torn write) is removed: its
-    /// lease then simply waits out its deadline.
+    /// Every entry, in attempt order; read once at start, it also learns where each is. An
+    /// unreadable one (a torn write) is emptied: its lease then simply waits out its
+    /// deadline.
     pub fn held(&self) -> io::Result<Vec<Held>> {
-        let mut paths: Vec<PathBuf> = fs::read_dir(&self.dir)?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|x| x == "lease"))
-            .collect();
-        paths.sort();
-        let mut out = Vec::new();
-        for p in paths {
-            match fs::read(&p)
-                .ok()
-                .and_then(|b| serde_json::from_slice::<Held>(&b).ok())
-            {
-                Some(h) => out.push(h),
-                None => {
+        let mut out: Vec<Held> = Vec::new();
+        for (p, bytes) in self.slots.filled()? {
+            match serde_json::from_slice::<Held>(&bytes) {
+                Ok(h) => {
+                    let again = out.iter().any(|o| o.tag() == h.tag());
+                    self.slots.adopt(h.tag(), p)?;
+                    if !again {
+                        out.push(h);
+                    }
+                }
+                Err(_) => {
                     tracing::warn!(path = %p.display(), "unreadable lease journal entry dropped");
-                    let _ = fs::remove_file(&p);
+                    self.slots.empty(&p)?;
                 }
             }
         }
+        out.sort();
         Ok(out)
     }
 }
@@ -131,7 +120,11 @@ mod tests {
             j.remove(&tag("c", 1)).unwrap();
             j.remove(&tag("c", 1)).unwrap();
         }
+        // Torn writes: one of an earlier version's files, and a slot.
+        // Torn writes: a file of an earlier version, and a slot.
         std::fs::write(dir.path().join("leases/torn.lease"), b"{\"camp").unwrap();
+        std::fs::write(dir.path().join("leases/slot-7.lease"), b"{\"camp").unwrap();
+        std::fs::write(dir.path().join("leases/slot-7.lease"), b"{\"camp").unwrap();
         let j = LeaseJournal::open(dir.path()).unwrap();
         assert_eq!(
             j.held().unwrap(),
@@ -142,6 +135,14 @@ mod tests {
             }]
         );
         assert!(!dir.path().join("leases/torn.lease").exists());
+        assert_eq!(
+            std::fs::read(dir.path().join("leases/slot-7.lease")).unwrap(),
+            b""
+        );
+        assert_eq!(
+            std::fs::read(dir.path().join("leases/slot-7.lease")).unwrap(),
+            b""
+        );
     }
 
     #[test]

@@ -34,6 +34,7 @@ pub(crate) mod redact;
 pub mod scrub_files;
 pub mod secrets;
 pub mod sim;
+mod slots;
 pub mod task_folders;
 pub mod watchdog;
 pub mod worker;

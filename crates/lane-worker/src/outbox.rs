@@ -1,8 +1,8 @@
-//! The lane's on-disk outbox: an outcome is written here, and fsynced, before it is sent, and
-//! removed only when the coordinator acknowledged it. After a reconnect or a restart every
+//! The lane's on-disk outbox: an outcome is written here, and synced to disk, before it is
+//! sent, and emptied only when the coordinator acknowledged it. After a reconnect or a restart every
 //! entry is sent again; the store's per-token idempotency makes the replay land exactly once.
 
-use std::fs::{self, File};
+use std::fs;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
@@ -13,6 +13,7 @@ use lanes_common::lease::LeaseSecret;
 use lanes_common::row::Outcome;
 
 use crate::private_fs;
+use crate::slots::{Slots, sync_dir};
 
 /// One unacknowledged outcome.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -58,10 +59,12 @@ impl Entry {
     }
 }
 
-/// A directory of entries, one file each.
+/// A directory of entries, one per [slot](crate::slots) (`slot-<n>.json`), written over in
+/// place once acknowledged.
 #[derive(Debug, Clone)]
 pub struct Outbox {
     dir: PathBuf,
+    slots: Slots,
     /// Test failpoint: while this file exists, every write fails as a full disk would.
     full_while: Option<PathBuf>,
 }
@@ -69,14 +72,11 @@ pub struct Outbox {
 /// The environment variable naming the failpoint file (for the fault suite).
 pub const FULL_FAILPOINT_ENV: &str = "LANES_FAILPOINT_OUTBOX_FULL";
 
-fn sync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
-}
-
 impl Outbox {
     pub fn open(dir: &Path) -> io::Result<Self> {
-        private_fs::create_dir(dir)?;
-        // A crash mid-write leaves only a temp file; it was never acknowledged or sent.
+        let slots = Slots::open(dir, "json")?;
+        // Earlier versions wrote each entry to a temp file first: one left by a crash was
+        // never acknowledged or sent.
         for e in fs::read_dir(dir)? {
             let p = e?.path();
             if p.extension().is_some_and(|x| x == "tmp") {
@@ -85,35 +85,30 @@ impl Outbox {
         }
         Ok(Self {
             dir: dir.to_owned(),
+            slots,
             full_while: std::env::var_os(FULL_FAILPOINT_ENV).map(PathBuf::from),
         })
     }
 
-    /// Ids are validated, so they are safe as file-name parts. Neither a campaign nor a trial
-    /// id has a `_`, so `campaign__trial__aN` names exactly one attempt.
-    fn path(&self, tag: &AttemptTag) -> PathBuf {
-        self.dir.join(format!(
+    /// The name an entry is set aside under. Ids are validated, so they are safe as
+    /// file-name parts. Neither a campaign nor a trial id has a `_`, so
+    /// `campaign__trial__aN` names exactly one attempt.
+    fn name(tag: &AttemptTag) -> String {
+        format!(
             "{}__{}__a{}.json",
             tag.campaign, tag.token.trial_id, tag.token.attempt
-        ))
+        )
     }
 
-    /// Writes and fsyncs an entry (file and directory) before returning.
+    /// Writes an entry and syncs it to disk before returning. A crash mid-write leaves a
+    /// torn entry, which [`Self::pending`] sets aside: it was never sent.
     pub fn put(&self, entry: &Entry) -> io::Result<PathBuf> {
         if self.full_while.as_ref().is_some_and(|p| p.exists()) {
             // ENOSPC, as a full disk answers.
             return Err(io::Error::from_raw_os_error(28));
         }
-        let path = self.path(&entry.tag());
-        let tmp = path.with_extension("tmp");
-        {
-            let mut f = private_fs::create_file(&tmp)?;
-            f.write_all(&serde_json::to_vec(entry).map_err(io::Error::other)?)?;
-            f.sync_all()?;
-        }
-        fs::rename(&tmp, &path)?;
-        sync_dir(&self.dir)?;
-        Ok(path)
+        let bytes = serde_json::to_vec(entry).map_err(io::Error::other)?;
+        self.slots.write(&entry.tag(), &bytes, true)
     }
 
     /// Whether an entry could be written now: writes, fsyncs and removes a probe file (a
@@ -131,60 +126,73 @@ impl Outbox {
         fs::remove_file(&path)
     }
 
-    /// Removes an acknowledged entry; a missing one is fine (acknowledged twice).
+    /// Empties an acknowledged entry's slot; a missing one is fine (acknowledged twice). Not
+    /// synced: an entry that comes back after a crash is replayed, and acknowledged again as
+    /// a duplicate.
     pub fn remove(&self, tag: &AttemptTag) -> io::Result<()> {
-        match fs::remove_file(self.path(tag)) {
-            Ok(()) => sync_dir(&self.dir),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(e),
-        }
+        self.slots.clear(tag)
     }
 
     /// Moves an entry the coordinator refused for good into `refused/`, with the reason next
     /// to it: it is never sent again, and never deleted.
     pub fn set_aside(&self, tag: &AttemptTag, reason: &str) -> io::Result<()> {
-        let from = self.path(tag);
-        if !from.exists() {
+        let Some(from) = self.slots.take(tag) else {
             return Ok(());
-        }
+        };
         let dir = self.dir.join("refused");
         private_fs::create_dir(&dir)?;
-        let name = from.file_name().expect("a file name").to_owned();
+        let name = Self::name(tag);
         fs::rename(&from, dir.join(&name))?;
-        private_fs::write(&dir.join(name).with_extension("reason"), reason.as_bytes())?;
+        private_fs::write(&dir.join(&name).with_extension("reason"), reason.as_bytes())?;
         sync_dir(&dir)?;
         sync_dir(&self.dir)
     }
 
-    /// How many entries are unacknowledged, without reading them.
+    /// How many entries are unacknowledged (non-empty `.json` files), without reading them:
+    /// exact whichever process wrote them.
     pub fn pending_count(&self) -> io::Result<usize> {
         let mut n = 0;
         for e in fs::read_dir(&self.dir)? {
-            if e?.path().extension().is_some_and(|x| x == "json") {
+            let e = e?;
+            if e.path().extension().is_some_and(|x| x == "json") && e.metadata()?.len() > 0 {
                 n += 1;
             }
         }
         Ok(n)
     }
 
-    /// Every unacknowledged entry, oldest file name first.
+    /// Every unacknowledged entry, in attempt order; read once at start, it also learns
+    /// where each is, so acknowledging one empties its slot. An unreadable entry (a write
+    /// torn by a crash, before the outcome was ever sent) is never dropped silently: it is
+    /// kept aside as `<file>.unreadable` and logged.
     pub fn pending(&self) -> io::Result<Vec<Entry>> {
-        let mut paths: Vec<PathBuf> = fs::read_dir(&self.dir)?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|x| x == "json"))
-            .collect();
-        paths.sort();
-        let mut out = Vec::new();
-        for p in paths {
-            let bytes = fs::read(&p)?;
-            match serde_json::from_slice(&bytes) {
-                Ok(e) => out.push(e),
+        let mut out: Vec<Entry> = Vec::new();
+        for (p, bytes) in self.slots.filled()? {
+            match serde_json::from_slice::<Entry>(&bytes) {
+                Ok(e) => {
+                    // The same attempt twice (never written so): `adopt` empties the second.
+                    let again = out.iter().any(|o| o.tag() == e.tag());
+                    self.slots.adopt(e.tag(), p)?;
+                    if !again {
+                        out.push(e);
+                    }
+                }
                 Err(err) => {
-                    // Never drop an outcome silently: keep the file, say why it is skipped.
-                    tracing::error!(path = %p.display(), error = %err, "unreadable outbox entry kept");
+                    tracing::error!(path = %p.display(), error = %err, "unreadable outbox entry set aside");
+                    self.slots.set_unreadable_aside(&p)?;
                 }
             }
         }
+        out.sort_by(|a, b| {
+            let key = |e: &Entry| {
+                (
+                    e.campaign.to_string(),
+                    e.outcome.token.trial_id.to_string(),
+                    e.outcome.token.attempt,
+                )
+            };
+            key(a).cmp(&key(b))
+        });
         Ok(out)
     }
 }
@@ -289,5 +297,33 @@ mod tests {
         ob.set_aside(&b.tag(), "refused").unwrap();
         assert!(ob.pending().unwrap().is_empty());
         assert!(dir.path().join("refused/coll-b__T1.r0.a__a1.json").exists());
+    }
+
+    /// A slot torn by a crash mid-write (its outcome was never sent) is not replayed, and is
+    /// kept aside for people; acknowledged entries leave empty slots that are written over,
+    /// and count as nothing pending.
+    #[test]
+    fn a_torn_slot_is_set_aside_and_acknowledged_slots_are_reused() {
+        let dir = tempfile::tempdir().unwrap();
+        let ob = Outbox::open(dir.path()).unwrap();
+        let first = ob.put(&entry(1)).unwrap();
+        ob.put(&entry(2)).unwrap();
+        assert_eq!(ob.pending_count().unwrap(), 2);
+        ob.remove(&entry(1).tag()).unwrap();
+        assert_eq!(ob.pending_count().unwrap(), 1);
+        assert_eq!(
+            ob.put(&entry(3)).unwrap(),
+            first,
+            "the emptied slot is reused"
+        );
+        std::fs::write(
+            dir.path().join("slot-9.json"),
+            b"{\"campaign\":\"c\",\"outc",
+        )
+        .unwrap();
+        let ob = Outbox::open(dir.path()).unwrap();
+        assert_eq!(ob.pending().unwrap(), vec![entry(2), entry(3)]);
+        assert!(dir.path().join("slot-9.json.unreadable").exists());
+        assert_eq!(ob.pending_count().unwrap(), 2);
     }
 }
