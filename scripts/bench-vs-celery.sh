@@ -41,7 +41,10 @@ for run in $(seq "$RUNS"); do
   echo "== lanes bench, simulated lanes (64 lanes in 4 sessions), $TRIALS trials, run $run" >&2
   "$LANES" bench --redis "$URL" --lanes 64 --trials "$TRIALS" --duration 120 --json >"$DIR/sim-$run.json"
   echo "== lanes bench, 2 lanes workers x 32 lanes, sim driver, $TRIALS trials, run $run" >&2
-  "$LANES" bench --redis "$URL" --workers 2 --lanes 64 --trials "$TRIALS" --duration 120 --json >"$DIR/workers-$run.json"
+  # The workers' files stay until the end (see `lanes bench --work-dir`).
+  mkdir -p "$DIR/work"
+  "$LANES" bench --redis "$URL" --workers 2 --lanes 64 --trials "$TRIALS" --duration 120 \
+    --work-dir "$DIR/work" --json >"$DIR/workers-$run.json"
 done
 echo "== celery harness baseline: 1 worker, prefork 2, acks_late, prefetch 1, 5000 tasks" >&2
 "$VENV/bin/python" scripts/celery_bench/run.py --redis "$URL" --tasks 5000 --workers 1 \

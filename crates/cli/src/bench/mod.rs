@@ -97,6 +97,13 @@ pub(crate) struct Args {
     /// The report then gives the rows' admit walls and the campaign's ideal length.
     #[arg(long, value_name = "TABLE", requires = "workers")]
     sim: Option<String>,
+    /// With --workers: put the workers' outboxes and artifacts in a new directory under this
+    /// one and keep them, instead of in a temp directory removed at the end. Removing a run's
+    /// tens of thousands of files slows the file creates of the runs that follow for minutes
+    /// on some filesystems (ext4 without a journal checks every recently freed inode), so a
+    /// series of runs keeps them until it is over (`scripts/bench-vs-celery.sh` does).
+    #[arg(long, value_name = "DIR", requires = "workers")]
+    work_dir: Option<std::path::PathBuf>,
     /// Print every figure as one JSON object instead of text.
     #[arg(long)]
     json: bool,
@@ -496,16 +503,23 @@ async fn drive_workers(
     campaign: &str,
     interrupt: &mut Interrupt,
 ) -> anyhow::Result<Run> {
-    let dir = tempfile::Builder::new()
-        .prefix("lanes-bench-workers-")
-        .tempdir()
-        .context("cannot create a temp directory")?;
+    let mut made = tempfile::Builder::new();
+    made.prefix("lanes-bench-workers-");
+    let dir = match &args.work_dir {
+        Some(under) => made.tempdir_in(under),
+        None => made.tempdir(),
+    }
+    .context("cannot create the workers' directory")?;
+    let (dir, _removed) = match args.work_dir {
+        Some(_) => (dir.keep(), None),
+        None => (dir.path().to_owned(), Some(dir)),
+    };
     let plan = WorkerPlan {
         url: &coord.url,
         lane_token_file: &coord.lane_token_file,
         workers,
         lanes: args.lanes,
-        dir: dir.path(),
+        dir: &dir,
     };
     let cpu_before = coord.usage()?.cpu;
     let start = Instant::now();
