@@ -100,9 +100,12 @@ pub fn write_record(dir: &Path, record: &Value) -> io::Result<()> {
     Ok(())
 }
 
-/// Writes a JSON file into an attempt's directory, fsynced.
+/// Writes a JSON file into an attempt's directory, not fsynced: like `attempt.json`, the
+/// attempt's records are for people, and the outbox holds the outcome recovery reads. A
+/// record cut short by a machine crash keeps its pending name (see
+/// [`crate::outbox::Entry::seal_record_at_start`]).
 pub fn write_file(dir: &Path, name: &str, value: &Value) -> io::Result<()> {
-    write(dir, name, value)?.sync_all()
+    write(dir, name, value).map(drop)
 }
 
 fn write(dir: &Path, name: &str, value: &Value) -> io::Result<std::fs::File> {

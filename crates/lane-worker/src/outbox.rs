@@ -44,6 +44,21 @@ impl Entry {
         AttemptTag::new(self.campaign.clone(), self.outcome.token.clone())
     }
 
+    /// [`Self::seal_record`] for an entry read back at start, whose record was written before
+    /// a crash: the record is not synced to disk, so a machine crash may have cut it short.
+    /// Only a whole record (one that parses) gets its final name; a cut one keeps its pending
+    /// name, and the outcome is whole in the ledger once the entry is replayed.
+    pub fn seal_record_at_start(&self) {
+        let Some(record) = &self.record else { return };
+        let pending = pending_record(record);
+        match fs::read(&pending) {
+            Ok(bytes) if serde_json::from_slice::<serde::de::IgnoredAny>(&bytes).is_err() => {
+                tracing::warn!(path = %pending.display(), "an attempt record cut short by a crash keeps its pending name");
+            }
+            _ => self.seal_record(),
+        }
+    }
+
     /// Gives the attempt record its final name; call once the entry is durable. Idempotent:
     /// a replay after a crash between the outbox write and the rename finishes the rename.
     pub fn seal_record(&self) {
@@ -325,5 +340,27 @@ mod tests {
         assert_eq!(ob.pending().unwrap(), vec![entry(2), entry(3)]);
         assert!(dir.path().join("slot-9.json.unreadable").exists());
         assert_eq!(ob.pending_count().unwrap(), 2);
+    }
+
+    /// A record cut short by a machine crash (it is not synced) keeps its pending name when
+    /// the entry is read back at start; a whole one gets its final name.
+    #[test]
+    fn only_a_whole_record_is_sealed_at_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let (whole, cut) = (
+            dir.path().join("a/outcome.json"),
+            dir.path().join("b/outcome.json"),
+        );
+        for (r, bytes) in [(&whole, &b"{\"score\": 1}"[..]), (&cut, &b"{\"sco"[..])] {
+            std::fs::create_dir_all(r.parent().unwrap()).unwrap();
+            std::fs::write(pending_record(r), bytes).unwrap();
+        }
+        let (mut a, mut b) = (entry(1), entry(2));
+        a.record = Some(whole.clone());
+        b.record = Some(cut.clone());
+        a.seal_record_at_start();
+        b.seal_record_at_start();
+        assert!(whole.exists() && !pending_record(&whole).exists());
+        assert!(!cut.exists() && pending_record(&cut).exists());
     }
 }

@@ -356,7 +356,7 @@ impl Actor for Supervisor {
         let pending = outbox.pending()?;
         // A crash between an outbox write and its record's rename: finish the rename.
         for e in &pending {
-            e.seal_record();
+            e.seal_record_at_start();
         }
         let pending: BTreeMap<AttemptTag, Entry> =
             pending.into_iter().map(|e| (e.tag(), e)).collect();
