@@ -123,7 +123,13 @@ impl Outbox {
             return Err(io::Error::from_raw_os_error(28));
         }
         let bytes = serde_json::to_vec(entry).map_err(io::Error::other)?;
-        self.slots.write(&entry.tag(), &bytes, true)
+        let tag = entry.tag();
+        self.slots.write(&tag, &bytes, true).inspect_err(|_| {
+            // Whatever part was written is no entry: the slot is emptied (truncating works
+            // on a full disk), so a restart finds nothing torn, and the supervisor keeps the
+            // outcome in memory and writes it again.
+            let _ = self.slots.clear(&tag);
+        })
     }
 
     /// Whether an entry could be written now: writes, fsyncs and removes a probe file (a
