@@ -12,7 +12,7 @@
 //! A write torn by a crash leaves at most a prefix of the record, which never parses as a
 //! whole record: its reader treats it as never written (see each reader). Records that must be
 //! durable are `fdatasync`ed, and a slot's directory entry is synced once, when the slot file
-//! is first made. Emptying a slot is not synced: an emptied record that comes back after a
+//! is first made (and the directory once more when it is opened). Emptying a slot is not synced: an emptied record that comes back after a
 //! crash is one whose attempt was already over, and both readers handle that (a replayed
 //! outcome is acknowledged again as a duplicate; a lease journal entry names a lease that is
 //! forfeited or already gone).
@@ -66,6 +66,9 @@ impl Slots {
                 state.free.insert(n);
             }
         }
+        // A slot file an earlier process made may not have had its directory entry synced
+        // yet (it died first): once here, every slot reused below is on disk.
+        sync_dir(dir)?;
         Ok(Self {
             dir: dir.to_owned(),
             ext,
