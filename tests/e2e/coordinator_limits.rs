@@ -274,6 +274,12 @@ async fn fields_over_their_limits_are_refused_naming_the_field_and_the_limit() {
         .map(drop)
         .unwrap_err();
     refused(&err, Code::InvalidArgument, &["register.worker_id"]);
+    // A host name with a control character would forge lines in logs and rows: refused.
+    let err = ScriptedLane::connect(&url, Some(LANE_TOKEN), "w", "h\nforged")
+        .await
+        .map(drop)
+        .unwrap_err();
+    refused(&err, Code::InvalidArgument, &["register.host", "control characters"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

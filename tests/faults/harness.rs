@@ -360,7 +360,7 @@ impl Cluster {
             if st
                 .in_flight
                 .iter()
-                .any(|f| f.host == host && f.phase == lanes_common::row::Phase::Agent)
+                .any(|f| f.host.as_str() == host && f.phase == lanes_common::row::Phase::Agent)
             {
                 return;
             }

@@ -37,7 +37,7 @@ impl From<&CampaignStatus> for Numbers {
             lanes: st
                 .in_flight
                 .iter()
-                .map(|f| (f.lane.clone(), f.token.to_string(), f.phase.to_string()))
+                .map(|f| (f.lane.to_string(), f.token.to_string(), f.phase.to_string()))
                 .collect(),
         }
     }

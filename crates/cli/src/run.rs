@@ -300,9 +300,7 @@ async fn run_async(args: Args, campaign: spec::Campaign, drivers: Drivers) -> an
     }
 
     let exe = std::env::current_exe().context("cannot find the lanes binary for the sim driver")?;
-    let host = std::fs::read_to_string("/etc/hostname")
-        .map(|s| s.trim().to_owned())
-        .unwrap_or_else(|_| "localhost".into());
+    let host = lanes_worker::worker::machine_host();
     let worker = WorkerConfig {
         coordinators: vec![api.url.clone()],
         token: Some(api.lane_token.clone()),

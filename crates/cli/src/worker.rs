@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 
+use lanes_common::ids::HostName;
+
 use lanes_worker::http::HttpOptions;
 use lanes_worker::{Drivers, WorkerConfig, load_drivers_file};
 
@@ -98,7 +100,7 @@ pub(crate) struct Args {
     worker_id: Option<String>,
     /// This host's name, for anti-affinity [default: the machine's hostname].
     #[arg(long, env = "LANES_HOST")]
-    host: Option<String>,
+    host: Option<HostName>,
     /// Serve only these arms (comma-separated); all when unset.
     #[arg(long, value_delimiter = ',')]
     arms: Vec<String>,
@@ -133,14 +135,6 @@ pub(crate) struct Args {
     http_max_body_bytes: usize,
 }
 
-fn hostname() -> String {
-    std::fs::read_to_string("/etc/hostname")
-        .ok()
-        .map(|s| s.trim().to_owned())
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "localhost".to_owned())
-}
-
 pub(crate) fn run(args: Args) -> anyhow::Result<Code> {
     let rt = tokio::runtime::Runtime::new()?;
     let telemetry =
@@ -151,8 +145,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<Code> {
                 return Ok(Code::BadInput);
             }
         };
-    let host = args.host.unwrap_or_else(hostname);
-    let worker_id = args.worker_id.unwrap_or_else(|| host.clone());
+    let host = args.host.unwrap_or_else(lanes_worker::worker::machine_host);
+    let worker_id = args.worker_id.unwrap_or_else(|| host.to_string());
     anyhow::ensure!(
         args.coordinator.iter().any(|a| !a.trim().is_empty()),
         "--coordinator: give at least one coordinator address"

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::ids::{CampaignId, DriverName, IdError, Token, TrialId};
+use crate::ids::{CampaignId, DriverName, HostName, IdError, LaneName, Token, TrialId};
 use crate::policy::{ClaimGateInForce, NoWorkReason, WorkerOffer};
 use crate::proto as pb;
 use crate::resume::Conflict;
@@ -16,6 +16,7 @@ use crate::spec::env::check_name;
 use crate::spec::{Campaign, Payload, Task};
 use crate::state::{CampaignState, RenewState, StopMode, StopReason};
 use crate::strict_json;
+use crate::utc::UtcTime;
 
 /// A wire message that does not convert to the domain.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -311,6 +312,14 @@ impl From<pb::DriverIdentity> for DriverIdentity {
     }
 }
 
+/// An optional RFC 3339 time: empty is none.
+fn utc(field: &str, s: String) -> Result<Option<UtcTime>, ConvertError> {
+    non_empty(s)
+        .map(UtcTime::parse)
+        .transpose()
+        .map_err(|e| ConvertError::new(field, e.to_string()))
+}
+
 fn non_empty(s: String) -> Option<String> {
     (!s.is_empty()).then_some(s)
 }
@@ -319,8 +328,8 @@ impl From<Outcome> for pb::Outcome {
     fn from(o: Outcome) -> Self {
         pb::Outcome {
             token: Some(pb::Token::from(&o.token)),
-            lane: o.lane,
-            host: o.host,
+            lane: o.lane.into(),
+            host: o.host.into(),
             worker: o.worker,
             driver: o.driver.map(Into::into),
             status: pb::Status::from(o.status) as i32,
@@ -372,8 +381,8 @@ impl From<Outcome> for pb::Outcome {
             lease_lost: o.record.lease_lost,
             publication_errors: o.record.publication_errors,
             artifacts: o.record.artifacts,
-            started_utc: o.record.started_utc.unwrap_or_default(),
-            ended_utc: o.record.ended_utc.unwrap_or_default(),
+            started_utc: o.record.started_utc.map(String::from).unwrap_or_default(),
+            ended_utc: o.record.ended_utc.map(String::from).unwrap_or_default(),
             error: o.record.error.unwrap_or_default(),
             campaign: String::new(),
             gate: o.result.gate.map(|g| pb::Gate {
@@ -396,8 +405,8 @@ impl TryFrom<pb::Outcome> for Outcome {
         let walls = o.walls.unwrap_or_default();
         let outcome = Outcome {
             token,
-            lane: o.lane,
-            host: o.host,
+            lane: LaneName::new(o.lane).map_err(|e| ConvertError::id("outcome.lane", e))?,
+            host: HostName::new(o.host).map_err(|e| ConvertError::id("outcome.host", e))?,
             worker: o.worker,
             driver: o.driver.map(Into::into),
             status,
@@ -466,8 +475,8 @@ impl TryFrom<pb::Outcome> for Outcome {
                 lease_lost: o.lease_lost,
                 publication_errors: o.publication_errors,
                 artifacts: o.artifacts,
-                started_utc: non_empty(o.started_utc),
-                ended_utc: non_empty(o.ended_utc),
+                started_utc: utc("outcome.started_utc", o.started_utc)?,
+                ended_utc: utc("outcome.ended_utc", o.ended_utc)?,
                 error: non_empty(o.error),
             },
         };

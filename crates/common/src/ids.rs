@@ -55,6 +55,13 @@ macro_rules! id_type {
             }
         }
 
+        impl std::str::FromStr for $name {
+            type Err = IdError;
+            fn from_str(value: &str) -> Result<Self, IdError> {
+                Self::new(value)
+            }
+        }
+
         impl TryFrom<String> for $name {
             type Error = IdError;
             fn try_from(value: String) -> Result<Self, IdError> {
@@ -134,6 +141,14 @@ id_type!(
     /// characters. It names the lane in work requests, leases, rows and logs.
     LaneName, "lane", "1 to 256 printable ASCII characters, no space or '/'", 256,
     lane_char, lane_char
+);
+
+id_type!(
+    /// A host's name, as a worker registers it (`--host`, else the machine's hostname): 1 to
+    /// 256 bytes of UTF-8 without control characters, not starting with a space. Lanes on one
+    /// host share it: anti-affinity and the dashboard group by it. It never becomes a path.
+    HostName, "host", "1 to 256 bytes without control characters, not starting with a space", 256,
+    |c| c > b' ' && c != 0x7f, |c| c >= b' ' && c != 0x7f
 );
 
 fn lane_char(c: u8) -> bool {

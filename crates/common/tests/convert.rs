@@ -80,7 +80,12 @@ fn token(attempt: u32) -> Token {
 
 /// An outcome with every field set to a non-default value.
 fn full_outcome() -> Outcome {
-    let mut o = Outcome::new(token(3), "host-a/lane-2", "host-a", Status::Completed);
+    let mut o = Outcome::new(
+        token(3),
+        "host-a-lane-2".parse().unwrap(),
+        "host-a".parse().unwrap(),
+        Status::Completed,
+    );
     o.worker = "worker-7".into();
     o.driver = Some(DriverIdentity {
         name: "osworld".into(),
@@ -134,8 +139,8 @@ fn full_outcome() -> Outcome {
     o.record.lease_lost = true;
     o.record.publication_errors = vec!["attempt record: disk full".into()];
     o.record.artifacts = vec!["a3/stderr.log".into(), "a3/screenshot.png".into()];
-    o.record.started_utc = Some("2026-12-02T10:00:00Z".into());
-    o.record.ended_utc = Some("2026-12-02T10:00:47Z".into());
+    o.record.started_utc = Some("2026-12-02T10:00:00Z".parse().unwrap());
+    o.record.ended_utc = Some("2026-12-02T10:00:47Z".parse().unwrap());
     o.record.error = Some("none really".into());
     o
 }
@@ -165,14 +170,34 @@ fn a_full_outcome_round_trips() {
 
 #[test]
 fn unscored_outcomes_round_trip() {
-    let mut rate_limited = Outcome::new(token(1), "l", "h", Status::InfraError);
+    let mut rate_limited = Outcome::new(
+        token(1),
+        "l".parse().unwrap(),
+        "h".parse().unwrap(),
+        Status::InfraError,
+    );
     rate_limited.failure_kind = Some(FailureKind::RateLimit);
     rate_limited.reset_epoch = Some(1_800_000_123);
-    let mut blocked = Outcome::new(token(2), "l", "h", Status::Blocked);
+    let mut blocked = Outcome::new(
+        token(2),
+        "l".parse().unwrap(),
+        "h".parse().unwrap(),
+        Status::Blocked,
+    );
     blocked.failure_kind = Some(FailureKind::Preflight);
-    let mut mismatch = Outcome::new(token(2), "l", "h", Status::Blocked);
+    let mut mismatch = Outcome::new(
+        token(2),
+        "l".parse().unwrap(),
+        "h".parse().unwrap(),
+        Status::Blocked,
+    );
     mismatch.failure_kind = Some(FailureKind::IdentityMismatch);
-    let cancelled = Outcome::new(token(4), "l", "h", Status::Cancelled);
+    let cancelled = Outcome::new(
+        token(4),
+        "l".parse().unwrap(),
+        "h".parse().unwrap(),
+        Status::Cancelled,
+    );
     for o in [rate_limited, blocked, mismatch, cancelled] {
         assert_eq!(from_wire(to_wire(&o)).unwrap(), o);
     }
@@ -183,13 +208,13 @@ fn every_status_and_kind_round_trips() {
     for &status in Status::ALL {
         if matches!(status, Status::NotStarted | Status::Requeued) {
             // The store's own: a lane's outcome with them is refused.
-            let o = Outcome::new(token(1), "l", "h", status);
+            let o = Outcome::new(token(1), "l".parse().unwrap(), "h".parse().unwrap(), status);
             let e = wire_err(to_wire(&o));
             assert_eq!(e.field, "outcome.status", "{status}");
             assert!(e.reason.contains(status.as_str()), "{e}");
             continue;
         }
-        let mut o = Outcome::new(token(1), "l", "h", status);
+        let mut o = Outcome::new(token(1), "l".parse().unwrap(), "h".parse().unwrap(), status);
         if status.is_scored() {
             o.result.score = Some(0.0);
         }
@@ -228,7 +253,12 @@ fn unknown_status_enum_value_is_refused() {
 
 #[test]
 fn unknown_failure_kind_enum_value_is_refused() {
-    let mut o = Outcome::new(token(1), "l", "h", Status::InfraError);
+    let mut o = Outcome::new(
+        token(1),
+        "l".parse().unwrap(),
+        "h".parse().unwrap(),
+        Status::InfraError,
+    );
     o.failure_kind = Some(FailureKind::BootFailed);
     let mut w = to_wire(&o);
     w.failure_kind = 1234;
@@ -242,6 +272,39 @@ fn attempt_zero_is_refused() {
     let mut w = to_wire(&full_outcome());
     w.token.as_mut().unwrap().attempt = 0;
     assert_eq!(wire_err(w).field, "outcome.token.attempt");
+}
+
+#[test]
+fn an_outcome_names_a_real_lane_and_host_and_real_times() {
+    type Setter = fn(&mut pb::Outcome, &str);
+    let fields: [(&str, Setter, &[&str]); 4] = [
+        ("outcome.lane", |w, v| w.lane = v.into(), &["", "a lane", "host/lane-1", "l\n"]),
+        ("outcome.host", |w, v| w.host = v.into(), &["", " host", "h\u{7}", "h\r\nx"]),
+        (
+            "outcome.started_utc",
+            |w, v| w.started_utc = v.into(),
+            &["yesterday", "2026-13-01T00:00:00Z", "2026-12-01 00:00:00"],
+        ),
+        (
+            "outcome.ended_utc",
+            |w, v| w.ended_utc = v.into(),
+            &["0", "2026-12-01T25:00:00Z"],
+        ),
+    ];
+    for (field, set, bad) in fields {
+        for v in bad {
+            let mut w = to_wire(&full_outcome());
+            set(&mut w, v);
+            assert_eq!(wire_err(w).field, field, "{v:?}");
+        }
+    }
+    // A host may be any name the machine has, spaces and all; an empty time is no time.
+    let mut w = to_wire(&full_outcome());
+    w.host = "gpu box 7 (rack 2/3)".into();
+    w.started_utc = String::new();
+    let o = from_wire(w).unwrap();
+    assert_eq!(o.host.as_str(), "gpu box 7 (rack 2/3)");
+    assert_eq!(o.record.started_utc, None);
 }
 
 #[test]
@@ -277,14 +340,24 @@ fn a_scored_status_without_a_score_is_refused() {
         Status::AgentError,
         Status::Violation,
     ] {
-        let mut w = to_wire(&Outcome::new(token(1), "l", "h", status));
+        let mut w = to_wire(&Outcome::new(
+            token(1),
+            "l".parse().unwrap(),
+            "h".parse().unwrap(),
+            status,
+        ));
         w.score = None;
         let e = wire_err(w);
         assert_eq!(e.field, "outcome.score", "{status}: {e}");
         assert!(e.reason.contains("needs a score"), "{e}");
     }
     // And an unscored status must not carry one.
-    let mut o = Outcome::new(token(1), "l", "h", Status::Cancelled);
+    let mut o = Outcome::new(
+        token(1),
+        "l".parse().unwrap(),
+        "h".parse().unwrap(),
+        Status::Cancelled,
+    );
     o.result.score = Some(1.0);
     let e = wire_err(to_wire(&o));
     assert_eq!(e.field, "outcome.score", "{e}");
@@ -292,13 +365,23 @@ fn a_scored_status_without_a_score_is_refused() {
 
 #[test]
 fn a_failure_kind_that_does_not_fit_the_status_is_refused() {
-    let mut o = Outcome::new(token(1), "l", "h", Status::Completed);
+    let mut o = Outcome::new(
+        token(1),
+        "l".parse().unwrap(),
+        "h".parse().unwrap(),
+        Status::Completed,
+    );
     o.result.score = Some(1.0);
     o.failure_kind = Some(FailureKind::BootFailed);
     assert_eq!(wire_err(to_wire(&o)).field, "outcome.failure_kind");
     // Only the reaper writes lease_expired; an infra error needs a kind.
     for kind in [Some(FailureKind::LeaseExpired), None] {
-        let mut o = Outcome::new(token(1), "l", "h", Status::InfraError);
+        let mut o = Outcome::new(
+            token(1),
+            "l".parse().unwrap(),
+            "h".parse().unwrap(),
+            Status::InfraError,
+        );
         o.failure_kind = kind;
         assert_eq!(
             wire_err(to_wire(&o)).field,
@@ -310,7 +393,12 @@ fn a_failure_kind_that_does_not_fit_the_status_is_refused() {
 
 #[test]
 fn a_lane_cannot_report_not_started() {
-    let o = Outcome::new(token(1), "l", "h", Status::NotStarted);
+    let o = Outcome::new(
+        token(1),
+        "l".parse().unwrap(),
+        "h".parse().unwrap(),
+        Status::NotStarted,
+    );
     assert_eq!(wire_err(to_wire(&o)).field, "outcome.status");
 }
 
@@ -406,7 +494,7 @@ fn store_fields(seq: u64) -> StoreFields {
         paired: true,
         smoke: true,
         retry_pass: Some(2),
-        written_utc: "2026-12-02T10:00:48.123Z".into(),
+        written_utc: "2026-12-02T10:00:48.123Z".parse().unwrap(),
     }
 }
 

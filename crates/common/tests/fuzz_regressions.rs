@@ -11,7 +11,12 @@ fn completed() -> Outcome {
         trial_id: TrialId::new("t1.r0.a").unwrap(),
         attempt: 1,
     };
-    let mut o = Outcome::new(t, "w-0", "h", Status::Completed);
+    let mut o = Outcome::new(
+        t,
+        "w-0".parse().unwrap(),
+        "h".parse().unwrap(),
+        Status::Completed,
+    );
     o.result.score = Some(1.0);
     o
 }

@@ -11,7 +11,7 @@ use lanes_common::state::StopReason;
 use lanes_common::utc::EpochMs;
 
 const NOW: EpochMs = 1_800_000_000_000;
-const LANE: &str = "host-a/lane-1";
+const LANE: &str = "host-a-lane-1";
 const HOST: &str = "host-a";
 
 fn campaign() -> Campaign {
@@ -76,8 +76,8 @@ impl Ledger {
             failure_kind: kind,
             reset_epoch,
             late,
-            lane: LANE,
-            host: HOST,
+            lane: &LANE.parse().unwrap(),
+            host: &HOST.parse().unwrap(),
         };
         decide(&self.history(), &new, &self.policy, NOW, self.cutoff_ms)
     }
@@ -107,7 +107,7 @@ impl Ledger {
                 paired: false,
                 smoke: false,
                 retry_pass: None,
-                written_utc: "2027-01-15T08:00:00Z".into(),
+                written_utc: "2027-01-15T08:00:00Z".parse().unwrap(),
             },
         );
         self.rows.push(row);
@@ -249,7 +249,11 @@ fn rate_limits_never_spend_the_infra_budget() {
     let (s, k) = infra(FailureKind::BootFailed);
     assert_eq!(
         l.attempt(s, k),
-        retry(NOW + 5_000, Placement::OtherHost(HOST.into()), true)
+        retry(
+            NOW + 5_000,
+            Placement::OtherHost(HOST.parse().unwrap()),
+            true
+        )
     );
 }
 
@@ -353,7 +357,7 @@ fn preflight_blocks_retry_on_another_lane_then_exclude_after_the_limit() {
     for streak in 1..=2 {
         assert_eq!(
             l.attempt(blocked.0, blocked.1),
-            retry(NOW, Placement::OtherLane(LANE.into()), false)
+            retry(NOW, Placement::OtherLane(LANE.parse().unwrap()), false)
         );
         assert_eq!(l.history().blocked_streak, streak);
     }
@@ -405,7 +409,7 @@ fn identity_mismatch_requeues_on_another_lane_without_budget_forever() {
         for _ in 0..5 {
             assert_eq!(
                 l.attempt(status, Some(FailureKind::IdentityMismatch)),
-                retry(NOW, Placement::OtherLane(LANE.into()), false)
+                retry(NOW, Placement::OtherLane(LANE.parse().unwrap()), false)
             );
         }
     }
@@ -426,7 +430,11 @@ fn other_infra_kinds_retry_on_another_host_then_exclude() {
         let (s, k) = infra(kind);
         assert_eq!(
             l.attempt(s, k),
-            retry(NOW + 5_000, Placement::OtherHost(HOST.into()), true),
+            retry(
+                NOW + 5_000,
+                Placement::OtherHost(HOST.parse().unwrap()),
+                true
+            ),
             "{kind}"
         );
         assert_eq!(l.history().infra_used, 1, "{kind}");
@@ -458,12 +466,20 @@ fn infra_budget_follows_infra_retries_and_backoff() {
     let (s, k) = infra(FailureKind::BootFailed);
     assert_eq!(
         l.attempt(s, k),
-        retry(NOW + 11_000, Placement::OtherHost(HOST.into()), true)
+        retry(
+            NOW + 11_000,
+            Placement::OtherHost(HOST.parse().unwrap()),
+            true
+        )
     );
     let (s, k) = infra(FailureKind::LeaseExpired);
     assert_eq!(
         l.attempt(s, k),
-        retry(NOW + 11_000, Placement::OtherHost(HOST.into()), true)
+        retry(
+            NOW + 11_000,
+            Placement::OtherHost(HOST.parse().unwrap()),
+            true
+        )
     );
     // The excluded reason names the kind that spent the budget last.
     let (s, k) = infra(FailureKind::DriverCrash);
@@ -537,7 +553,11 @@ fn only_the_first_row_of_a_token_counts_toward_budgets() {
     // So attempt 2 still has a retry left; counting every row would have excluded it.
     assert_eq!(
         l.attempt(s, k),
-        retry(NOW + 5_000, Placement::OtherHost(HOST.into()), true)
+        retry(
+            NOW + 5_000,
+            Placement::OtherHost(HOST.parse().unwrap()),
+            true
+        )
     );
     assert_eq!(l.history().infra_used, 2);
 
@@ -711,6 +731,10 @@ fn cancelled_and_blocked_attempts_use_no_budget() {
     let (s, k) = infra(FailureKind::HarnessError);
     assert_eq!(
         l.attempt(s, k),
-        retry(NOW + 5_000, Placement::OtherHost(HOST.into()), true)
+        retry(
+            NOW + 5_000,
+            Placement::OtherHost(HOST.parse().unwrap()),
+            true
+        )
     );
 }

@@ -25,7 +25,7 @@ fn store(seq: u64) -> StoreFields {
         spec_hash: "sha256:abc".to_owned(),
         is_final: true,
         counted: true,
-        written_utc: "2026-12-01T00:00:01.250Z".to_owned(),
+        written_utc: "2026-12-01T00:00:01.250Z".parse().unwrap(),
         ..StoreFields::default()
     }
 }

@@ -92,10 +92,11 @@ async fn cycles(store: Arc<dyn Store>, id: &str, lanes: usize) -> (f64, u64) {
         let (store, c, done) = (store.clone(), c.clone(), done.clone());
         tasks.push(tokio::spawn(async move {
             let lane = lanes_common::ids::LaneName::new(format!("lane-{l}")).expect("a lane name");
+            let host: lanes_common::ids::HostName = "bench".parse().expect("a host");
             while start.elapsed() < RUN {
                 let req = ClaimRequest {
                     lane: lane.clone(),
-                    host: "bench".into(),
+                    host: host.clone(),
                     worker: "bench".into(),
                     arms: None,
                     offer: Default::default(),
@@ -107,8 +108,12 @@ async fn cycles(store: Arc<dyn Store>, id: &str, lanes: usize) -> (f64, u64) {
                     break;
                 };
                 let t = &a[0].trials[0];
-                let mut o =
-                    Outcome::new(t.token.clone(), lane.as_str(), "bench", Status::Completed);
+                let mut o = Outcome::new(
+                    t.token.clone(),
+                    lane.clone(),
+                    host.clone(),
+                    Status::Completed,
+                );
                 o.result.score = Some(1.0);
                 store.complete(&c, o, SystemClock.now_ms()).await.unwrap();
                 done.fetch_add(1, Ordering::Relaxed);
@@ -201,7 +206,7 @@ async fn hold_leases(
         for l in 0..per_worker {
             let req = ClaimRequest {
                 lane: lanes_common::ids::LaneName::new(format!("hb-{w}-{l}")).expect("a lane"),
-                host: format!("hb-{w}"),
+                host: format!("hb-{w}").parse().expect("a host"),
                 worker: format!("hb-{w}"),
                 arms: None,
                 offer: Default::default(),

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use tracing::Instrument;
 
-use lanes_common::ids::{ArmId, LaneName};
+use lanes_common::ids::{ArmId, HostName, LaneName};
 use lanes_common::policy::{NoWorkReason, WorkerOffer};
 
 use crate::campaign_list::{CampaignList, Snapshot};
@@ -24,7 +24,7 @@ pub const CLAIM_FAILED_RETRY_MS: u64 = 1_000;
 #[derive(Debug, Clone, PartialEq)]
 pub struct WorkRequest {
     pub lane: LaneName,
-    pub host: String,
+    pub host: HostName,
     pub worker: String,
     /// The arms the lane serves; `None` means every arm.
     pub arms: Option<Vec<ArmId>>,

@@ -46,8 +46,8 @@ pub(crate) fn status(s: CampaignStatus, now_ms: i64) -> pb::CampaignStatus {
             .into_iter()
             .map(|f: InFlight| pb::InFlight {
                 token: token(&f.token),
-                lane: f.lane,
-                host: f.host,
+                lane: f.lane.into(),
+                host: f.host.into(),
                 phase: pb::Phase::from(f.phase) as i32,
                 deadline_in_ms: f.deadline_ms - now_ms,
             })
@@ -68,8 +68,8 @@ pub(crate) fn event(e: Event) -> pb::WatchEvent {
             host,
         } => W::AttemptStarted(pb::AttemptStarted {
             token: token(&t),
-            lane,
-            host,
+            lane: lane.into(),
+            host: host.into(),
         }),
         EventKind::AttemptPhase { token: t, phase } => W::AttemptPhase(pb::AttemptPhase {
             token: token(&t),

@@ -84,7 +84,7 @@ async fn scenario(h: &Harness) {
                 token: t3.clone(),
                 reason: ReleaseReason::Blocked(FailureKind::Preflight),
                 lane: lanes_common::ids::LaneName::new(l3.as_str()).expect("a lane"),
-                host: h3.clone(),
+                host: h3.parse().unwrap(),
                 detail: Some("no gpu".into()),
             },
             h.now(),

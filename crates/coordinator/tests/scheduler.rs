@@ -20,7 +20,7 @@ use support::*;
 fn request(lane: &str, exclude: &[&str]) -> WorkRequest {
     WorkRequest {
         lane: lanes_common::ids::LaneName::new(lane).expect("a valid lane name"),
-        host: "h".to_owned(),
+        host: "h".parse().unwrap(),
         worker: "worker-h".to_owned(),
         arms: None,
         exclude: exclude

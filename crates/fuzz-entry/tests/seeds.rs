@@ -40,7 +40,12 @@ fn wire_token(trial: &str) -> Option<pb::Token> {
 }
 
 fn outcome() -> Outcome {
-    let mut o = Outcome::new(token("t1.r0.a", 1), "w-0", "host-1", Status::Completed);
+    let mut o = Outcome::new(
+        token("t1.r0.a", 1),
+        "w-0".parse().unwrap(),
+        "host-1".parse().unwrap(),
+        Status::Completed,
+    );
     o.worker = "w".into();
     o.result.score = Some(1.0);
     o.result.passed = Some(true);
@@ -81,8 +86,8 @@ fn outcome() -> Outcome {
         agent_s: 30.25,
         ..Default::default()
     };
-    o.record.started_utc = Some("2026-12-04T10:00:00Z".into());
-    o.record.ended_utc = Some("2026-12-04T10:00:31Z".into());
+    o.record.started_utc = Some("2026-12-04T10:00:00Z".parse().unwrap());
+    o.record.ended_utc = Some("2026-12-04T10:00:31Z".parse().unwrap());
     o.record.artifacts = vec!["/var/lanes/artifacts/c/t1.r0.a/a1/shot.png".into()];
     o
 }
@@ -216,7 +221,7 @@ fn write_generated_seeds() {
                 seq: 0,
                 counted: true,
                 is_final: true,
-                written_utc: "2026-12-04T10:00:32Z".into(),
+                written_utc: "2026-12-04T10:00:32Z".parse().unwrap(),
                 ..Default::default()
             },
         ),
@@ -228,7 +233,7 @@ fn write_generated_seeds() {
             None,
             StoreFields {
                 seq: 1,
-                written_utc: "2026-12-04T10:01:00Z".into(),
+                written_utc: "2026-12-04T10:01:00Z".parse().unwrap(),
                 ..Default::default()
             },
         ),

@@ -233,7 +233,12 @@ mod tests {
             trial_id: TrialId::new("T1.r0.a").unwrap(),
             attempt,
         };
-        let mut o = Outcome::new(token, "lane-0", "host", Status::Completed);
+        let mut o = Outcome::new(
+            token,
+            "lane-0".parse().unwrap(),
+            "host".parse().unwrap(),
+            Status::Completed,
+        );
         o.result.score = Some(1.0);
         Entry {
             campaign: CampaignId::new(campaign).unwrap(),

@@ -40,6 +40,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use lanes_common::stats::Interval;
+use lanes_common::utc::UtcTime;
 
 mod builder;
 mod document;
@@ -96,8 +97,8 @@ impl Report {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RetryPass {
     pub pass: u32,
-    /// When the first of its rows was written, RFC 3339.
-    pub at_utc: String,
+    /// When the first of its rows was written.
+    pub at_utc: UtcTime,
     pub selection: String,
     pub note: String,
     /// Trials it requeued.

@@ -25,7 +25,7 @@ fn rows(campaign: &spec::Campaign, n: usize) -> Vec<Row> {
                 spec_hash: "h1".to_owned(),
                 is_final: true,
                 counted: true,
-                written_utc: "2026-01-01T00:00:00Z".to_owned(),
+                written_utc: "2026-01-01T00:00:00Z".parse().unwrap(),
                 ..StoreFields::default()
             };
             let mut row = Row::bare(&campaign.spec.id, &trial, 1, Status::Completed, None, store);

@@ -60,7 +60,7 @@ impl<'c> Ledger<'c> {
         let store = StoreFields {
             seq: self.rows.len() as u64,
             spec_hash: "h1".to_owned(),
-            written_utc: "2026-01-01T00:00:00Z".to_owned(),
+            written_utc: "2026-01-01T00:00:00Z".parse().unwrap(),
             ..store
         };
         let row = Row::bare(&self.campaign.spec.id, trial, attempt, status, kind, store);

@@ -124,7 +124,8 @@ async fn a_worker_without_the_named_driver_is_not_served_and_status_says_why() {
     let rows = rows(&f.store, "named").await;
     assert!(!rows.is_empty());
     assert!(
-        rows.iter().all(|r| r.host.as_deref() == Some("full")),
+        rows.iter()
+            .all(|r| r.host.as_ref().map(|h| h.as_str()) == Some("full")),
         "{rows:#?}"
     );
     assert!(
@@ -178,7 +179,8 @@ async fn a_command_campaign_needs_allow_campaign_commands_and_the_sim_runs_every
     assert_eq!(st.state, pb::CampaignState::Done as i32, "{st:?}");
     let rows = rows(&f.store, "cmd").await;
     assert!(
-        rows.iter().all(|r| r.host.as_deref() == Some("open")),
+        rows.iter()
+            .all(|r| r.host.as_ref().map(|h| h.as_str()) == Some("open")),
         "{rows:#?}"
     );
 }

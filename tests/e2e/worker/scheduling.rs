@@ -75,8 +75,7 @@ async fn a_run_group_runs_back_to_back_on_one_lane_in_slot_order() {
         // acknowledged in another order (an outcome can be replayed), so compare times.
         let mut by_slot = rs.clone();
         by_slot.sort_by_key(|r| r.order_index);
-        let at =
-            |t: &Option<String>| lanes_common::utc::parse_rfc3339(t.as_deref().unwrap()).unwrap();
+        let at = |t: &Option<lanes_common::utc::UtcTime>| t.as_ref().unwrap().epoch_ms();
         assert!(
             at(&by_slot[0].record.ended_utc) <= at(&by_slot[1].record.started_utc),
             "{g:?}: back to back, in slot order"

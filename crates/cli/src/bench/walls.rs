@@ -11,6 +11,7 @@ use tokio_stream::StreamExt;
 
 use lanes_common::proto as pb;
 use lanes_common::row::{PhaseWalls, Row};
+use lanes_common::utc::UtcTime;
 
 use super::stats::{Latencies, Summary};
 
@@ -32,7 +33,7 @@ pub(crate) struct WallFigures {
 pub(crate) struct AttemptWalls {
     /// The worker and the lane (lane names repeat across workers).
     pub(crate) lane: (String, String),
-    pub(crate) started_utc: String,
+    pub(crate) started_utc: Option<UtcTime>,
     pub(crate) walls: PhaseWalls,
 }
 
@@ -50,8 +51,7 @@ impl WallFigures {
             by_lane.entry(&r.lane).or_default().push(r);
         }
         for attempts in by_lane.values_mut() {
-            // RFC 3339 UTC with a fixed width sorts by time.
-            attempts.sort_by(|a, b| a.started_utc.cmp(&b.started_utc));
+            attempts.sort_by_key(|a| a.started_utc.as_ref().map(UtcTime::epoch_ms));
             for (i, r) in attempts.iter().enumerate() {
                 let w = &r.walls;
                 if w.admit_s.is_finite() && w.admit_s >= 0.0 {
@@ -93,8 +93,11 @@ pub(crate) async fn read(
     while let Some(row) = stream.next().await.transpose()? {
         let row = Row::try_from(row).map_err(|e| anyhow::anyhow!("a ledger row: {e}"))?;
         rows.push(AttemptWalls {
-            lane: (row.worker.unwrap_or_default(), row.lane.unwrap_or_default()),
-            started_utc: row.record.started_utc.unwrap_or_default(),
+            lane: (
+                row.worker.unwrap_or_default(),
+                row.lane.map(String::from).unwrap_or_default(),
+            ),
+            started_utc: row.record.started_utc,
             walls: row.result.walls,
         });
     }
@@ -123,12 +126,12 @@ mod tests {
                 [
                     AttemptWalls {
                         lane: lane.clone(),
-                        started_utc: "2026-12-04T10:00:05.000Z".into(),
+                        started_utc: "2026-12-04T10:00:05.000Z".parse().ok(),
                         walls: walls(1),
                     },
                     AttemptWalls {
                         lane,
-                        started_utc: "2026-12-04T10:00:00.000Z".into(),
+                        started_utc: "2026-12-04T10:00:00.000Z".parse().ok(),
                         walls: walls(2 * i),
                     },
                 ]

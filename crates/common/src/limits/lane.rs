@@ -95,13 +95,7 @@ pub fn check_outcome(o: &pb::Outcome) -> Result<(), LimitError> {
 /// first items, so an outcome a driver filled with too much text is still published (with its
 /// score) rather than refused.
 pub fn fit_outcome(o: &mut Outcome) {
-    for (text, limit) in [
-        (&mut o.lane, MAX_NAME_BYTES),
-        (&mut o.host, MAX_NAME_BYTES),
-        (&mut o.worker, MAX_NAME_BYTES),
-    ] {
-        cut(text, limit);
-    }
+    cut(&mut o.worker, MAX_NAME_BYTES);
     if let Some(d) = &mut o.driver {
         cut(&mut d.name, MAX_DRIVER_NAME_BYTES);
         cut(&mut d.version, MAX_DRIVER_NAME_BYTES);
@@ -129,8 +123,6 @@ pub fn fit_outcome(o: &mut Outcome) {
     for (text, limit) in [
         (&mut o.result.runtime_outcome, MAX_RUNTIME_OUTCOME_BYTES),
         (&mut o.result.final_text, MAX_FINAL_TEXT_BYTES),
-        (&mut o.record.started_utc, MAX_TIMESTAMP_BYTES),
-        (&mut o.record.ended_utc, MAX_TIMESTAMP_BYTES),
         (&mut o.record.error, MAX_ERROR_BYTES),
     ] {
         if let Some(t) = text {
@@ -164,7 +156,12 @@ mod tests {
             trial_id: TrialId::new("t.r0.a").unwrap(),
             attempt: 1,
         };
-        let mut o = Outcome::new(t, "w-0", "h", Status::Completed);
+        let mut o = Outcome::new(
+            t,
+            "w-0".parse().unwrap(),
+            "h".parse().unwrap(),
+            Status::Completed,
+        );
         o.result.score = Some(1.0);
         pb::Outcome::from(o)
     }
@@ -350,7 +347,13 @@ mod tests {
             trial_id: TrialId::new("t.r0.a").unwrap(),
             attempt: 1,
         };
-        let mut o = Outcome::new(t, &"l".repeat(300), "h", Status::Completed);
+        let mut o = Outcome::new(
+            t,
+            "l".repeat(256).parse().unwrap(),
+            "h".parse().unwrap(),
+            Status::Completed,
+        );
+        o.worker = "w".repeat(300);
         o.result.score = Some(1.0);
         o.record.error = Some("é".repeat(MAX_ERROR_BYTES));
         o.result.final_text = Some("x".repeat(MAX_FINAL_TEXT_BYTES * 2));
@@ -384,7 +387,6 @@ mod tests {
             turns: 0,
             cost_usd: None,
         });
-        o.record.started_utc = Some("s".repeat(100));
         fit_outcome(&mut o);
         assert_eq!(o.result.checks.len(), MAX_CHECKS);
         assert!(o.record.error.as_ref().unwrap().len() <= MAX_ERROR_BYTES);

@@ -8,6 +8,7 @@ use std::collections::HashSet;
 
 use serde::{Deserialize, Serialize};
 
+use crate::ids::{HostName, LaneName};
 use crate::row::{ExcludedReason, FailureKind, RetryBudget, Row, Status};
 use crate::spec::RetryPolicy;
 use crate::state::StopReason;
@@ -18,9 +19,9 @@ use crate::utc::EpochMs;
 pub enum Placement {
     Any,
     /// Not on this lane (preflight blocks, identity mismatches).
-    OtherLane(String),
+    OtherLane(LaneName),
     /// Preferably on another host (infra retries, anti-affinity).
-    OtherHost(String),
+    OtherHost(HostName),
 }
 
 /// What happens to the trial after a new result.
@@ -58,8 +59,8 @@ pub struct NewResult<'a> {
     pub reset_epoch: Option<i64>,
     /// The token already has a row (the reaper's `lease_expired`): this result is late.
     pub late: bool,
-    pub lane: &'a str,
-    pub host: &'a str,
+    pub lane: &'a LaneName,
+    pub host: &'a HostName,
 }
 
 /// What a trial's prior rows say, derived once.
@@ -163,13 +164,13 @@ pub fn decide(
     match (new.status, new.failure_kind) {
         (Status::Cancelled, _) => retry_now(Placement::Any),
         (_, Some(FailureKind::IdentityMismatch)) => {
-            retry_now(Placement::OtherLane(new.lane.to_owned()))
+            retry_now(Placement::OtherLane(new.lane.clone()))
         }
         (Status::Blocked, _) => {
             if history.blocked_streak + 1 >= policy.preflight_limit {
                 Decision::Excluded(ExcludedReason::PreflightLimit)
             } else {
-                retry_now(Placement::OtherLane(new.lane.to_owned()))
+                retry_now(Placement::OtherLane(new.lane.clone()))
             }
         }
         (_, Some(FailureKind::RateLimit)) => {
@@ -224,7 +225,7 @@ pub fn decide(
             if history.infra_used < policy.infra_retries {
                 Decision::Retry {
                     at_ms: now_ms.saturating_add(secs(policy.infra_backoff_s)),
-                    placement: Placement::OtherHost(new.host.to_owned()),
+                    placement: Placement::OtherHost(new.host.clone()),
                     uses_budget: true,
                 }
             } else {

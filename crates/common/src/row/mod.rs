@@ -8,8 +8,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::ids::{ArmId, CampaignId, TaskId, Token, TrialId};
+use crate::ids::{ArmId, CampaignId, HostName, LaneName, TaskId, Token, TrialId};
 use crate::schedule::Trial;
+use crate::utc::UtcTime;
 
 mod kinds;
 pub use kinds::*;
@@ -129,9 +130,9 @@ pub struct AttemptRecord {
     #[serde(default)]
     pub artifacts: Vec<String>,
     #[serde(default)]
-    pub started_utc: Option<String>,
+    pub started_utc: Option<UtcTime>,
     #[serde(default)]
-    pub ended_utc: Option<String>,
+    pub ended_utc: Option<UtcTime>,
     /// A short harness message for unscored outcomes.
     #[serde(default)]
     pub error: Option<String>,
@@ -141,8 +142,8 @@ pub struct AttemptRecord {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Outcome {
     pub token: Token,
-    pub lane: String,
-    pub host: String,
+    pub lane: LaneName,
+    pub host: HostName,
     #[serde(default)]
     pub worker: String,
     #[serde(default)]
@@ -187,11 +188,11 @@ pub enum OutcomeError {
 
 impl Outcome {
     /// A bare outcome of `status`, for builders and tests.
-    pub fn new(token: Token, lane: &str, host: &str, status: Status) -> Self {
+    pub fn new(token: Token, lane: LaneName, host: HostName, status: Status) -> Self {
         Self {
             token,
-            lane: lane.to_owned(),
-            host: host.to_owned(),
+            lane,
+            host,
             worker: String::new(),
             driver: None,
             status,
@@ -324,8 +325,8 @@ pub struct Row {
     /// and attempt; none for a trial that never started.
     #[serde(default)]
     pub trace_id: Option<String>,
-    pub lane: Option<String>,
-    pub host: Option<String>,
+    pub lane: Option<LaneName>,
+    pub host: Option<HostName>,
     pub worker: Option<String>,
     pub driver: Option<DriverIdentity>,
     pub status: Status,
@@ -358,8 +359,8 @@ pub struct Row {
     pub wall_s: f64,
     #[serde(flatten)]
     pub record: AttemptRecord,
-    /// When the store wrote the row, RFC 3339.
-    pub written_utc: String,
+    /// When the store wrote the row.
+    pub written_utc: UtcTime,
 }
 
 /// What an operator retry pass recorded, on each trial's `requeued` row.
@@ -386,7 +387,7 @@ pub struct StoreFields {
     pub paired: bool,
     pub smoke: bool,
     pub retry_pass: Option<u32>,
-    pub written_utc: String,
+    pub written_utc: UtcTime,
 }
 
 impl Row {

@@ -8,7 +8,6 @@
 use std::collections::{HashMap, HashSet};
 
 use lanes_common::row::{Row, Status};
-use lanes_common::utc::parse_rfc3339;
 
 /// A trial's place in the grid: what its rows (and the leases in flight) say now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -107,10 +106,8 @@ impl Ledger {
     /// Folds in the next row (rows come in seq order).
     pub(crate) fn absorb(&mut self, row: &Row) {
         self.next_seq = row.seq + 1;
-        let written = parse_rfc3339(&row.written_utc).ok();
-        if written.is_some() {
-            self.last_row_ms = written;
-        }
+        let written = row.written_utc.epoch_ms();
+        self.last_row_ms = Some(written);
         let id = row.trial_id.as_str();
         let trial = self
             .trials
@@ -145,12 +142,8 @@ impl Ledger {
         };
         let was_final = trial.cell.is_final();
         trial.cell = cell;
-        if cell.is_final()
-            && !was_final
-            && let Some(ms) = written
-            && self.ended_once.insert(id.to_owned())
-        {
-            self.finals_ms.push(ms);
+        if cell.is_final() && !was_final && self.ended_once.insert(id.to_owned()) {
+            self.finals_ms.push(written);
         }
     }
 

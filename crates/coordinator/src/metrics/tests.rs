@@ -57,13 +57,13 @@ fn committed_events_map_to_the_attempt_and_final_counters() {
         &[
             event(EventKind::AttemptStarted {
                 token: token(),
-                lane: "l".into(),
-                host: "h".into(),
+                lane: "l".parse().unwrap(),
+                host: "h".parse().unwrap(),
             }),
             event(EventKind::AttemptStarted {
                 token: token(),
-                lane: "l".into(),
-                host: "h".into(),
+                lane: "l".parse().unwrap(),
+                host: "h".parse().unwrap(),
             }),
             finished(Status::Completed, None),
             finished(Status::InfraError, Some(FailureKind::BootFailed)),

@@ -12,7 +12,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use lanes_common::convert::{lease_of, no_work, token, wire_enum};
-use lanes_common::ids::{ArmId, CampaignId, LaneName, Token};
+use lanes_common::ids::{ArmId, CampaignId, HostName, LaneName, Token};
 use lanes_common::limits::{check_outcome, check_release};
 use lanes_common::log_safe::LogSafe;
 use lanes_common::policy::WorkerOffer;
@@ -51,7 +51,7 @@ pub(crate) struct LaneSvc {
 #[derive(Debug, Clone)]
 pub(super) struct Worker {
     pub(super) id: String,
-    pub(super) host: String,
+    pub(super) host: HostName,
     pub(super) arms: Option<Vec<ArmId>>,
     /// What it runs: the claim path serves it only campaigns whose driver this covers.
     pub(super) offer: Arc<WorkerOffer>,
@@ -144,7 +144,7 @@ impl LaneSvc {
         match scheduled {
             Scheduled::Assigned(a) => {
                 let mut a = wire::assignment(*a, req.lane.as_str());
-                trace::claims(&mut a, req.lane.as_str(), &w.host, started_at);
+                trace::claims(&mut a, req.lane.as_str(), w.host.as_str(), started_at);
                 if let Err(e) = s.leases.issue(s.store.as_ref(), &w.id, &mut a).await {
                     // The lease is held but cannot be handed out: it is reaped at its
                     // deadline, like an assignment lost on the way.

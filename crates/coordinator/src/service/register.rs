@@ -7,7 +7,7 @@ use std::sync::Arc;
 use tonic::Status;
 
 use lanes_common::convert::worker_offer;
-use lanes_common::ids::ArmId;
+use lanes_common::ids::{ArmId, HostName};
 use lanes_common::limits::check_register;
 use lanes_common::log_safe::LogSafe;
 use lanes_common::proto as pb;
@@ -48,6 +48,7 @@ impl LaneSvc {
                     .collect::<Result<Vec<_>, _>>()?,
             )
         };
+        let host = HostName::new(r.host.clone()).map_err(|e| bad_field("register.host", e))?;
         let offer = Arc::new(worker_offer(&r).map_err(from_convert)?);
         tracing::info!(worker = %LogSafe(&r.worker_id), host = %LogSafe(&r.host), lanes = r.lanes, drivers = ?offer.drivers.keys().collect::<Vec<_>>(), campaign_commands = offer.campaign_commands, "worker registered");
         let mut info = pb::WorkerInfo {
@@ -66,7 +67,7 @@ impl LaneSvc {
         };
         let joined = Worker {
             id: r.worker_id,
-            host: r.host,
+            host,
             arms,
             offer,
             member,

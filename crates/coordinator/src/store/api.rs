@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use lanes_common::ids::{ArmId, CampaignId, LaneName, Token, TrialId};
+use lanes_common::ids::{ArmId, CampaignId, HostName, LaneName, Token, TrialId};
 use lanes_common::policy::{ClaimGateInForce, NoWorkReason, WorkerOffer};
 use lanes_common::resume::Conflict;
 use lanes_common::row::{ExcludedReason, FailureKind, OutcomeError, Phase, Status};
@@ -38,7 +38,7 @@ pub struct Submitted {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ClaimRequest {
     pub lane: LaneName,
-    pub host: String,
+    pub host: HostName,
     pub worker: String,
     /// The arms this lane serves; `None` means every arm.
     pub arms: Option<Vec<ArmId>>,
@@ -128,7 +128,7 @@ pub struct Release {
     pub token: Token,
     pub reason: ReleaseReason,
     pub lane: LaneName,
-    pub host: String,
+    pub host: HostName,
     pub detail: Option<String>,
 }
 
@@ -172,8 +172,8 @@ pub struct ReapReport {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct InFlight {
     pub token: Token,
-    pub lane: String,
-    pub host: String,
+    pub lane: LaneName,
+    pub host: HostName,
     pub phase: Phase,
     pub deadline_ms: EpochMs,
     pub hard_deadline_ms: EpochMs,
@@ -264,8 +264,8 @@ pub struct Event {
 pub enum EventKind {
     AttemptStarted {
         token: Token,
-        lane: String,
-        host: String,
+        lane: LaneName,
+        host: HostName,
     },
     AttemptPhase {
         token: Token,

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use lanes_common::ids::ArmId;
+use lanes_common::ids::{ArmId, HostName, LaneName};
 use lanes_common::policy::{Placement, TrialHistory};
 use lanes_common::row::{ExcludedReason, Phase, QuotaReading, Status};
 use lanes_common::spec::CampaignSpec;
@@ -232,8 +232,8 @@ pub(crate) struct TrialState {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Lease {
     pub attempt: u32,
-    pub lane: String,
-    pub host: String,
+    pub lane: LaneName,
+    pub host: HostName,
     pub worker: String,
     pub phase: Phase,
     pub deadline_ms: EpochMs,

@@ -159,7 +159,7 @@ pub(super) async fn stale_token_cannot_renew_release_or_drop_newer_lease(h: &mut
                 token: old.clone(),
                 reason: ReleaseReason::Cancelled,
                 lane: lanes_common::ids::LaneName::new("lane-0").unwrap(),
-                host: "host-0".into(),
+                host: "host-0".parse().unwrap(),
                 detail: None,
             },
             h.now(),

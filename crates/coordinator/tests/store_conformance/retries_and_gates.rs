@@ -156,7 +156,7 @@ pub(super) async fn stop_cancel_cancels_in_flight_without_budget(h: &mut Harness
         token: t.clone(),
         reason: ReleaseReason::Cancelled,
         lane: lanes_common::ids::LaneName::new("l").unwrap(),
-        host: "h".into(),
+        host: "h".parse().unwrap(),
         detail: Some("campaign cancelled".into()),
     };
     h.store.release(&c, release.clone(), h.now()).await.unwrap();
@@ -448,7 +448,7 @@ pub(super) async fn an_infra_retry_prefers_another_host_then_falls_back(h: &mut 
     assert_eq!(t2.attempt, 2);
     let rows_host = |rows: &[lanes_common::row::Row]| {
         rows.iter()
-            .map(|r| r.host.clone().unwrap_or_default())
+            .map(|r| r.host.as_ref().map(|h| h.to_string()).unwrap_or_default())
             .collect::<Vec<_>>()
     };
     h.store

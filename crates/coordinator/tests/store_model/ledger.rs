@@ -65,7 +65,7 @@ pub(super) async fn check_ledger(
             row.seq
         );
         let view = view.unwrap();
-        let at = parse_rfc3339(&row.written_utc).map_err(fail)?;
+        let at = row.written_utc.epoch_ms();
         prop_assert!(
             at > view.deadline_ms + REAP_GRACE_MS,
             "reaper row {} for {} at {} but the lease ran until {}",

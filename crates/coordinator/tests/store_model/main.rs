@@ -39,7 +39,6 @@ use lanes_common::policy::TrialHistory;
 use lanes_common::policy::retry::uses_infra_budget;
 use lanes_common::row::{ExcludedReason, FailureKind, Outcome, Phase, Row, Status};
 use lanes_common::state::CampaignState;
-use lanes_common::utc::parse_rfc3339;
 use lanes_coordinator::store::{
     AssignedTrial, ClaimOutcome, CompleteAck, REAP_GRACE_MS, Release, ReleaseReason, RenewState,
     StoreError,

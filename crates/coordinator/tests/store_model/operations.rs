@@ -182,7 +182,7 @@ pub(super) async fn apply(
                     ReleaseReason::Cancelled
                 },
                 lane: lanes_common::ids::LaneName::new(lane_name(i)).unwrap(),
-                host: host_name(i),
+                host: host_name(i).parse().unwrap(),
                 detail: None,
             };
             match h.store.release(c, rel.clone(), h.now()).await {

@@ -167,7 +167,7 @@ impl Harness {
 pub fn request(lane: &str, host: &str, n: u32) -> ClaimRequest {
     ClaimRequest {
         lane: lanes_common::ids::LaneName::new(lane).expect("a valid lane name"),
-        host: host.to_owned(),
+        host: host.parse().expect("a valid host name"),
         worker: format!("worker-{host}"),
         arms: None,
         offer: Default::default(),
@@ -221,7 +221,12 @@ pub fn cid(s: &str) -> CampaignId {
 
 /// A scored outcome.
 pub fn scored(token: &Token, lane: &str, host: &str, status: Status, score: f64) -> Outcome {
-    let mut o = Outcome::new(token.clone(), lane, host, status);
+    let mut o = Outcome::new(
+        token.clone(),
+        lane.parse().unwrap(),
+        host.parse().unwrap(),
+        status,
+    );
     o.result.score = Some(score);
     o.result.passed = Some(score >= 1.0);
     o
@@ -229,7 +234,12 @@ pub fn scored(token: &Token, lane: &str, host: &str, status: Status, score: f64)
 
 /// An infra failure.
 pub fn infra(token: &Token, lane: &str, host: &str, kind: FailureKind) -> Outcome {
-    let mut o = Outcome::new(token.clone(), lane, host, Status::InfraError);
+    let mut o = Outcome::new(
+        token.clone(),
+        lane.parse().unwrap(),
+        host.parse().unwrap(),
+        Status::InfraError,
+    );
     o.failure_kind = Some(kind);
     o
 }

@@ -11,7 +11,18 @@ mod tests;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use lanes_common::ids::HostName;
+
 /// How a worker runs.
+/// This machine's host name (`/etc/hostname`), or `localhost` when it has none that is a
+/// host name.
+pub fn machine_host() -> HostName {
+    std::fs::read_to_string("/etc/hostname")
+        .ok()
+        .and_then(|s| HostName::new(s.trim()).ok())
+        .unwrap_or_else(|| HostName::new("localhost").expect("a host name"))
+}
+
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
     /// The coordinator replicas, e.g. `http://127.0.0.1:7700`. The worker uses one at a time
@@ -22,7 +33,7 @@ pub struct WorkerConfig {
     /// The CA and client certificate for `https://` coordinators.
     pub tls: lanes_dial::ClientTls,
     pub worker_id: String,
-    pub host: String,
+    pub host: HostName,
     pub lanes: u32,
     pub artifacts: PathBuf,
     /// The outbox directory (default `<artifacts>/.outbox`).

@@ -101,7 +101,7 @@ async fn session(
 ) -> Result<(), String> {
     let mut register = pb::Register {
         worker_id: config.worker_id.clone(),
-        host: config.host.clone(),
+        host: config.host.to_string(),
         lanes: config.lanes,
         version: env!("CARGO_PKG_VERSION").into(),
         labels: Default::default(),

@@ -63,7 +63,7 @@ impl Rig {
             coordinators: Vec::new(),
             token: None,
             worker_id: worker_id.to_owned(),
-            host: "test-host".into(),
+            host: "test-host".parse().unwrap(),
             lanes,
             artifacts: dir.path().join("artifacts"),
             outbox: dir.path().join("outbox"),
@@ -244,7 +244,12 @@ async fn the_outbox_is_replayed_before_any_work_is_asked_for() {
         .unwrap()
         .put(&Entry {
             campaign: CampaignId::new("earlier").unwrap(),
-            outcome: Outcome::new(token, "replay-0", "test-host", Status::Cancelled),
+            outcome: Outcome::new(
+                token,
+                "replay-0".parse().unwrap(),
+                "test-host".parse().unwrap(),
+                Status::Cancelled,
+            ),
             record: None,
             lease: Default::default(),
         })

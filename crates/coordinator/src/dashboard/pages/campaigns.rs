@@ -34,7 +34,7 @@ pub(crate) async fn page(
         if over && c.rows_total > 0 {
             let _ = api
                 .rows(&c.id, c.rows_total - 1, |r| {
-                    ended = format!("<time>{}</time>", esc(&r.written_utc));
+                    ended = format!("<time>{}</time>", esc(r.written_utc.as_str()));
                     false
                 })
                 .await;

@@ -153,7 +153,7 @@ pub(crate) async fn page(
                     .map_or_else(|| "—".into(), |s| format!("{s:.3}")),
                 r.result.cost_usd.map_or_else(|| "—".into(), usd),
                 format!("{:.1}s", r.wall_s),
-                format!("<time>{}</time>", esc(&r.written_utc)),
+                format!("<time>{}</time>", esc(r.written_utc.as_str())),
             ]
         })
         .collect();

@@ -112,13 +112,16 @@ pub(crate) async fn page(
         if let Some(why) = &r.excluded_reason {
             fact("Excluded because", esc(&why.to_string()));
         }
-        fact("Lane", esc(r.lane.as_deref().unwrap_or("—")));
-        fact("Host", esc(r.host.as_deref().unwrap_or("—")));
+        fact("Lane", esc(r.lane.as_ref().map_or("—", |l| l.as_str())));
+        fact("Host", esc(r.host.as_ref().map_or("—", |h| h.as_str())));
         fact(
             "Started",
-            esc(r.record.started_utc.as_deref().unwrap_or("—")),
+            esc(r.record.started_utc.as_ref().map_or("—", |t| t.as_str())),
         );
-        fact("Ended", esc(r.record.ended_utc.as_deref().unwrap_or("—")));
+        fact(
+            "Ended",
+            esc(r.record.ended_utc.as_ref().map_or("—", |t| t.as_str())),
+        );
         if let Some(e) = &r.record.error {
             fact("Error", format!("<code>{}</code>", esc(e)));
         }

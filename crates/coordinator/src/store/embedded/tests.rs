@@ -60,7 +60,7 @@ fn campaign(id: &str, tasks: usize) -> Campaign {
 fn request(lane: usize) -> ClaimRequest {
     ClaimRequest {
         lane: LaneName::new(format!("lane-{lane}")).expect("a lane name"),
-        host: "h".into(),
+        host: "h".parse().unwrap(),
         worker: "w".into(),
         arms: None,
         offer: Default::default(),
@@ -69,7 +69,12 @@ fn request(lane: usize) -> ClaimRequest {
 }
 
 fn scored(token: &Token) -> Outcome {
-    let mut o = Outcome::new(token.clone(), "lane", "h", Status::Completed);
+    let mut o = Outcome::new(
+        token.clone(),
+        "lane".parse().unwrap(),
+        "h".parse().unwrap(),
+        Status::Completed,
+    );
     o.result.score = Some(1.0);
     o
 }

@@ -220,7 +220,7 @@ pub(crate) async fn claim(
             let placement = ts.queued.as_ref().map(|q| (&q.placement, q.since_ms));
             let blocked = match placement {
                 Some((Placement::OtherLane(l), since)) => {
-                    (l == req.lane.as_str() && now - since < ttl).then_some(since + ttl)
+                    (l == &req.lane && now - since < ttl).then_some(since + ttl)
                 }
                 Some((Placement::OtherHost(h), since)) => {
                     (h == &req.host && now - since < ttl).then_some(since + ttl)
@@ -363,7 +363,7 @@ async fn lease_unit(
             &tid,
             &Lease {
                 attempt: ts.attempts,
-                lane: req.lane.to_string(),
+                lane: req.lane.clone(),
                 host: req.host.clone(),
                 worker: req.worker.clone(),
                 phase: Phase::Assigned,
@@ -391,7 +391,7 @@ async fn lease_unit(
             now,
             EventKind::AttemptStarted {
                 token: token.clone(),
-                lane: req.lane.to_string(),
+                lane: req.lane.clone(),
                 host: req.host.clone(),
             },
         )

@@ -42,10 +42,12 @@ pub(crate) async fn renew(
                 // then leaves the campaign's meta alone.
                 if meta
                     .lanes_seen
-                    .get(&lease.lane)
+                    .get(lease.lane.as_str())
                     .is_none_or(|&t| now - t >= ttl / 2)
                 {
-                    meta.lanes_seen.make_mut().insert(lease.lane.clone(), now);
+                    meta.lanes_seen
+                        .make_mut()
+                        .insert(lease.lane.to_string(), now);
                 }
                 if lease.phase != *phase {
                     lease.phase = *phase;
@@ -150,7 +152,7 @@ async fn take_back(
     let trial = resolve(tx, meta, tid)
         .await?
         .ok_or_else(|| StoreError::Corrupt(format!("leased trial {tid} not in schedule")))?;
-    let mut outcome = Outcome::new(token, &lease.lane, &lease.host, status);
+    let mut outcome = Outcome::new(token, lease.lane.clone(), lease.host.clone(), status);
     outcome.failure_kind = kind;
     outcome.worker = lease.worker.clone();
     outcome.record.error = Some(why.to_owned());

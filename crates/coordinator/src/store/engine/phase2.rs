@@ -6,7 +6,7 @@ use lanes_common::policy::admission::{QuotaGate, quota_gate};
 use lanes_common::policy::{Phase2Input, phase2_block};
 use lanes_common::row::{ExcludedReason, Phase2Refusal, Row, Status, StoreFields};
 use lanes_common::schedule::{self, SchedulePhase, position_key, trial_at};
-use lanes_common::utc::{EpochMs, format_rfc3339};
+use lanes_common::utc::{EpochMs, UtcTime};
 
 use super::record::{append_row, dequeue, mark_final};
 use super::{trial_key, trial_queue, ttl_ms};
@@ -132,7 +132,7 @@ async fn refuse_block(
                     is_final: true,
                     excluded_reason: Some(reason.clone()),
                     smoke: meta.spec.smoke.is_some(),
-                    written_utc: format_rfc3339(now),
+                    written_utc: UtcTime::from_ms(now),
                     ..StoreFields::default()
                 },
             );

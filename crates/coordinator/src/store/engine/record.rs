@@ -6,7 +6,7 @@ use lanes_common::policy::admission::pause_until;
 use lanes_common::policy::{ClaimGateInForce, Decision, NewResult, Placement, decide};
 use lanes_common::row::{ExcludedReason, FailureKind, Outcome, Row, Status, StoreFields};
 use lanes_common::schedule::{SchedulePhase, Trial};
-use lanes_common::utc::{EpochMs, format_rfc3339};
+use lanes_common::utc::{EpochMs, UtcTime};
 
 use super::{
     block_total, emit, maybe_finish, meta_of, provider_of, resolve, set_stopping, trial_key,
@@ -221,7 +221,7 @@ pub(super) async fn record(
         paired: paired && !late,
         smoke: meta.spec.smoke.is_some(),
         retry_pass: ts.retry_pass,
-        written_utc: format_rfc3339(now),
+        written_utc: UtcTime::from_ms(now),
         ..StoreFields::default()
     };
     match &decision {
@@ -419,8 +419,8 @@ pub(crate) async fn release(
     };
     let mut outcome = Outcome::new(
         release.token.clone(),
-        release.lane.as_str(),
-        &release.host,
+        release.lane.clone(),
+        release.host.clone(),
         status,
     );
     outcome.failure_kind = kind;

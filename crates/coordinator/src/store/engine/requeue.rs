@@ -12,7 +12,7 @@ use lanes_common::policy::Placement;
 use lanes_common::row::{ExcludedReason, RequeueNote, Row, Status, StoreFields};
 use lanes_common::smoke::glob_match;
 use lanes_common::state::CampaignState;
-use lanes_common::utc::{EpochMs, format_rfc3339};
+use lanes_common::utc::{EpochMs, UtcTime};
 
 use super::record::append_row;
 use super::{emit, meta_of, put_meta_if_changed, resolve, trial_key, trial_queue};
@@ -92,7 +92,7 @@ pub(crate) async fn requeue(
                 spec_hash: meta.spec_hash.clone(),
                 smoke: meta.spec.smoke.is_some(),
                 retry_pass: Some(pass),
-                written_utc: format_rfc3339(now),
+                written_utc: UtcTime::from_ms(now),
                 ..StoreFields::default()
             },
         );

@@ -115,7 +115,7 @@ pub(super) async fn start_spare(config: &WorkerConfig, lane: &str) -> Option<Spa
     let started = async {
         let driver = spawn(launch, &records).await?;
         drain_notifications(&driver, lane);
-        let identity = initialize(&driver, lane, &config.host, None).await?;
+        let identity = initialize(&driver, lane, config.host.as_str(), None).await?;
         teardown_leftovers(&driver, lane).await;
         Ok::<_, DriverError>(Spare {
             key,
@@ -517,7 +517,7 @@ mod tests {
             coordinators: Vec::new(),
             token: None,
             worker_id: "w".into(),
-            host: "h".into(),
+            host: "h".parse().unwrap(),
             lanes: 1,
             artifacts: PathBuf::from("art"),
             outbox: PathBuf::from("outbox"),

@@ -381,7 +381,7 @@ impl LaneActor {
                     let logged = reason.as_deref().map(|r| secrets.scrubbed(r));
                     tracing::warn!(lane = %self.name, campaign = %tag.campaign, reason = ?logged, "identity mismatch: this lane leaves the campaign");
                     let _ = self.supervisor.cast(SupMsg::Exclude {
-                        lane: self.name.clone(),
+                        lane: self.name.to_string(),
                         campaign: tag.campaign.clone(),
                     });
                 }
@@ -657,8 +657,8 @@ impl LaneActor {
             record,
             key: admit::driver_key(&launch, &spec),
             launch,
-            lane: self.name.clone(),
-            host: self.config.host.clone(),
+            lane: self.name.to_string(),
+            host: self.config.host.to_string(),
             secrets: self.secrets(unit, cur),
             driver_records: self.config.outbox.join(crate::driver::process::RECORDS_DIR),
             spec,

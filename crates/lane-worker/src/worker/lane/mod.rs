@@ -18,11 +18,11 @@ use std::time::Instant;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use serde_json::{Value, json};
 
-use lanes_common::ids::{AttemptTag, CampaignId, Token};
+use lanes_common::ids::{AttemptTag, CampaignId, LaneName, Token};
 use lanes_common::proto as pb;
 use lanes_common::row::{Phase, PhaseWalls};
 use lanes_common::trace::TraceParent;
-use lanes_common::utc::format_rfc3339;
+use lanes_common::utc::UtcTime;
 
 use super::WorkerConfig;
 use super::supervisor::SupMsg;
@@ -82,7 +82,7 @@ pub(crate) enum LeaseNews {
 }
 
 pub(crate) struct LaneActor {
-    pub(crate) name: String,
+    pub(crate) name: LaneName,
     pub(crate) config: Arc<WorkerConfig>,
     pub(crate) http: crate::http::HttpClient,
     /// Every lease secret the worker holds: masked in what the driver says.
@@ -109,7 +109,7 @@ struct Current {
     tag: AttemptTag,
     /// `None` only while an event is being applied.
     machine: Option<Attempt>,
-    started_utc: String,
+    started_utc: UtcTime,
     phase_started: Instant,
     phase: Phase,
     walls: PhaseWalls,
@@ -235,8 +235,8 @@ pub(crate) struct LaneState {
     current: Option<Current>,
 }
 
-fn now_utc() -> String {
-    format_rfc3339(
+fn now_utc() -> UtcTime {
+    UtcTime::from_ms(
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_millis() as i64)
@@ -264,12 +264,16 @@ impl LaneActor {
     /// Starts the next trial of the unit, or reports the lane idle.
     async fn next_trial(&self, myself: &ActorRef<LaneMsg>, state: &mut LaneState) {
         let Some(unit) = state.unit.as_mut() else {
-            let _ = self.supervisor.cast(SupMsg::WantWork(self.name.clone()));
+            let _ = self
+                .supervisor
+                .cast(SupMsg::WantWork(self.name.to_string()));
             return;
         };
         let Some(trial) = unit.remaining.pop_front() else {
             state.unit = None;
-            let _ = self.supervisor.cast(SupMsg::WantWork(self.name.clone()));
+            let _ = self
+                .supervisor
+                .cast(SupMsg::WantWork(self.name.to_string()));
             return;
         };
         let Some(token) = trial.token.clone().and_then(|t| Token::try_from(t).ok()) else {
@@ -292,7 +296,7 @@ impl LaneActor {
                 tracing::info!(attempt = %tag, "cancelled before the trial started: released unstarted");
                 let _ = self.supervisor.cast(SupMsg::GiveBack(pb::Assignment {
                     campaign: unit.campaign.to_string(),
-                    lane: self.name.clone(),
+                    lane: self.name.to_string(),
                     trials: vec![trial],
                     ..Default::default()
                 }));
@@ -305,8 +309,8 @@ impl LaneActor {
             &unit.campaign,
             &trial,
             &token,
-            &self.name,
-            &self.config.host,
+            self.name.as_str(),
+            self.config.host.as_str(),
         );
         // Without an exporter here the attempt span never reaches a collector: the claim's
         // context is what ties the coordinator's commit span (and the driver's spans) to the
@@ -430,7 +434,9 @@ impl Actor for LaneActor {
     ) -> Result<(), ActorProcessingErr> {
         let (config, lane) = (self.config.clone(), self.name.clone());
         tokio::spawn(async move {
-            let spare = admit::start_spare(&config, &lane).await.map(Box::new);
+            let spare = admit::start_spare(&config, lane.as_str())
+                .await
+                .map(Box::new);
             // The lane stopped meanwhile: its spare must not outlive it.
             if let Err(ractor::MessagingErr::SendErr(LaneMsg::Warmed(Some(s)))) =
                 myself.cast(LaneMsg::Warmed(spare))
@@ -500,7 +506,9 @@ impl Actor for LaneActor {
                     }
                 } else {
                     state.slot.spare = spare.map(|s| *s);
-                    let _ = self.supervisor.cast(SupMsg::WantWork(self.name.clone()));
+                    let _ = self
+                        .supervisor
+                        .cast(SupMsg::WantWork(self.name.to_string()));
                 }
             }
             LaneMsg::Admitted { tag, slot, event } => {
@@ -514,7 +522,7 @@ impl Actor for LaneActor {
                     if !rest.is_empty() {
                         let _ = self.supervisor.cast(SupMsg::GiveBack(pb::Assignment {
                             campaign: u.campaign.to_string(),
-                            lane: self.name.clone(),
+                            lane: self.name.to_string(),
                             trials: rest,
                             ..Default::default()
                         }));

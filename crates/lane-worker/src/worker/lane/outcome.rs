@@ -3,9 +3,10 @@
 
 use serde_json::Value;
 
-use lanes_common::ids::Token;
+use lanes_common::ids::{HostName, LaneName, Token};
 use lanes_common::proto as pb;
 use lanes_common::row::{DriverIdentity, FailureKind, GateRecord, Outcome, PhaseWalls, Status};
+use lanes_common::utc::UtcTime;
 
 use crate::artifacts;
 use crate::lifecycle::{ReleaseKind, Verdict};
@@ -15,18 +16,23 @@ use crate::secrets::Secrets;
 #[derive(Debug, Clone)]
 pub(super) struct OutcomeCtx {
     pub token: Token,
-    pub lane: String,
-    pub host: String,
+    pub lane: LaneName,
+    pub host: HostName,
     pub worker: String,
     pub driver: Option<DriverIdentity>,
     pub walls: PhaseWalls,
-    pub started_utc: String,
-    pub ended_utc: String,
+    pub started_utc: UtcTime,
+    pub ended_utc: UtcTime,
 }
 
 impl OutcomeCtx {
     fn base(&self, status: Status) -> Outcome {
-        let mut o = Outcome::new(self.token.clone(), &self.lane, &self.host, status);
+        let mut o = Outcome::new(
+            self.token.clone(),
+            self.lane.clone(),
+            self.host.clone(),
+            status,
+        );
         o.worker = self.worker.clone();
         o.driver = self.driver.clone();
         o.record.started_utc = Some(self.started_utc.clone());
@@ -93,7 +99,12 @@ fn finish(mut o: Outcome, secrets: &Secrets) -> Outcome {
     match o.clone().validate() {
         Ok(valid) => valid,
         Err(e) => {
-            let mut bad = Outcome::new(o.token.clone(), &o.lane, &o.host, Status::InfraError);
+            let mut bad = Outcome::new(
+                o.token.clone(),
+                o.lane.clone(),
+                o.host.clone(),
+                Status::InfraError,
+            );
             bad.failure_kind = Some(FailureKind::HarnessError);
             bad.record.error = Some(format!("driver reported an invalid outcome: {e}"));
             bad.worker = o.worker;
@@ -182,13 +193,13 @@ mod tests {
                 trial_id: TrialId::new("T.r0.a").unwrap(),
                 attempt: 1,
             },
-            lane: "l".into(),
-            host: "h".into(),
+            lane: "l".parse().unwrap(),
+            host: "h".parse().unwrap(),
             worker: "w".into(),
             driver: None,
             walls: PhaseWalls::default(),
-            started_utc: "2026-01-01T00:00:00Z".into(),
-            ended_utc: "2026-01-01T00:01:00Z".into(),
+            started_utc: "2026-01-01T00:00:00Z".parse().unwrap(),
+            ended_utc: "2026-01-01T00:01:00Z".parse().unwrap(),
         }
     }
 

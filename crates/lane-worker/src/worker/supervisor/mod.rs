@@ -26,7 +26,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent
 use tokio::sync::mpsc;
 
 use lanes_common::convert::{lease_of, token_with_lease};
-use lanes_common::ids::{AttemptTag, CampaignId, Token};
+use lanes_common::ids::{AttemptTag, CampaignId, LaneName, Token};
 use lanes_common::lease::LeaseSecret;
 use lanes_common::proto as pb;
 use lanes_common::proto::worker_message::Msg as In;
@@ -206,11 +206,11 @@ impl Supervisor {
     async fn spawn_lane(
         &self,
         myself: &ActorRef<SupMsg>,
-        name: &str,
+        name: &LaneName,
         registered: Option<String>,
     ) -> Result<ActorRef<LaneMsg>, ractor::SpawnErr> {
         let lane = LaneActor {
-            name: name.to_owned(),
+            name: name.clone(),
             config: self.config.clone(),
             http: self.http.clone(),
             leases: self.leases.clone(),
@@ -261,6 +261,11 @@ impl Supervisor {
         let Ok(campaign) = CampaignId::new(a.campaign.clone()) else {
             return;
         };
+        // Set by one of this worker's lanes, or by the coordinator from one.
+        let Ok(lane) = LaneName::new(a.lane.clone()) else {
+            tracing::error!(lane = %a.lane, "an assignment given back names no lane: its leases expire");
+            return;
+        };
         for t in a.trials {
             let lease = lease_of(t.token.as_ref());
             let traceparent = t.traceparent;
@@ -270,8 +275,8 @@ impl Supervisor {
             let tag = AttemptTag::new(campaign.clone(), token.clone());
             let o = lanes_common::row::Outcome::new(
                 token,
-                &a.lane,
-                &self.config.host,
+                lane.clone(),
+                self.config.host.clone(),
                 lanes_common::row::Status::Cancelled,
             );
             // Renewed, in phase publish, until the coordinator acknowledges the release.
@@ -369,11 +374,11 @@ impl Actor for Supervisor {
         // Each lane says it is idle (WantWork) once its spare driver is up.
         let mut lanes = BTreeMap::new();
         for i in 0..self.config.lanes {
-            let name = format!("{}-{i}", self.config.worker_id);
+            let name = LaneName::new(format!("{}-{i}", self.config.worker_id))?;
             let lane = self
                 .spawn_lane(&myself, &name, Some(format!("lane:{name}")))
                 .await?;
-            lanes.insert(name, lane);
+            lanes.insert(name.to_string(), lane);
         }
         let warmup = warmup::Warmup::new(lanes.keys().cloned(), tokio::time::Instant::now());
         self.measure_disk(&myself);
@@ -574,7 +579,10 @@ impl Actor for Supervisor {
             }
             // Unnamed: the crashed actor's registry name may not be released yet.
             // It asks for work itself once its spare driver is up.
-            let lane = self.spawn_lane(&myself, &name, None).await?;
+            // The name was a lane name when the lane was first spawned.
+            let lane = self
+                .spawn_lane(&myself, &LaneName::new(&name)?, None)
+                .await?;
             state.idle.remove(&name);
             state.lanes.insert(name, lane);
         }
