@@ -279,7 +279,11 @@ async fn fields_over_their_limits_are_refused_naming_the_field_and_the_limit() {
         .await
         .map(drop)
         .unwrap_err();
-    refused(&err, Code::InvalidArgument, &["register.host", "control characters"]);
+    refused(
+        &err,
+        Code::InvalidArgument,
+        &["register.host", "control characters"],
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -63,7 +63,7 @@ pub(crate) async fn write(
         let mut line = |l: &Line| writeln!(out, "{}", archive::to_line(l));
         line(&Line::Header(Box::new(Header {
             format: ARCHIVE_FORMAT.to_owned(),
-            archived_utc: lanes_common::utc::format_rfc3339(now_ms()),
+            archived_utc: lanes_common::utc::UtcTime::from_ms(now_ms()),
             spec,
             amendments: serde_json::from_str(&header.amendments_json)
                 .context("the exported amendments do not parse")?,

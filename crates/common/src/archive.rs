@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::row::Row;
 use crate::spec::{Campaign, CampaignSpec, Task, validate_tasks};
+use crate::utc::UtcTime;
 
 /// The archive format's tag, in the header.
 pub const ARCHIVE_FORMAT: &str = "lanes-archive/1";
@@ -29,8 +30,8 @@ pub enum Line {
 pub struct Header {
     /// [`ARCHIVE_FORMAT`].
     pub format: String,
-    /// When the archive was written, RFC 3339 UTC.
-    pub archived_utc: String,
+    /// When the archive was written.
+    pub archived_utc: UtcTime,
     pub spec: CampaignSpec,
     /// The recorded amendments, as the coordinator answers them.
     pub amendments: serde_json::Value,
@@ -203,7 +204,7 @@ mod tests {
         let c = campaign();
         let mut out = vec![to_line(&Line::Header(Box::new(Header {
             format: ARCHIVE_FORMAT.into(),
-            archived_utc: "2026-12-04T00:00:00Z".into(),
+            archived_utc: "2026-12-04T00:00:00Z".parse().unwrap(),
             spec: c.spec.clone(),
             amendments: serde_json::json!([]),
             status: serde_json::json!({}),

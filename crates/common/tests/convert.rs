@@ -278,8 +278,16 @@ fn attempt_zero_is_refused() {
 fn an_outcome_names_a_real_lane_and_host_and_real_times() {
     type Setter = fn(&mut pb::Outcome, &str);
     let fields: [(&str, Setter, &[&str]); 4] = [
-        ("outcome.lane", |w, v| w.lane = v.into(), &["", "a lane", "host/lane-1", "l\n"]),
-        ("outcome.host", |w, v| w.host = v.into(), &["", " host", "h\u{7}", "h\r\nx"]),
+        (
+            "outcome.lane",
+            |w, v| w.lane = v.into(),
+            &["", "a lane", "host/lane-1", "l\n"],
+        ),
+        (
+            "outcome.host",
+            |w, v| w.host = v.into(),
+            &["", " host", "h\u{7}", "h\r\nx"],
+        ),
         (
             "outcome.started_utc",
             |w, v| w.started_utc = v.into(),

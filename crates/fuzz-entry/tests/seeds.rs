@@ -240,7 +240,7 @@ fn write_generated_seeds() {
     ];
     let mut lines = vec![archive::to_line(&Line::Header(Box::new(Header {
         format: ARCHIVE_FORMAT.into(),
-        archived_utc: "2026-12-04T12:00:00Z".into(),
+        archived_utc: "2026-12-04T12:00:00Z".parse().unwrap(),
         spec: campaign.spec.clone(),
         amendments: serde_json::json!([]),
         status: serde_json::json!({"state": "done"}),
