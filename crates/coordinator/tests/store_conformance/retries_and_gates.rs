@@ -37,6 +37,48 @@ pub(super) async fn delayed_retries_are_claimable_only_at_their_time(h: &mut Har
     assert_eq!((t2.trial_id, t2.attempt), (t.trial_id, 2));
 }
 
+/// A claim reads a few entries of a queue first and more only when placement filters refuse
+/// them all: a lane must still find the one trial it may run behind many it may not.
+pub(super) async fn a_claim_finds_work_behind_many_trials_blocked_on_its_lane(h: &mut Harness) {
+    let c = cid("behind-blocked");
+    h.submit(campaign(
+        "behind-blocked",
+        &[("a", "pa")],
+        12,
+        "pairing = \"none\"",
+        "",
+    ))
+    .await;
+    // Lane l takes the first 10 trials and is refused by each one's preflight: each goes back
+    // to the queue, ahead of the 2 fresh trials, and not for lane l.
+    let mut blocked = Vec::new();
+    for _ in 0..10 {
+        let t = h.claim_tokens(&c, "l", "h").await.remove(0);
+        h.store
+            .release(
+                &c,
+                Release {
+                    token: t.clone(),
+                    reason: ReleaseReason::Blocked(FailureKind::Preflight),
+                    lane: "l".parse().unwrap(),
+                    host: "h".parse().unwrap(),
+                    detail: None,
+                },
+                h.now(),
+            )
+            .await
+            .expect("release");
+        blocked.push(t.trial_id);
+    }
+    let fresh: Vec<_> = h.claim_tokens(&c, "l", "h").await;
+    assert_eq!(fresh.len(), 1);
+    assert!(!blocked.contains(&fresh[0].trial_id), "{fresh:?}");
+    assert_eq!(fresh[0].attempt, 1);
+    // Another lane takes the blocked trials first, in schedule order.
+    let other = h.claim_tokens(&c, "m", "h").await.remove(0);
+    assert_eq!((&other.trial_id, other.attempt), (&blocked[0], 2));
+}
+
 pub(super) async fn exhausted_infra_budget_is_final_and_excluded(h: &mut Harness) {
     let c = cid("exhaust");
     h.submit(campaign(

@@ -25,7 +25,11 @@ use crate::store::api::*;
 use crate::store::model::*;
 use crate::store::tx::{R, Tx};
 
-/// How many entries of each queue one claim looks at before giving up on placement filters.
+/// How many entries of each queue a claim reads at first, beyond the units it wants: most
+/// claims take the first entry, and each entry read costs a copy.
+const FIRST_SCAN: usize = 4;
+/// How many entries of each queue one claim reads at most at once: a claim whose candidates
+/// are all filtered out (placement, cutoff) reads twice as many each time, up to this.
 const SCAN: usize = 64;
 
 /// The reservation a claim makes for a trial: its `max_cost_usd` guard when it has one (the
@@ -169,11 +173,13 @@ pub(crate) async fn claim(
     let mut buffer: std::collections::VecDeque<Candidate> = Default::default();
     let mut horizon = u64::MAX;
     let mut skipped: BTreeSet<(Queue, u64)> = BTreeSet::new();
+    let mut scan = FIRST_SCAN;
     'units: while assignments.len() < req.max_units as usize {
         if buffer.front().is_none_or(|c| c.key > horizon) {
             buffer.clear();
             horizon = u64::MAX;
-            let want = SCAN.max(req.max_units as usize - assignments.len()) + skipped.len();
+            let want = scan + (req.max_units as usize - assignments.len()) + skipped.len();
+            scan = (scan * 2).min(SCAN);
             let mut batch = Vec::new();
             for q in &queues {
                 let keys = tx.ready_first(q, want).await?;
