@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use lanes_common::ids::{AttemptTag, CampaignId, Token};
 use lanes_common::lease::LeaseSecret;
 
-use crate::slots::Slots;
+use crate::slots::{Slots, Unreadable};
 
 /// One held lease.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -72,24 +72,8 @@ impl LeaseJournal {
     /// unreadable one (a torn write) is emptied: its lease then simply waits out its
     /// deadline.
     pub fn held(&self) -> io::Result<Vec<Held>> {
-        let mut out: Vec<Held> = Vec::new();
-        for (p, bytes) in self.slots.filled()? {
-            match serde_json::from_slice::<Held>(&bytes) {
-                Ok(h) => {
-                    let again = out.iter().any(|o| o.tag() == h.tag());
-                    self.slots.adopt(h.tag(), p)?;
-                    if !again {
-                        out.push(h);
-                    }
-                }
-                Err(_) => {
-                    tracing::warn!(path = %p.display(), "unreadable lease journal entry dropped");
-                    self.slots.empty(&p)?;
-                }
-            }
-        }
-        out.sort();
-        Ok(out)
+        self.slots
+            .read_back("lease journal entry", Held::tag, Unreadable::Empty)
     }
 }
 

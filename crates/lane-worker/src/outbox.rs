@@ -13,7 +13,7 @@ use lanes_common::lease::LeaseSecret;
 use lanes_common::row::Outcome;
 
 use crate::private_fs;
-use crate::slots::{Slots, sync_dir};
+use crate::slots::{Slots, Unreadable, sync_dir};
 
 /// One unacknowledged outcome.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -187,34 +187,8 @@ impl Outbox {
     /// torn by a crash, before the outcome was ever sent) is never dropped silently: it is
     /// kept aside as `<file>.unreadable` and logged.
     pub fn pending(&self) -> io::Result<Vec<Entry>> {
-        let mut out: Vec<Entry> = Vec::new();
-        for (p, bytes) in self.slots.filled()? {
-            match serde_json::from_slice::<Entry>(&bytes) {
-                Ok(e) => {
-                    // The same attempt twice (never written so): `adopt` empties the second.
-                    let again = out.iter().any(|o| o.tag() == e.tag());
-                    self.slots.adopt(e.tag(), p)?;
-                    if !again {
-                        out.push(e);
-                    }
-                }
-                Err(err) => {
-                    tracing::error!(path = %p.display(), error = %err, "unreadable outbox entry set aside");
-                    self.slots.set_unreadable_aside(&p)?;
-                }
-            }
-        }
-        out.sort_by(|a, b| {
-            let key = |e: &Entry| {
-                (
-                    e.campaign.to_string(),
-                    e.outcome.token.trial_id.to_string(),
-                    e.outcome.token.attempt,
-                )
-            };
-            key(a).cmp(&key(b))
-        });
-        Ok(out)
+        self.slots
+            .read_back("outbox entry", Entry::tag, Unreadable::SetAside)
     }
 }
 

@@ -23,6 +23,8 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use serde::de::DeserializeOwned;
+
 use lanes_common::ids::AttemptTag;
 
 /// A directory of slots. Clones share their bookkeeping.
@@ -47,6 +49,15 @@ struct State {
 }
 
 /// Syncs a directory, so the entries made in it survive a crash.
+/// What [`Slots::read_back`] does with a file that does not parse.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Unreadable {
+    /// Keeps it for people, as `<name>.unreadable`: it may hold something nobody else has.
+    SetAside,
+    /// Empties its slot: what it held is of no use torn.
+    Empty,
+}
+
 pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
@@ -197,6 +208,43 @@ impl Slots {
             }
         }
         Ok(out)
+    }
+
+    /// Every record held, parsed, in attempt order; each slot is adopted by its record's
+    /// attempt, so clearing that attempt empties it. The same attempt twice (never written
+    /// so) is read once, and `adopt` empties the other slot. A file that does not parse (a
+    /// write torn by a crash) is logged and handled as `unreadable` says.
+    pub(crate) fn read_back<T: DeserializeOwned>(
+        &self,
+        what: &str,
+        tag_of: impl Fn(&T) -> AttemptTag,
+        unreadable: Unreadable,
+    ) -> io::Result<Vec<T>> {
+        let mut out: Vec<(AttemptTag, T)> = Vec::new();
+        for (p, bytes) in self.filled()? {
+            match serde_json::from_slice::<T>(&bytes) {
+                Ok(record) => {
+                    let tag = tag_of(&record);
+                    let again = out.iter().any(|(t, _)| *t == tag);
+                    self.adopt(tag.clone(), p)?;
+                    if !again {
+                        out.push((tag, record));
+                    }
+                }
+                Err(err) => match unreadable {
+                    Unreadable::SetAside => {
+                        tracing::error!(path = %p.display(), error = %err, "unreadable {what} set aside");
+                        self.set_unreadable_aside(&p)?;
+                    }
+                    Unreadable::Empty => {
+                        tracing::warn!(path = %p.display(), error = %err, "unreadable {what} dropped");
+                        self.empty(&p)?;
+                    }
+                },
+            }
+        }
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(out.into_iter().map(|(_, r)| r).collect())
     }
 
     /// Moves an unreadable file out of the way under `<name>.unreadable`, kept for people;
