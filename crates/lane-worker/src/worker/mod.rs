@@ -13,7 +13,6 @@ use std::time::Duration;
 
 use lanes_common::ids::HostName;
 
-/// How a worker runs.
 /// This machine's host name (`/etc/hostname`), or `localhost` when it has none that is a
 /// host name.
 pub fn machine_host() -> HostName {
@@ -23,6 +22,7 @@ pub fn machine_host() -> HostName {
         .unwrap_or_else(|| HostName::new("localhost").expect("a host name"))
 }
 
+/// How a worker runs.
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
     /// The coordinator replicas, e.g. `http://127.0.0.1:7700`. The worker uses one at a time
