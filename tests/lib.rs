@@ -14,5 +14,6 @@ pub mod podman;
 pub mod python_driver;
 pub mod redis_dump;
 pub mod redis_server;
+pub mod s3_server;
 pub mod synthetic_ledger;
 pub mod worker_campaigns;

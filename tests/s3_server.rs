@@ -1,0 +1,192 @@
+//! A real S3-compatible server for tests: moto's server mode (PyPI `moto[server]`, from the
+//! venv `./scripts/test.sh` installs) on a free loopback port, with a bucket made for the
+//! test, killed on drop. Its state is in memory; SIGSTOP and SIGCONT keep it.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A `moto_server` child process and the bucket made in it.
+pub struct S3Server {
+    child: Child,
+    pub port: u16,
+    pub bucket: String,
+}
+
+/// The test venv's `moto_server`: beside `LANES_TEST_PYTHON`, or in the default
+/// `<target>/test-venv/bin` that `./scripts/test.sh` makes.
+fn moto_server() -> PathBuf {
+    let bin = match std::env::var_os("LANES_TEST_PYTHON") {
+        Some(python) => PathBuf::from(python)
+            .parent()
+            .expect("LANES_TEST_PYTHON names a file")
+            .to_owned(),
+        None => std::env::var_os("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"))
+            .join("test-venv/bin"),
+    };
+    let exe = bin.join("moto_server");
+    assert!(
+        exe.exists(),
+        "moto_server is not in {}: run ./scripts/test.sh, which installs moto[server] into its venv",
+        bin.display()
+    );
+    exe
+}
+
+impl S3Server {
+    /// Starts a server and makes the bucket `lanes-test`.
+    pub fn start() -> Self {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("a free loopback port");
+        let child = Command::new(moto_server())
+            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("moto_server starts");
+        let server = Self {
+            child,
+            port,
+            bucket: "lanes-test".into(),
+        };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            match server.request("PUT", &format!("/{}", server.bucket)) {
+                Ok((200, _)) => break,
+                Ok((status, body)) => panic!("moto refused the bucket: {status} {body:?}"),
+                Err(_) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(100))
+                }
+                Err(e) => panic!("moto_server did not answer on port {port}: {e}"),
+            }
+        }
+        server
+    }
+
+    /// The server's URL, for `AWS_ENDPOINT_URL`.
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// The secret access key the tests give: no row, log or artifact may ever show it.
+    pub const SECRET_KEY: &'static str = "s3-secret-key-7Hq2vX9";
+
+    /// The environment a worker or coordinator needs to reach the server.
+    pub fn env(&self) -> Vec<(String, String)> {
+        [
+            ("AWS_ENDPOINT_URL", self.endpoint()),
+            ("AWS_ALLOW_HTTP", "true".into()),
+            ("AWS_ACCESS_KEY_ID", "lanes-test-key".into()),
+            ("AWS_SECRET_ACCESS_KEY", Self::SECRET_KEY.into()),
+            ("AWS_REGION", "us-east-1".into()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect()
+    }
+
+    /// `s3://<bucket>/<prefix>`.
+    pub fn url(&self, prefix: &str) -> String {
+        format!("s3://{}/{prefix}", self.bucket)
+    }
+
+    /// The server's process id (to stop and continue it).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// An object's bytes, read over plain HTTP (moto does not check signatures, but answers
+    /// anonymous reads of private objects with 403), or `None`
+    /// if there is no such object.
+    pub fn object(&self, key: &str) -> Option<Vec<u8>> {
+        match self.request("GET", &format!("/{}/{key}", self.bucket)) {
+            Ok((200, body)) => Some(body),
+            Ok((404, _)) => None,
+            other => panic!("GET {key}: {other:?}"),
+        }
+    }
+
+    /// The keys under `prefix`, from a `ListObjectsV2` (at most 1,000).
+    pub fn keys(&self, prefix: &str) -> Vec<String> {
+        let (status, body) = self
+            .request(
+                "GET",
+                &format!("/{}?list-type=2&prefix={prefix}", self.bucket),
+            )
+            .expect("list");
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+        let text = String::from_utf8_lossy(&body);
+        text.split("<Key>")
+            .skip(1)
+            .filter_map(|s| s.split_once("</Key>").map(|(k, _)| k.to_owned()))
+            .collect()
+    }
+
+    /// What makes a request an authenticated one to moto (which checks no signature).
+    const AUTH: &str = "AWS4-HMAC-SHA256 Credential=lanes-test-key/20260101/us-east-1/s3/aws4_request, SignedHeaders=host, Signature=00";
+
+    /// One HTTP/1.1 request with no body; answers the status and the body.
+    fn request(&self, method: &str, path: &str) -> std::io::Result<(u16, Vec<u8>)> {
+        let mut s = TcpStream::connect(("127.0.0.1", self.port))?;
+        s.set_read_timeout(Some(Duration::from_secs(30)))?;
+        write!(
+            s,
+            "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAuthorization: {}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+            self.port,
+            Self::AUTH
+        )?;
+        let mut raw = Vec::new();
+        s.read_to_end(&mut raw)?;
+        let split = raw
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .ok_or_else(|| std::io::Error::other("no HTTP header"))?;
+        let head = String::from_utf8_lossy(&raw[..split]).to_string();
+        let status = head
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| std::io::Error::other(format!("bad status line: {head}")))?;
+        let mut body = raw[split + 4..].to_vec();
+        if head
+            .to_ascii_lowercase()
+            .contains("transfer-encoding: chunked")
+        {
+            body = unchunk(&body);
+        }
+        Ok((status, body))
+    }
+}
+
+/// The body of a chunked HTTP/1.1 response.
+fn unchunk(mut raw: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    while let Some(eol) = raw.windows(2).position(|w| w == b"\r\n") {
+        let size =
+            usize::from_str_radix(String::from_utf8_lossy(&raw[..eol]).trim(), 16).unwrap_or(0);
+        if size == 0 {
+            break;
+        }
+        out.extend_from_slice(&raw[eol + 2..eol + 2 + size]);
+        raw = &raw[eol + 2 + size + 2..];
+    }
+    out
+}
+
+impl Drop for S3Server {
+    fn drop(&mut self) {
+        // A stopped server must be continued to die of SIGKILL promptly.
+        let _ = Command::new("kill")
+            .args(["-CONT", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
