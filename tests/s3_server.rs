@@ -6,6 +6,7 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 /// A `moto_server` child process and the bucket made in it.
@@ -188,5 +189,95 @@ impl Drop for S3Server {
             .status();
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// A real HTTP front for the S3 server that can fail: while failing, it answers every
+/// request `500 Internal Server Error`; otherwise it passes the connection through. For
+/// "the store fails for a while" without touching the store. Stops on drop.
+pub struct FailingFront {
+    pub port: u16,
+    failing: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// Requests answered with a 500 so far.
+    refused: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    stopped: std::sync::Arc<AtomicBool>,
+}
+
+impl FailingFront {
+    /// A front for `s3`, failing from the start.
+    pub fn start(s3: &S3Server) -> Self {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().unwrap().port();
+        let failing = std::sync::Arc::new(AtomicBool::new(true));
+        let refused = std::sync::Arc::new(AtomicUsize::new(0));
+        let stopped = std::sync::Arc::new(AtomicBool::new(false));
+        let (f, r, stop, upstream) = (failing.clone(), refused.clone(), stopped.clone(), s3.port);
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(mut client) = conn else { return };
+                if stop.load(Ordering::SeqCst) {
+                    return;
+                }
+                if f.load(Ordering::SeqCst) {
+                    r.fetch_add(1, Ordering::SeqCst);
+                    std::thread::spawn(move || {
+                        // Read the request head, then fail it (the body may be left unread:
+                        // the connection is closed).
+                        let mut buf = [0u8; 8192];
+                        let _ = client.set_read_timeout(Some(Duration::from_secs(5)));
+                        let _ = client.read(&mut buf);
+                        let _ = client.write_all(b"HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/xml\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+                    });
+                    continue;
+                }
+                std::thread::spawn(move || {
+                    let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else {
+                        return;
+                    };
+                    let (mut c2, mut s2) =
+                        (client.try_clone().unwrap(), server.try_clone().unwrap());
+                    let up = std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut c2, &mut s2);
+                        let _ = s2.shutdown(std::net::Shutdown::Write);
+                    });
+                    let (mut server, mut client) = (server, client);
+                    let _ = std::io::copy(&mut server, &mut client);
+                    let _ = client.shutdown(std::net::Shutdown::Write);
+                    let _ = up.join();
+                });
+            }
+        });
+        Self {
+            port,
+            failing,
+            refused,
+            stopped,
+        }
+    }
+
+    /// From now on, pass requests through.
+    pub fn heal(&self) {
+        self.failing
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// How many requests were answered with a 500.
+    pub fn refused(&self) -> usize {
+        self.refused.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// `AWS_ENDPOINT_URL` through this front.
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for FailingFront {
+    fn drop(&mut self) {
+        self.stopped
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        // Wakes the accept loop, which then ends.
+        let _ = TcpStream::connect(("127.0.0.1", self.port));
     }
 }

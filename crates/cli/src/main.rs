@@ -1,6 +1,7 @@
 //! The `lanes` command: parses arguments and wires the libraries together.
 
 mod archive;
+mod artifact_store;
 mod bench;
 mod bundles;
 mod client;

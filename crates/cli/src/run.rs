@@ -73,6 +73,8 @@ pub(crate) struct Args {
     #[arg(long, default_value_t = 2, value_name = "N")]
     max_builds: usize,
     #[command(flatten)]
+    artifact_store: crate::artifact_store::ArtifactStoreArgs,
+    #[command(flatten)]
     smoke: crate::smoke::SmokeArgs,
     #[command(flatten)]
     log: crate::telemetry::LogArgs,
@@ -168,6 +170,7 @@ fn local_drivers(
 }
 
 async fn run_async(args: Args, campaign: spec::Campaign, drivers: Drivers) -> anyhow::Result<Code> {
+    let artifact_store = args.artifact_store.open()?;
     let id = campaign.spec.id.clone();
     let ttl = Duration::from_secs(u64::from(campaign.spec.ops.lease_ttl_s));
     private_dir(&args.data_dir)?;
@@ -325,6 +328,7 @@ async fn run_async(args: Args, campaign: spec::Campaign, drivers: Drivers) -> an
             .context("the campaign's task folders")?,
         http: Default::default(),
         metrics: metrics.map(|(_, w)| w),
+        artifact_store,
     };
     let (stop_worker, worker_stopped) = tokio::sync::oneshot::channel::<()>();
     let worker = tokio::spawn(lanes_worker::run(worker, async {

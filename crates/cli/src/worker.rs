@@ -57,6 +57,8 @@ pub(crate) struct Args {
     /// [default: <artifacts>/.control.sock].
     #[arg(long, env = "LANES_CONTROL_SOCKET")]
     control_socket: Option<PathBuf>,
+    #[command(flatten)]
+    artifact_store: crate::artifact_store::ArtifactStoreArgs,
     /// Below this much free disk (GB) under --artifacts, no work is asked for.
     #[arg(long)]
     disk_floor_gb: Option<f64>,
@@ -174,6 +176,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<Code> {
         }),
     };
     let exe = std::env::current_exe().context("cannot find the lanes binary for the sim driver")?;
+    let artifact_store = args.artifact_store.open()?;
     let metrics = args
         .metrics_listen
         .map(|addr| (addr, lanes_worker::metrics::WorkerMetrics::default()));
@@ -215,6 +218,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<Code> {
             max_body: args.http_max_body_bytes,
         },
         metrics: metrics.as_ref().map(|(_, m)| m.clone()),
+        artifact_store,
     };
     let result = rt.block_on(async move {
         let shutdown = async {

@@ -29,6 +29,11 @@ pub struct Entry {
     /// with it. The supervisor fills it in from the lease it tracks.
     #[serde(default)]
     pub lease: LeaseSecret,
+    /// The attempt folder still to upload to the artifact store: the outcome is sent only
+    /// once its files are in the store (and then lists them), so a worker that dies
+    /// mid-upload uploads again when it restarts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upload: Option<PathBuf>,
 }
 
 /// The name an attempt record has until its outbox entry is durable.
@@ -219,6 +224,7 @@ mod tests {
             outcome: o,
             record: None,
             lease: Default::default(),
+            upload: None,
         }
     }
 

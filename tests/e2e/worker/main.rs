@@ -5,6 +5,7 @@
 #![allow(unreachable_pub)]
 
 mod adversary;
+mod artifact_store;
 mod containers;
 mod crashes;
 mod drain;

@@ -68,6 +68,9 @@ pub struct WorkerConfig {
     pub http: crate::http::HttpOptions,
     /// Count into these metrics (the caller serves them); off when `None`.
     pub metrics: Option<crate::metrics::WorkerMetrics>,
+    /// Where published attempts' folders are uploaded before their outcome is sent
+    /// (`--artifact-store`); they stay on this host only when `None`.
+    pub artifact_store: Option<lanes_artifacts::ArtifactStore>,
 }
 
 /// Why the worker could not run.

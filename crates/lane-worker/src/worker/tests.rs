@@ -80,6 +80,7 @@ impl Rig {
             task_folders: Default::default(),
             http: Default::default(),
             metrics: None,
+            artifact_store: None,
         };
         Self {
             config,
@@ -252,6 +253,7 @@ async fn the_outbox_is_replayed_before_any_work_is_asked_for() {
             ),
             record: None,
             lease: Default::default(),
+            upload: None,
         })
         .unwrap();
     rig.start();

@@ -1,12 +1,24 @@
 //! The driver's environment. A driver starts from an empty environment: it gets only
 //! [`PASSED_THROUGH`] from the worker's, plus the explicit variables of its command. The
 //! worker's own credentials (`LANES_*TOKEN*`) never reach it, by name or by value, even when
-//! the explicit variables ask for them.
+//! the explicit variables ask for them, and neither do the artifact store's secrets (by value).
 
 use std::ffi::OsString;
 
 /// The worker's variables a driver gets (when the worker has them).
 pub const PASSED_THROUGH: [&str; 4] = ["PATH", "HOME", "LANG", "TMPDIR"];
+
+/// The artifact store's secrets (read from the worker's environment by the cloud clients):
+/// an explicit variable that carries one of their values is dropped, as a worker credential
+/// is. By value only: a campaign may give its agent credentials of its own under these names.
+pub const STORE_SECRETS: [&str; 6] = [
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AZURE_STORAGE_ACCOUNT_KEY",
+    "AZURE_STORAGE_ACCESS_KEY",
+    "AZURE_CLIENT_SECRET",
+    "GOOGLE_SERVICE_ACCOUNT_KEY",
+];
 
 /// A worker credential by its name: `LANES_` and `TOKEN` in it (`LANES_LANE_TOKEN`,
 /// `LANES_CLIENT_TOKEN`, `LANES_LANE_TOKEN_FILE`, ...).
@@ -27,11 +39,11 @@ pub(super) fn driver_env(
     let mut credentials: Vec<OsString> = Vec::new();
     for (name, value) in worker {
         let name_text = name.to_string_lossy();
-        if is_worker_credential(&name_text) {
-            if !value.is_empty() {
-                credentials.push(value);
-            }
-        } else if PASSED_THROUGH.contains(&name_text.as_ref()) {
+        let credential = is_worker_credential(&name_text);
+        if (credential || STORE_SECRETS.contains(&name_text.as_ref())) && !value.is_empty() {
+            credentials.push(value.clone());
+        }
+        if !credential && PASSED_THROUGH.contains(&name_text.as_ref()) {
             env.push((name, value));
         }
     }
@@ -94,6 +106,20 @@ mod tests {
             ["LANES_CLIENT_TOKEN", "lanes_lane_token", "SNEAKY"]
         );
         assert!(is_worker_credential("LANES_LANE_TOKEN_FILE"));
+
+        // The artifact store's secret never reaches a driver under another name; a campaign's
+        // own key under the same name does.
+        let worker = os(&[("AWS_SECRET_ACCESS_KEY", "store-key-1")]);
+        let explicit = vec![
+            ("LEAK".to_owned(), "store-key-1".to_owned()),
+            (
+                "AWS_SECRET_ACCESS_KEY".to_owned(),
+                "campaign-key".to_owned(),
+            ),
+        ];
+        let (env, dropped) = driver_env(&explicit, worker);
+        assert_eq!(env, os(&[("AWS_SECRET_ACCESS_KEY", "campaign-key")]));
+        assert_eq!(dropped, ["LEAK"]);
         assert!(!is_worker_credential("MY_LANES_TOKEN"));
         assert!(!is_worker_credential("LANES_HOST"));
     }

@@ -535,6 +535,7 @@ mod tests {
             tls: Default::default(),
             http: Default::default(),
             metrics: None,
+            artifact_store: None,
         }
     }
 

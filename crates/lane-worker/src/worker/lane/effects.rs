@@ -497,6 +497,10 @@ impl LaneActor {
         let artifacts_root = self.config.artifacts.clone();
         let supervisor = self.supervisor.clone();
         let dir = artifacts::attempt_dir(&artifacts_root, &tag);
+        let upload = match (&self.config.artifact_store, &dir) {
+            (Some(_), Ok(d)) => Some(d.clone()),
+            _ => None,
+        };
         let campaign = tag.campaign.clone();
         self.spawn_event(myself, span, tag, async move {
             // What the driver left in the attempt's folder is scrubbed before the outcome is
@@ -531,12 +535,16 @@ impl LaneActor {
                     Err(e) => o.record.publication_errors.push(format!("attempt record: {e}")),
                 }
             }
+            // With an artifact store, the supervisor uploads the (scrubbed) folder once the
+            // entry is durable, and sends the outcome after.
+            let upload = upload.filter(|_| with_record);
             let entry = Box::new(Entry {
                 campaign,
                 outcome: o,
                 record,
                 // Filled in by the supervisor, which alone holds the lease secret.
                 lease: Default::default(),
+                upload,
             });
             if let Err(e) = ractor::call!(supervisor, SupMsg::Publish, entry) {
                 tracing::error!(error = %e, "could not hand the outcome to the supervisor");

@@ -16,6 +16,7 @@
 mod health;
 mod inbound;
 mod outbox_io;
+mod uploads;
 mod warmup;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -68,6 +69,11 @@ pub(crate) enum SupMsg {
     Repersisted {
         written: Vec<AttemptTag>,
         error: Option<String>,
+    },
+    /// An attempt folder's upload to the artifact store ended.
+    Uploaded {
+        tag: AttemptTag,
+        result: Result<lanes_artifacts::Uploaded, lanes_artifacts::StoreError>,
     },
     /// Free disk space under the artifacts directory, measured off the actor.
     Disk(Option<f64>),
@@ -153,6 +159,9 @@ pub(crate) struct SupState {
     pending: BTreeMap<AttemptTag, Entry>,
     /// A rewrite of `unpersisted` is running.
     repersisting: bool,
+    /// Outcomes durable in the outbox whose attempt folder is not in the artifact store yet:
+    /// sent once it is.
+    uploads: uploads::Uploads,
     /// Free space is below the disk floor (measured every tick, off the actor).
     disk_low: bool,
     /// The leases this worker holds, on disk for the next process.
@@ -237,7 +246,7 @@ impl Supervisor {
         {
             return;
         }
-        if state.disk_low {
+        if state.disk_low || state.uploads.full(self.config.lanes) {
             return;
         }
         state.outstanding.insert(lane.clone());
@@ -300,6 +309,7 @@ impl Supervisor {
                 outcome: o,
                 record: None,
                 lease,
+                upload: None,
             });
             self.publish(myself, state, entry, None);
         }
@@ -363,13 +373,19 @@ impl Actor for Supervisor {
         for e in &pending {
             e.seal_record_at_start();
         }
+        // Entries whose folder is not in the artifact store yet are uploaded before they are
+        // sent (a worker started without a store sends them with their local paths).
+        let (to_upload, pending): (Vec<Entry>, Vec<Entry>) = pending
+            .into_iter()
+            .partition(|e| e.upload.is_some() && self.config.artifact_store.is_some());
         let pending: BTreeMap<AttemptTag, Entry> =
             pending.into_iter().map(|e| (e.tag(), e)).collect();
+        let uploads = uploads::Uploads::resumed(to_upload);
         let orphans: BTreeMap<AttemptTag, LeaseSecret> = journal
             .held()?
             .into_iter()
             .map(|h| (h.tag(), h.lease))
-            .filter(|(tag, _)| !pending.contains_key(tag))
+            .filter(|(tag, _)| !pending.contains_key(tag) && !uploads.contains(tag))
             .collect();
         // Each lane says it is idle (WantWork) once its spare driver is up.
         let mut lanes = BTreeMap::new();
@@ -410,6 +426,7 @@ impl Actor for Supervisor {
             held: self.leases.clone(),
             pending,
             repersisting: false,
+            uploads,
             // Unknown until the first measurement: no credit is sent before it.
             disk_low: self.config.disk_floor_gb.is_some(),
             orphans,
@@ -485,7 +502,14 @@ impl Actor for Supervisor {
                 entry,
                 written,
                 reply,
-            } => self.persisted(state, entry, written, reply).await,
+            } => self.persisted(&myself, state, entry, written, reply).await,
+            SupMsg::Uploaded { tag, result } => {
+                self.uploaded(&myself, state, tag, result);
+                // A slot for new work may have opened.
+                for lane in state.idle.clone() {
+                    self.ask_work(state, lane).await;
+                }
+            }
             SupMsg::Repersisted { written, error } => {
                 Self::repersisted(state, written, error);
                 Self::tell_status(state, false).await;
@@ -505,6 +529,7 @@ impl Actor for Supervisor {
             SupMsg::Tick => {
                 Self::check_acks(state);
                 Self::persist_again(&myself, state);
+                self.start_uploads(&myself, state);
                 self.measure_disk(&myself);
                 Self::tell_status(state, false).await;
                 self.heartbeat(state).await;
@@ -529,7 +554,7 @@ impl Actor for Supervisor {
             }
             SupMsg::Drain => state.draining = true,
             SupMsg::Pending(reply) => {
-                let unacked = state.pending.len() + state.unpersisted.len();
+                let unacked = state.pending.len() + state.unpersisted.len() + state.uploads.len();
                 let _ = reply.send((state.in_flight.len(), unacked));
             }
             SupMsg::CancelAll => {

@@ -47,12 +47,25 @@ impl Supervisor {
     /// disclosed in the row, the outcome is kept in memory, and the send is still attempted.
     pub(super) async fn persisted(
         &self,
+        myself: &ActorRef<SupMsg>,
         state: &mut SupState,
         mut entry: Box<Entry>,
         written: Result<(), String>,
         reply: Option<RpcReplyPort<()>>,
     ) {
         match written {
+            // Durable, and its folder still to upload: sent once the store has it.
+            Ok(()) if entry.upload.is_some() && self.config.artifact_store.is_some() => {
+                if let Some(reply) = reply {
+                    let _ = reply.send(());
+                }
+                if let Some(f) = state.in_flight.get_mut(&entry.tag()) {
+                    f.phase = Phase::Publish;
+                }
+                state.uploads.add(*entry);
+                self.start_uploads(myself, state);
+                return;
+            }
             Ok(()) => {
                 state.pending.insert(entry.tag(), (*entry).clone());
             }
@@ -67,6 +80,9 @@ impl Supervisor {
                     .record
                     .publication_errors
                     .push(format!("outbox: {e}"));
+                // Sent now, from memory: its folder stays on this host (an upload would need
+                // the outbox to hold the entry while it waits).
+                entry.upload = None;
                 state.unpersisted.insert(entry.tag(), (*entry).clone());
                 state.outbox_broken = true;
             }
