@@ -147,6 +147,11 @@ impl ArtifactStore {
     pub fn uri(&self, path: &ObjPath) -> String {
         format!("{}/{}", self.root_uri, path)
     }
+
+    /// The URI of the file at `rel` (`/`-separated) of an attempt.
+    pub fn uri_of(&self, at: &Location, rel: &str) -> String {
+        self.uri(&at.object(rel))
+    }
 }
 
 impl Location {

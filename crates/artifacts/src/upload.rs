@@ -190,6 +190,12 @@ fn list_files(root: &Path) -> std::io::Result<(Vec<Listed>, Vec<String>)> {
                 if name.ends_with(".pending") || name.starts_with(".scrub-") {
                     continue;
                 }
+                if rel == MANIFEST {
+                    skipped.push(format!(
+                        "{MANIFEST}: the name of the store's own manifest; not uploaded"
+                    ));
+                    continue;
+                }
                 if !Manifest::is_safe_path(&rel) {
                     skipped.push(format!(
                         "{rel:?}: a file name with control characters; not uploaded"

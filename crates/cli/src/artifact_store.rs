@@ -1,5 +1,6 @@
 //! `--artifact-store`: the flags that name an object store for attempts' files, shared by
-//! `lanes worker` and `lanes run`.
+//! `lanes worker` and `lanes run` (`lanes coordinator` takes the URL alone: it reads back and
+//! deletes, and uploads nothing).
 
 use anyhow::Context;
 use lanes_artifacts::{ArtifactStore, StoreOptions};
@@ -22,18 +23,19 @@ pub(crate) struct ArtifactStoreArgs {
 impl ArtifactStoreArgs {
     /// The store, if one is named; a malformed URL is an error that says what is expected.
     pub(crate) fn open(&self) -> anyhow::Result<Option<ArtifactStore>> {
-        let Some(url) = self
-            .artifact_store
-            .as_deref()
-            .filter(|u| !u.trim().is_empty())
-        else {
-            return Ok(None);
-        };
-        let options = StoreOptions {
-            max_file_bytes: self.artifact_max_file_mb.saturating_mul(1 << 20),
-            ..StoreOptions::default()
-        };
-        let store = ArtifactStore::open(url.trim(), options).context("--artifact-store")?;
-        Ok(Some(store))
+        open(self.artifact_store.as_deref(), self.artifact_max_file_mb)
     }
+}
+
+/// The store `url` names, if any; a malformed URL is an error that says what is expected.
+pub(crate) fn open(url: Option<&str>, max_file_mb: u64) -> anyhow::Result<Option<ArtifactStore>> {
+    let Some(url) = url.map(str::trim).filter(|u| !u.is_empty()) else {
+        return Ok(None);
+    };
+    let options = StoreOptions {
+        max_file_bytes: max_file_mb.saturating_mul(1 << 20),
+        ..StoreOptions::default()
+    };
+    let store = ArtifactStore::open(url, options).context("--artifact-store")?;
+    Ok(Some(store))
 }

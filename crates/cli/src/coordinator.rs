@@ -119,6 +119,12 @@ pub(crate) struct Args {
     /// `http://jaeger:16686/trace/{trace_id}` [default: the trace id, unlinked].
     #[arg(long, env = "LANES_UI_TRACE_URL", value_parser = crate::ui::trace_template)]
     ui_trace_url: Option<String>,
+    /// The object store the workers upload attempts' files to (`s3://bucket/prefix`,
+    /// `gs://…`, `az://…`, `file:///path`), which the dashboard and `lanes artifacts` read
+    /// back and `lanes delete` empties of a deleted campaign's objects. Credentials come from
+    /// the cloud's standard environment variables [default: none].
+    #[arg(long, env = "LANES_ARTIFACT_STORE")]
+    artifact_store: Option<String>,
     /// A TOML file with any of these settings (flags and env win).
     #[arg(long, env = "LANES_CONFIG")]
     config: Option<PathBuf>,
@@ -153,6 +159,7 @@ struct FileConfig {
     ui_public_url: Option<String>,
     ui_artifacts: Option<PathBuf>,
     ui_trace_url: Option<String>,
+    artifact_store: Option<String>,
 }
 
 /// Test-only: shifts this replica's clock by this many milliseconds, so the fault suite can
@@ -287,6 +294,16 @@ pub(crate) fn run(args: Args) -> anyhow::Result<Code> {
         .or(file.redis_tls_ca)
         .map(|p| read_pem(&p, "Redis CA file"))
         .transpose()?;
+    let artifact_store = match crate::artifact_store::open(
+        args.artifact_store.or(file.artifact_store).as_deref(),
+        0,
+    ) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("lanes: {e:#}");
+            return Ok(Code::BadInput);
+        }
+    };
     let defaults = CoordinatorConfig::default();
     let config = CoordinatorConfig {
         auth,
@@ -316,6 +333,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<Code> {
             .map_or(defaults.max_streams_per_token, |n| n.max(1) as usize),
         metrics: metrics_listen.map(|_| (Arc::new(CoordinatorMetrics::default()), backend)),
         dashboard,
+        artifact_store,
         ..defaults
     };
     let clock: Arc<dyn lanes_coordinator::store::Clock> = match std::env::var(CLOCK_OFFSET_ENV) {

@@ -274,6 +274,7 @@ async fn run_async(args: Args, campaign: spec::Campaign, drivers: Drivers) -> an
         metrics: metrics
             .as_ref()
             .map(|(c, _)| (c.clone(), StoreBackend::Embedded)),
+        artifact_store: artifact_store.clone(),
         ..CoordinatorConfig::default()
     };
     let listeners = lanes_coordinator::Listeners {

@@ -43,6 +43,7 @@ impl InProcessCoordinator {
                 limits: Arc::new(crate::service::limits::Limits::of(&Default::default())),
                 metrics: None,
                 links: None,
+                artifact_store: None,
             },
             shutdown,
             store_up: Mutex::new(Some(store_up)),

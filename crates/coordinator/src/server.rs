@@ -56,6 +56,9 @@ pub struct CoordinatorConfig {
     pub metrics: Option<(Arc<CoordinatorMetrics>, StoreBackend)>,
     /// How the web dashboard is served, when [`Listeners::ui`] is given.
     pub dashboard: crate::dashboard::DashboardConfig,
+    /// Where workers upload attempts' files (`--artifact-store`): the dashboard and
+    /// `ReadArtifact` read them back, and `Delete` removes a campaign's. `None`: neither.
+    pub artifact_store: Option<lanes_artifacts::ArtifactStore>,
 }
 
 impl Default for CoordinatorConfig {
@@ -77,6 +80,7 @@ impl Default for CoordinatorConfig {
             tls: None,
             metrics: None,
             dashboard: Default::default(),
+            artifact_store: None,
         }
     }
 }
@@ -203,6 +207,7 @@ pub async fn serve(
             ))),
             None => None,
         },
+        artifact_store: config.artifact_store.clone(),
     };
     let warm = shared.clone();
     tokio::spawn(async move { warm.leases.warm(warm.store.as_ref()).await });

@@ -85,6 +85,25 @@ async fn unauthenticated_calls_are_refused_for_every_rpc() {
                 .map(drop)
                 .unwrap_err()
                 .code(),
+            c.artifacts(pb::ArtifactsRequest {
+                campaign: "x".into(),
+                trial_id: "t.r0.a".into(),
+                attempt: 1,
+            })
+            .await
+            .map(drop)
+            .unwrap_err()
+            .code(),
+            c.read_artifact(pb::ReadArtifactRequest {
+                campaign: "x".into(),
+                trial_id: "t.r0.a".into(),
+                attempt: 1,
+                path: "outcome.json".into(),
+            })
+            .await
+            .map(drop)
+            .unwrap_err()
+            .code(),
         ];
         assert!(
             codes.iter().all(|c| *c == Code::Unauthenticated),
@@ -99,6 +118,38 @@ async fn unauthenticated_calls_are_refused_for_every_rpc() {
         assert_eq!(err.code(), Code::Unauthenticated, "{token:?}");
         assert!(!err.message().contains(LANE_TOKEN));
     }
+}
+
+/// A coordinator without an artifact store says so; a malformed trial id is named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn artifact_calls_without_a_store_or_with_a_bad_trial_say_why() {
+    let e = env("embedded").await;
+    let mut c = client(&e.coord.url(), Some(CLIENT_TOKEN)).await;
+    let err = c
+        .artifacts(pb::ArtifactsRequest {
+            campaign: "x".into(),
+            trial_id: "t.r0.a".into(),
+            attempt: 0,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition, "{}", err.message());
+    assert!(
+        err.message().contains("--artifact-store"),
+        "{}",
+        err.message()
+    );
+    let err = c
+        .read_artifact(pb::ReadArtifactRequest {
+            campaign: "x".into(),
+            trial_id: "../etc".into(),
+            attempt: 1,
+            path: "outcome.json".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument, "{}", err.message());
+    assert!(err.message().contains("trial_id"), "{}", err.message());
 }
 
 /// A submitted spec whose `[driver] env` sets or reads a reserved variable is refused at

@@ -1,4 +1,5 @@
-//! `lanes delete ID --yes`: delete a campaign that runs nothing, for good.
+//! `lanes delete ID --yes [--keep-artifacts]`: delete a campaign that runs nothing, and its
+//! objects in the artifact store, for good.
 
 use lanes_common::proto as pb;
 
@@ -6,7 +7,7 @@ use super::Done;
 use crate::client::Client;
 use crate::exit::Code;
 
-pub(super) async fn run(c: &mut Client, id: String, yes: bool) -> Done {
+pub(super) async fn run(c: &mut Client, id: String, yes: bool, keep_artifacts: bool) -> Done {
     if !yes {
         let st = c.get(pb::GetRequest { id: id.clone() }).await?.into_inner();
         eprintln!(
@@ -19,9 +20,15 @@ pub(super) async fn run(c: &mut Client, id: String, yes: bool) -> Done {
         return Ok(Code::BadInput);
     }
     let r = c
-        .delete(pb::DeleteRequest { id: id.clone() })
+        .delete(pb::DeleteRequest {
+            id: id.clone(),
+            keep_artifacts,
+        })
         .await?
         .into_inner();
-    println!("{id}: deleted ({} trials, {} rows)", r.trials, r.rows);
+    println!(
+        "{id}: deleted ({} trials, {} rows, {} objects in the artifact store)",
+        r.trials, r.rows, r.artifacts
+    );
     Ok(Code::Ok)
 }

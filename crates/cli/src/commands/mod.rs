@@ -2,6 +2,7 @@
 //! handler parses nothing, calls its RPCs and prints.
 
 mod archive;
+mod artifacts;
 mod delete;
 mod report;
 mod retry;
@@ -114,8 +115,9 @@ pub(crate) enum ClientCmd {
         #[arg(long)]
         force: bool,
     },
-    /// Delete a campaign and free its keys: spec, tasks, trial states and the whole ledger.
-    /// Refused while it runs. Archive it first to keep its rows.
+    /// Delete a campaign and free its keys: spec, tasks, trial states and the whole ledger,
+    /// and its objects in the coordinator's artifact store. Refused while it runs. Archive it
+    /// first to keep its rows.
     Delete {
         id: String,
         #[command(flatten)]
@@ -123,6 +125,23 @@ pub(crate) enum ClientCmd {
         /// Confirm: the delete cannot be undone.
         #[arg(long)]
         yes: bool,
+        /// Leave the campaign's objects in the artifact store.
+        #[arg(long)]
+        keep_artifacts: bool,
+    },
+    /// Download an attempt's files from the artifact store, through the coordinator, each
+    /// checked against the attempt's manifest (size and SHA-256).
+    Artifacts {
+        id: String,
+        trial: String,
+        /// The attempt [default: the trial's counted attempt, or else its latest].
+        #[arg(long)]
+        attempt: Option<u32>,
+        /// The folder to write them to (made if missing); files keep their paths under it.
+        #[arg(long, value_name = "DIR")]
+        to: PathBuf,
+        #[command(flatten)]
+        target: Target,
     },
     /// A one-time link into the web dashboard: good once, for a few minutes, it logs a
     /// browser in without putting a token in a URL.
@@ -178,6 +197,7 @@ impl ClientCmd {
             | ClientCmd::Archive { target, .. }
             | ClientCmd::Retry { target, .. }
             | ClientCmd::Delete { target, .. }
+            | ClientCmd::Artifacts { target, .. }
             | ClientCmd::UiLink { target, .. }
             | ClientCmd::Workers { target, .. } => target,
         }
@@ -221,7 +241,19 @@ pub(crate) fn run(cmd: ClientCmd) -> anyhow::Result<Code> {
                 note,
                 ..
             } => retry::run(c, id, excluded, reason, note).await,
-            ClientCmd::Delete { id, yes, .. } => delete::run(c, id, yes).await,
+            ClientCmd::Delete {
+                id,
+                yes,
+                keep_artifacts,
+                ..
+            } => delete::run(c, id, yes, keep_artifacts).await,
+            ClientCmd::Artifacts {
+                id,
+                trial,
+                attempt,
+                to,
+                ..
+            } => artifacts::run(c, id, trial, attempt, &to).await,
             ClientCmd::Report {
                 id,
                 format,

@@ -48,7 +48,11 @@ pub(super) async fn run(c: &mut Client, id: String) -> Done {
 fn print_event(event: pb::watch_event::Event) -> bool {
     use pb::watch_event::Event as E;
     match event {
-        E::Snapshot(st) => print!("{}", status_text(&st)),
+        // A campaign that ended before the watch began sends no more events.
+        E::Snapshot(st) => {
+            print!("{}", status_text(&st));
+            return ended(st.state);
+        }
         E::AttemptStarted(a) => println!("started  {} on {}@{}", tok(&a.token), a.lane, a.host),
         E::AttemptPhase(a) => println!(
             "phase    {} {}",

@@ -3,6 +3,7 @@
 //! file actually opened must be a regular file under the artifacts directory (checked on the
 //! open handle, so a symlink or a swapped directory cannot lead out). Nothing is rendered as
 //! a page: text is served as plain text, a few image types as images, the rest as downloads.
+//! Files in the artifact store are served by [`super::stored`], the same way.
 
 use std::fmt::Write as _;
 use std::io::Read as _;
@@ -181,41 +182,54 @@ pub(crate) async fn serve(
     let read =
         tokio::task::spawn_blocking(move || read(&root, &campaign, &trial, &attempt, &file)).await;
     match read {
-        Ok(Ok(bytes)) => {
-            let (ty, download) = kind(&name);
-            let mut r = (
-                [
-                    (header::CONTENT_TYPE, ty.to_owned()),
-                    (
-                        header::CONTENT_SECURITY_POLICY,
-                        "sandbox; default-src 'none'".to_owned(),
-                    ),
-                ],
-                bytes,
-            )
-                .into_response();
-            if download {
-                r.headers_mut().insert(
-                    header::CONTENT_DISPOSITION,
-                    header::HeaderValue::from_str(&format!("attachment; filename=\"{name}\""))
-                        .unwrap_or(header::HeaderValue::from_static("attachment")),
-                );
-            }
-            r
-        }
+        Ok(Ok(bytes)) => file_response(&name, bytes),
         Ok(Err(refusal)) => refusal.into_response(),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
     }
 }
 
-/// The artifacts of one attempt, for the trial page: the files in its directory (linked),
-/// and the paths its row names (as text: they are paths on the worker's host).
+/// A file's bytes as the dashboard serves every artifact: text as plain text, a few image
+/// types as images, the rest as a download named by its last path part; never as a page.
+pub(super) fn file_response(path: &str, bytes: Vec<u8>) -> Response {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    let (ty, download) = kind(name);
+    let mut r = (
+        [
+            (header::CONTENT_TYPE, ty.to_owned()),
+            (
+                header::CONTENT_SECURITY_POLICY,
+                "sandbox; default-src 'none'".to_owned(),
+            ),
+        ],
+        bytes,
+    )
+        .into_response();
+    if download {
+        // The name is checked (a manifest path part, or a plain file name), and quotes are
+        // kept out all the same.
+        let safe: String = name
+            .chars()
+            .filter(|c| c.is_ascii_graphic() && *c != '"' && *c != '\\')
+            .collect();
+        r.headers_mut().insert(
+            header::CONTENT_DISPOSITION,
+            header::HeaderValue::from_str(&format!("attachment; filename=\"{safe}\""))
+                .unwrap_or(header::HeaderValue::from_static("attachment")),
+        );
+    }
+    r
+}
+
+/// The artifacts of one attempt, for the trial page: the files in its directory (linked);
+/// when there are none here, the attempt's files in the artifact store (`stored`, already
+/// rendered); and the paths or URIs its row names (as text).
 pub(crate) fn section(
     config: &DashboardConfig,
     campaign: &CampaignId,
     trial: &TrialId,
     row: &Row,
     base: &str,
+    stored: Option<String>,
 ) -> String {
     let mut out = String::from("<h3>Artifacts</h3>");
     let mut listed = false;
@@ -247,11 +261,13 @@ pub(crate) fn section(
             out.push_str("</ul>");
         }
     }
+    if let Some(stored) = stored.filter(|_| !listed) {
+        listed = true;
+        out.push_str(&stored);
+    }
     if !row.record.artifacts.is_empty() {
         listed = true;
-        out.push_str(
-            "<p class=\"quiet\">Named by the row (on the worker's host):</p><ul class=\"paths\">",
-        );
+        out.push_str("<p class=\"quiet\">Named by the row:</p><ul class=\"paths\">");
         for p in &row.record.artifacts {
             let _ = write!(out, "<li><code>{}</code></li>", esc(p));
         }

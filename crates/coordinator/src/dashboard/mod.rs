@@ -7,7 +7,8 @@
 //! - [`access`]: the client token, session cookies, CSRF tokens, login codes;
 //! - [`api`]: CampaignService called in process;
 //! - [`pages`]: the routes' HTML; [`charts`] and [`grid`]: the SVG;
-//! - [`live`]: the SSE stream; [`artifacts`]: attempt files, read-only.
+//! - [`live`]: the SSE stream; [`artifacts`]: attempt files, read-only; [`stored`]: the
+//!   same from the artifact store.
 
 // A handler's early answer (a login redirect, a refusal) is a `Response`, returned as the
 // `Err` of the checks before it; boxing it would buy nothing on this path.
@@ -26,6 +27,7 @@ mod live;
 mod lockout;
 mod login;
 mod pages;
+mod stored;
 mod tls;
 mod view;
 
@@ -283,6 +285,10 @@ fn router(d: Arc<Dashboard>) -> Router {
         .route(
             "/campaigns/{id}/trials/{trial}/artifacts/{attempt}/{file}",
             get(artifacts::serve),
+        )
+        .route(
+            "/campaigns/{id}/trials/{trial}/stored/{attempt}/{*path}",
+            get(stored::serve),
         )
         .fallback(not_found)
         .layer(axum::middleware::from_fn_with_state(

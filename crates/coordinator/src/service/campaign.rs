@@ -1,5 +1,6 @@
 //! CampaignService: submit, get, list, watch, stop, rows, report, workers, export, delete,
-//! retry, one-time dashboard login links, and the task folders campaigns name.
+//! retry, one-time dashboard login links, the task folders campaigns name, and attempts'
+//! files in the artifact store.
 
 use std::pin::Pin;
 
@@ -294,15 +295,46 @@ impl CampaignService for CampaignSvc {
         &self,
         request: Request<pb::DeleteRequest>,
     ) -> Result<Response<pb::DeleteResponse>, Status> {
-        let id = campaign_id("id", &request.into_inner().id)?;
+        let req = request.into_inner();
+        let id = campaign_id("id", &req.id)?;
         let deleted = self.shared.store.delete(&id).await;
         self.shared.campaigns.forget();
         let deleted = deleted.map_err(from_store)?;
-        tracing::info!(campaign = %id, rows = deleted.rows, "campaign deleted");
+        // After the ledger, so a running campaign (refused above) keeps its objects.
+        let artifacts = match req.keep_artifacts {
+            true => 0,
+            false => super::artifacts::delete(&self.shared, &id).await?,
+        };
+        tracing::info!(campaign = %id, rows = deleted.rows, artifacts, "campaign deleted");
         Ok(Response::new(pb::DeleteResponse {
             rows: deleted.rows,
             trials: deleted.trials,
+            artifacts,
         }))
+    }
+
+    async fn artifacts(
+        &self,
+        request: Request<pb::ArtifactsRequest>,
+    ) -> Result<Response<pb::ArtifactsResponse>, Status> {
+        super::artifacts::artifacts(&self.shared, request.into_inner())
+            .await
+            .map(Response::new)
+    }
+
+    type ReadArtifactStream = Boxed<pb::ArtifactChunk>;
+
+    async fn read_artifact(
+        &self,
+        request: Request<pb::ReadArtifactRequest>,
+    ) -> Result<Response<Self::ReadArtifactStream>, Status> {
+        let slot = self.shared.limits.stream_slot(Caller::of(&request))?;
+        let chunks = super::artifacts::read(&self.shared, request.into_inner()).await?;
+        let stream = tokio_stream::StreamExt::map(chunks, move |c| {
+            let _slot = &slot;
+            c
+        });
+        Ok(Response::new(Box::pin(stream)))
     }
 
     async fn missing_bundles(

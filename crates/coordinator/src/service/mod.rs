@@ -1,6 +1,7 @@
 //! The gRPC services: thin handlers that turn a request into a store operation, wait for the
 //! answer and map errors in one place (`grpc_status`).
 
+pub(crate) mod artifacts;
 pub(crate) mod bundles;
 pub(crate) mod campaign;
 pub(crate) mod in_flight;
@@ -47,6 +48,8 @@ pub(crate) struct Shared {
     pub(crate) links: Option<Arc<crate::login::Links>>,
     /// The campaigns claims walk, read from the store at most every 100 ms.
     pub(crate) campaigns: Arc<crate::campaign_list::CampaignList>,
+    /// Where workers upload attempts' files (`--artifact-store`), read back and deleted here.
+    pub(crate) artifact_store: Option<lanes_artifacts::ArtifactStore>,
 }
 
 impl Shared {

@@ -11,9 +11,9 @@ use axum::response::Response;
 use lanes_common::ids::TrialId;
 use lanes_common::row::Row;
 
-use super::super::artifacts;
 use super::super::html::{duration_s, esc, table, url_part, usd};
 use super::super::{Dashboard, bad_request, error_page};
+use super::super::{artifacts, stored};
 use super::rows::flags;
 use super::{enter, respond};
 
@@ -148,7 +148,10 @@ pub(crate) async fn page(
             .collect();
         body.push_str("<h3>Walls per phase</h3>");
         body.push_str(&table("walls", &head, &[cells]));
-        body.push_str(&artifacts::section(&d.config, &id, &trial, r, &base));
+        let stored = stored::listing(&d, &id, &trial, r, &base).await;
+        body.push_str(&artifacts::section(
+            &d.config, &id, &trial, r, &base, stored,
+        ));
         body.push_str("</section>");
     }
     respond(
