@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use lanes_tests::certs::TestCa;
+use lanes_tests::s3_server::S3Server;
 
 use crate::kubelet::{Cluster, Running, SecretData};
 use crate::tools::{kustomize, objects};
@@ -39,7 +40,8 @@ struct Secrets {
     ca: Option<TestCa>,
 }
 
-fn secrets(tls: bool) -> Secrets {
+/// The Secrets an overlay needs, made fresh; with `s3`, the artifact store's (prod's).
+fn secrets(tls: bool, s3: Option<&S3Server>) -> Secrets {
     let client = random_hex(24);
     let lane = random_hex(24);
     let password = random_hex(24);
@@ -78,11 +80,18 @@ fn secrets(tls: bool) -> Secrets {
         );
         ca
     });
-    Secrets {
-        all,
-        values: vec![client, lane, password],
-        ca,
+    let mut values = vec![client, lane, password];
+    if let Some(s3) = s3 {
+        let mut env = s3.env();
+        env.push(("LANES_ARTIFACT_STORE".into(), s3.url("prod")));
+        let pairs: Vec<(&str, &[u8])> = env
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_bytes()))
+            .collect();
+        all.insert("lanes-artifact-store".to_owned(), secret(&pairs));
+        values.push(S3Server::SECRET_KEY.to_owned());
     }
+    Secrets { all, values, ca }
 }
 
 fn replicas(cluster: &Cluster, kind: &str, name: &str) -> u64 {
@@ -93,7 +102,9 @@ fn replicas(cluster: &Cluster, kind: &str, name: &str) -> u64 {
 
 fn run_overlay(overlay: &str, tls: bool) {
     let dir = tempfile::tempdir().unwrap();
-    let secrets = secrets(tls);
+    // Prod keeps attempts' files in an artifact store: a real S3-compatible server here.
+    let s3 = (overlay == "overlays/prod").then(S3Server::start);
+    let secrets = secrets(tls, s3.as_ref());
     let mut cluster = Cluster::new(
         objects(&kustomize(overlay)),
         secrets.all.clone(),
@@ -274,6 +285,14 @@ fn run_overlay(overlay: &str, tls: bool) {
         artifacts.display()
     );
     assert!(cluster.node_path(VM_HOST, "/var/lib/lanes/outbox").is_dir());
+    // Under prod each attempt's folder is in the artifact store too, with its manifest.
+    if let Some(s3) = &s3 {
+        let keys = s3.keys(&format!("prod/{id}/"));
+        assert!(
+            keys.iter().any(|k| k.ends_with("/manifest.json")),
+            "no attempt in the artifact store: {keys:?}"
+        );
+    }
 
     // The preStop drains the worker, then SIGTERM stops it within its grace period.
     let hook: Vec<String> =
