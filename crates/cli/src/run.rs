@@ -170,7 +170,13 @@ fn local_drivers(
 }
 
 async fn run_async(args: Args, campaign: spec::Campaign, drivers: Drivers) -> anyhow::Result<Code> {
-    let artifact_store = args.artifact_store.open()?;
+    let artifact_store = match args.artifact_store.open() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("lanes: {e:#}");
+            return Ok(Code::BadInput);
+        }
+    };
     let id = campaign.spec.id.clone();
     let ttl = Duration::from_secs(u64::from(campaign.spec.ops.lease_ttl_s));
     private_dir(&args.data_dir)?;

@@ -176,7 +176,13 @@ pub(crate) fn run(args: Args) -> anyhow::Result<Code> {
         }),
     };
     let exe = std::env::current_exe().context("cannot find the lanes binary for the sim driver")?;
-    let artifact_store = args.artifact_store.open()?;
+    let artifact_store = match args.artifact_store.open() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("lanes: {e:#}");
+            return Ok(Code::BadInput);
+        }
+    };
     let metrics = args
         .metrics_listen
         .map(|addr| (addr, lanes_worker::metrics::WorkerMetrics::default()));

@@ -214,3 +214,65 @@ fn lanes_run_of_a_named_driver_needs_a_drivers_file_that_has_it() {
         "{err}"
     );
 }
+
+/// `lanes run --artifact-store file://…` uploads every attempt (a shared mount is a store), and
+/// its rows name the objects; a malformed store URL is bad input, said before anything runs.
+#[test]
+fn lanes_run_keeps_its_attempts_in_an_artifact_store() {
+    use lanes_coordinator::store::{EmbeddedStore, Store};
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let file = dir.path().join("kept.toml");
+    std::fs::write(&file, sim_campaign("kept", 3, "sim = {}")).unwrap();
+    let bad = lanes()
+        .arg("run")
+        .arg(&file)
+        .args(["--artifact-store", "ftp://somewhere/x", "--data-dir"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    let said = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        said.contains("--artifact-store") && said.contains("expected s3://"),
+        "{said}"
+    );
+
+    let mount = dir.path().join("mount");
+    let url = format!("file://{}", mount.display());
+    let out = lanes()
+        .arg("run")
+        .arg(&file)
+        .args(["--lanes", "2", "--artifact-store", &url, "--data-dir"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("done: 3/3 final"), "{stdout}");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let rows = rt.block_on(async {
+        let store = EmbeddedStore::open(&data).unwrap();
+        let id = lanes_common::ids::CampaignId::new("kept").unwrap();
+        store.rows(&id, 0, usize::MAX).await.unwrap()
+    });
+    assert_eq!(rows.len(), 3);
+    for r in &rows {
+        let manifest = format!("{url}/kept/{}/a{}/manifest.json", r.trial_id, r.attempt);
+        assert_eq!(r.record.artifacts[0], manifest, "{:?}", r.record.artifacts);
+        let local = manifest.strip_prefix("file://").unwrap();
+        let m: serde_json::Value = serde_json::from_slice(&std::fs::read(local).unwrap()).unwrap();
+        assert!(
+            m["files"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|f| f["path"] == "outcome.json"),
+            "{m}"
+        );
+    }
+}
