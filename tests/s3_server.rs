@@ -52,14 +52,19 @@ impl S3Server {
             .stderr(Stdio::null())
             .spawn()
             .expect("moto_server starts");
-        let server = Self {
+        let mut server = Self {
             child,
             port,
             bucket: "lanes-test".into(),
         };
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            match server.request("PUT", &format!("/{}", server.bucket)) {
+            // Another process may have taken the port between its choice and moto's bind: a
+            // moto that exited must not be mistaken for the one that answers.
+            if let Ok(Some(status)) = server.child.try_wait() {
+                panic!("moto_server exited ({status}) before it answered on port {port}");
+            }
+            match server.request("PUT", &format!("/{}", server.bucket), b"") {
                 Ok((200, _)) => break,
                 Ok((status, body)) => panic!("moto refused the bucket: {status} {body:?}"),
                 Err(_) if Instant::now() < deadline => {
@@ -107,7 +112,7 @@ impl S3Server {
     /// anonymous reads of private objects with 403), or `None`
     /// if there is no such object.
     pub fn object(&self, key: &str) -> Option<Vec<u8>> {
-        match self.request("GET", &format!("/{}/{key}", self.bucket)) {
+        match self.request("GET", &format!("/{}/{key}", self.bucket), b"") {
             Ok((200, body)) => Some(body),
             Ok((404, _)) => None,
             other => panic!("GET {key}: {other:?}"),
@@ -120,6 +125,7 @@ impl S3Server {
             .request(
                 "GET",
                 &format!("/{}?list-type=2&prefix={prefix}", self.bucket),
+                b"",
             )
             .expect("list");
         assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
@@ -133,16 +139,26 @@ impl S3Server {
     /// What makes a request an authenticated one to moto (which checks no signature).
     const AUTH: &str = "AWS4-HMAC-SHA256 Credential=lanes-test-key/20260101/us-east-1/s3/aws4_request, SignedHeaders=host, Signature=00";
 
-    /// One HTTP/1.1 request with no body; answers the status and the body.
-    fn request(&self, method: &str, path: &str) -> std::io::Result<(u16, Vec<u8>)> {
+    /// Writes an object as it is, past every client check (a test's forged manifest).
+    pub fn put_object(&self, key: &str, body: &[u8]) {
+        let (status, said) = self
+            .request("PUT", &format!("/{}/{key}", self.bucket), body)
+            .expect("put");
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&said));
+    }
+
+    /// One HTTP/1.1 request; answers the status and the body.
+    fn request(&self, method: &str, path: &str, body: &[u8]) -> std::io::Result<(u16, Vec<u8>)> {
         let mut s = TcpStream::connect(("127.0.0.1", self.port))?;
         s.set_read_timeout(Some(Duration::from_secs(30)))?;
         write!(
             s,
-            "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAuthorization: {}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+            "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAuthorization: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
             self.port,
-            Self::AUTH
+            Self::AUTH,
+            body.len()
         )?;
+        s.write_all(body)?;
         let mut raw = Vec::new();
         s.read_to_end(&mut raw)?;
         let split = raw

@@ -191,8 +191,6 @@ async fn a_wrong_bucket_is_a_refusal_and_a_stopped_server_is_worth_waiting_for()
         .status()
         .unwrap();
     store.upload_attempt(tmp.path(), &t).await.unwrap();
-    // No credential in any error text.
-    assert!(!format!("{err:?}").contains(S3Server::SECRET_KEY));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

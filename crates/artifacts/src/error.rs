@@ -28,10 +28,15 @@ impl StoreError {
     }
 
     /// Sorts an `object_store` error: a client error status (4xx but a timeout or a rate
-    /// limit) is a refusal, anything else (5xx, a connection or a timeout) is transient.
+    /// limit) is a refusal, anything else (5xx, a connection or a timeout) is transient. So
+    /// are the refusals that pass by themselves: expired temporary credentials (refreshed by
+    /// the client) and a clock skewed against the store's (set right by NTP).
     pub(crate) fn from_store(e: object_store::Error, missing_is_refusal: bool) -> Self {
         use object_store::Error as E;
         let text = one_line(&e);
+        if PASSING.iter().any(|code| text.contains(code)) {
+            return Self::Unavailable(text);
+        }
         match &e {
             E::NotFound { .. } if missing_is_refusal => Self::Refused(text),
             E::NotFound { .. } => Self::NotFound(text),
@@ -50,6 +55,15 @@ impl StoreError {
         }
     }
 }
+
+/// Error codes of refusals that pass with time (S3's names; GCS and Azure answer these
+/// cases with 401s that their clients retry with fresh tokens).
+const PASSING: [&str; 4] = [
+    "ExpiredToken",
+    "TokenRefreshRequired",
+    "RequestTimeTooSkewed",
+    "RequestExpired",
+];
 
 /// The HTTP status somewhere in the error's chain, if a response came back. `object_store`
 /// keeps its request error type private, so the status is read from its text

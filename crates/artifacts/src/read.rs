@@ -9,20 +9,17 @@ use lanes_common::ids::{AttemptTag, CampaignId};
 use crate::manifest::{MANIFEST, Manifest};
 use crate::{ArtifactStore, StoreError};
 
+/// The largest manifest read back (about 100,000 files).
+const MAX_MANIFEST_BYTES: u64 = 16 << 20;
+
 impl ArtifactStore {
     /// The manifest of an uploaded attempt; [`StoreError::NotFound`] when the attempt was
     /// never uploaded whole. A manifest naming an unsafe path is refused, since its paths
     /// become local file names when downloaded.
     pub async fn manifest(&self, tag: &AttemptTag) -> Result<Manifest, StoreError> {
         let object = self.location(tag).object(MANIFEST);
-        let bytes = self
-            .store
-            .get(&object)
-            .await
-            .map_err(|e| StoreError::from_store(e, false))?
-            .bytes()
-            .await
-            .map_err(|e| StoreError::from_store(e, false))?;
+        // Bounded: a driver decides how many files an attempt has.
+        let bytes = self.read_object(&object, MAX_MANIFEST_BYTES).await?;
         let manifest: Manifest = serde_json::from_slice(&bytes).map_err(|e| {
             StoreError::Refused(format!("{}: not a manifest: {e}", self.uri(&object)))
         })?;
@@ -48,13 +45,34 @@ impl ArtifactStore {
         rel: &str,
         max_bytes: u64,
     ) -> Result<Vec<u8>, StoreError> {
+        if !Manifest::is_safe_path(rel) {
+            return Err(StoreError::Refused(format!(
+                "{rel:?} is not a plain relative path"
+            )));
+        }
+        self.read_object(&self.location(tag).object(rel), max_bytes)
+            .await
+    }
+
+    /// An object whole, refused past `max_bytes` (read no further than that).
+    async fn read_object(
+        &self,
+        object: &object_store::path::Path,
+        max_bytes: u64,
+    ) -> Result<Vec<u8>, StoreError> {
+        let got = self
+            .store
+            .get(object)
+            .await
+            .map_err(|e| StoreError::from_store(e, false))?;
+        let mut chunks = got.into_stream();
         let mut out = Vec::new();
-        let mut chunks = self.stream(tag, rel).await?;
         while let Some(chunk) = chunks.next().await {
-            let chunk = chunk?;
+            let chunk = chunk.map_err(|e| StoreError::from_store(e, false))?;
             if (out.len() + chunk.len()) as u64 > max_bytes {
                 return Err(StoreError::Refused(format!(
-                    "{rel}: larger than {max_bytes} bytes"
+                    "{}: larger than {max_bytes} bytes",
+                    self.uri(object)
                 )));
             }
             out.extend_from_slice(&chunk);

@@ -220,6 +220,46 @@ fn stored_attempts_are_served_downloaded_archived_and_deleted_after_the_worker_c
     let text = std::fs::read_to_string(&archive).unwrap();
     assert!(text.contains(&format!("s3://lanes-test/{base}/manifest.json")));
 
+    // A manifest forged in the store, naming a path out of the attempt folder, is refused by
+    // the coordinator before `lanes artifacts` writes anything, and by the dashboard.
+    let two: Value = f
+        .ok(&["results", "rb-two"])
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .next()
+        .unwrap();
+    let (t2, a2) = (
+        two["trial_id"].as_str().unwrap(),
+        two["attempt"].as_u64().unwrap(),
+    );
+    let forged = format!("fleet/rb-two/{t2}/a{a2}/manifest.json");
+    let original = s3.object(&forged).unwrap();
+    s3.put_object(
+        &forged,
+        br#"{"files":[{"path":"../../escape","size":1,"sha256":"00"}]}"#,
+    );
+    let into = dir.join("forged");
+    let refused = f.cli(&[
+        "artifacts",
+        "rb-two",
+        t2,
+        "--attempt",
+        &a2.to_string(),
+        "--to",
+        into.to_str().unwrap(),
+    ]);
+    assert!(!refused.status.success());
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(said.contains("unsafe path"), "{said}");
+    assert!(!into.exists() && !dir.join("escape").exists());
+    let page = f.get(&format!("/campaigns/rb-two/trials/{t2}"));
+    assert!(page.text().contains("not listed"), "{}", page.text());
+    let a = f.get(&format!(
+        "/campaigns/rb-two/trials/{t2}/stored/a{a2}/..%2F..%2Fescape"
+    ));
+    assert_ne!(a.status, 200, "{}", a.text());
+    s3.put_object(&forged, &original);
+
     // Deleting one campaign removes its objects and not the other's, which shares task ids.
     assert!(!s3.keys("fleet/rb-one/").is_empty());
     let two_before = s3.keys("fleet/rb-two/");

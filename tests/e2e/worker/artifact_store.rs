@@ -51,7 +51,9 @@ fn files_driver(dir: &Path) -> PathBuf {
     )
 }
 
-/// Campaign `id` on the files driver: `n` tasks `T0..`, the first with `big_mib` MiB.
+/// Campaign `id` on the files driver: `n` tasks `T0..`, the first with `big_mib` MiB. Its
+/// lease TTL is 3 s and its publish grace 1 s: a lease left unrenewed while its outcome
+/// waits expires 4 s after its last renewal (and the reaper writes a `lease_lost` row).
 fn campaign(id: &str, driver: &Path, n: usize, big_mib: u32) -> String {
     let mut items = String::new();
     for i in 0..n {
@@ -61,7 +63,7 @@ fn campaign(id: &str, driver: &Path, n: usize, big_mib: u32) -> String {
         ));
     }
     format!(
-        "id = \"{id}\"\nphase1_runs = 1\nschedule_seed = 9\npairing = \"none\"\nlease_ttl_s = 3\n[defaults]\ntimeout_s = 20\n[[arms]]\nid = \"a\"\n[driver]\ncommand = [\"python3\", {:?}]\nsecret_payload_keys = [\"password\"]\n[retry]\ninfra_backoff_s = 0\n[tasks]\nitems = [\n{items}]\n",
+        "id = \"{id}\"\nphase1_runs = 1\nschedule_seed = 9\npairing = \"none\"\nlease_ttl_s = 3\npublish_grace_s = 1\n[defaults]\ntimeout_s = 20\n[[arms]]\nid = \"a\"\n[driver]\ncommand = [\"python3\", {:?}]\nsecret_payload_keys = [\"password\"]\n[retry]\ninfra_backoff_s = 0\n[tasks]\nitems = [\n{items}]\n",
         driver.display().to_string()
     )
 }
@@ -316,7 +318,11 @@ async fn outcomes_wait_out_a_store_stopped_past_the_lease_ttl_and_then_all_publi
     assert_eq!(st.state, pb::CampaignState::Done as i32);
     // One attempt each: no lease expired while its outcome waited.
     let rs = rows(&f.store, "paused").await;
-    assert!(rs.iter().all(|r| r.token().attempt == 1), "{rs:?}");
+    assert!(
+        rs.iter()
+            .all(|r| r.token().attempt == 1 && !r.record.lease_lost),
+        "{rs:?}"
+    );
     assert_uploaded(&s3, "runs", "paused", &rs, 4);
 }
 
@@ -377,8 +383,8 @@ async fn a_worker_killed_mid_upload_uploads_again_when_it_restarts() {
                 .to_owned()
         })
         .collect();
-    signal(s3.pid(), "-CONT");
-    assert!(rows(&f.store, "killed").await.is_empty());
+    // The next process starts while the store is still away, and it stays away past the
+    // lease TTL and the publish grace: the leases of the outcomes it resumed stay renewed.
     let _w = worker(
         &f,
         &s3.env(),
@@ -387,6 +393,15 @@ async fn a_worker_killed_mid_upload_uploads_again_when_it_restarts() {
         &f.dir.path().join("worker2.log"),
         &[],
     );
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let early = rows(&f.store, "killed").await;
+    assert!(
+        early
+            .iter()
+            .all(|r| !held.contains(&r.trial_id.to_string())),
+        "a held trial's lease expired while its outcome waited: {early:?}"
+    );
+    signal(s3.pid(), "-CONT");
     let st = wait_ended(&f.coord.url(), "killed", Duration::from_secs(120)).await;
     assert_eq!(st.state, pb::CampaignState::Done as i32);
     let rs = rows(&f.store, "killed").await;
@@ -396,6 +411,11 @@ async fn a_worker_killed_mid_upload_uploads_again_when_it_restarts() {
             .iter()
             .find(|r| r.is_final && r.trial_id.as_str() == trial);
         assert_eq!(r.map(|r| r.token().attempt), Some(1), "{trial}: {rs:?}");
+        assert!(
+            rs.iter()
+                .all(|r| r.trial_id.as_str() != trial || !r.record.lease_lost),
+            "{trial}: {rs:?}"
+        );
     }
     assert_uploaded(&s3, "runs", "killed", &rs, 3);
 }

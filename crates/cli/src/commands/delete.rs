@@ -26,9 +26,12 @@ pub(super) async fn run(c: &mut Client, id: String, yes: bool, keep_artifacts: b
         })
         .await?
         .into_inner();
-    println!(
-        "{id}: deleted ({} trials, {} rows, {} objects in the artifact store)",
-        r.trials, r.rows, r.artifacts
-    );
+    match r.artifacts {
+        0 => println!("{id}: deleted ({} trials, {} rows)", r.trials, r.rows),
+        n => println!(
+            "{id}: deleted ({} trials, {} rows, {n} objects in the artifact store)",
+            r.trials, r.rows
+        ),
+    }
     Ok(Code::Ok)
 }

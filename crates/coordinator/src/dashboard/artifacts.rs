@@ -220,6 +220,19 @@ pub(super) fn file_response(path: &str, bytes: Vec<u8>) -> Response {
     r
 }
 
+/// Whether the attempt's directory is here (the dashboard's artifacts directory has it).
+pub(crate) fn has_local(
+    config: &DashboardConfig,
+    campaign: &CampaignId,
+    trial: &TrialId,
+    attempt: u32,
+) -> bool {
+    config
+        .artifacts
+        .as_ref()
+        .is_some_and(|root| attempt_dir(root, campaign, trial, attempt).is_dir())
+}
+
 /// The artifacts of one attempt, for the trial page: the files in its directory (linked);
 /// when there are none here, the attempt's files in the artifact store (`stored`, already
 /// rendered); and the paths or URIs its row names (as text).

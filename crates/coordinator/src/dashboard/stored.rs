@@ -89,6 +89,16 @@ fn refusal(e: StoreError) -> Response {
     (status, format!("{e}\n")).into_response()
 }
 
+/// How long a trial page waits for an attempt's manifest.
+const LIST_WITHIN: std::time::Duration = std::time::Duration::from_secs(5);
+
+fn unlisted(why: &str) -> String {
+    format!(
+        "<p class=\"quiet\">In the artifact store, not listed: <code>{}</code></p>",
+        esc(why)
+    )
+}
+
 /// The attempt's files in the artifact store, linked, for the trial page; `None` when the
 /// row names no upload (its first artifact is not a manifest) or there is no store.
 pub(crate) async fn listing(
@@ -114,14 +124,15 @@ pub(crate) async fn listing(
             attempt: row.attempt,
         },
     );
-    let manifest = match store.manifest(&tag).await {
-        Ok(m) => m,
-        Err(e) => {
-            return Some(format!(
-                "<p class=\"quiet\">In the artifact store: <code>{}</code></p>",
-                esc(&e.to_string())
-            ));
-        }
+    // A store that does not answer must not hold the page: its files are then not listed.
+    let read = async {
+        let _reading = d.artifact_reads.acquire().await;
+        store.manifest(&tag).await
+    };
+    let manifest = match tokio::time::timeout(LIST_WITHIN, read).await {
+        Ok(Ok(m)) => m,
+        Ok(Err(e)) => return Some(unlisted(&e.to_string())),
+        Err(_) => return Some(unlisted("the artifact store did not answer in time")),
     };
     let mut out = String::from(
         "<p class=\"quiet\">In the artifact store:</p><ul class=\"artifacts stored\">",

@@ -299,7 +299,25 @@ impl CampaignService for CampaignSvc {
         let id = campaign_id("id", &req.id)?;
         let deleted = self.shared.store.delete(&id).await;
         self.shared.campaigns.forget();
-        let deleted = deleted.map_err(from_store)?;
+        let deleted = match deleted {
+            Ok(d) => d,
+            // Deleted before, when its objects could not be: a second call deletes them.
+            Err(e @ crate::store::StoreError::UnknownCampaign(_))
+                if !req.keep_artifacts && self.shared.artifact_store.is_some() =>
+            {
+                let artifacts = super::artifacts::delete(&self.shared, &id).await?;
+                if artifacts == 0 {
+                    return Err(from_store(e));
+                }
+                tracing::info!(campaign = %id, artifacts, "a deleted campaign's objects deleted");
+                return Ok(Response::new(pb::DeleteResponse {
+                    rows: 0,
+                    trials: 0,
+                    artifacts,
+                }));
+            }
+            Err(e) => return Err(from_store(e)),
+        };
         // After the ledger, so a running campaign (refused above) keeps its objects.
         let artifacts = match req.keep_artifacts {
             true => 0,

@@ -148,7 +148,11 @@ pub(crate) async fn page(
             .collect();
         body.push_str("<h3>Walls per phase</h3>");
         body.push_str(&table("walls", &head, &[cells]));
-        let stored = stored::listing(&d, &id, &trial, r, &base).await;
+        // The store is asked only when this host has no copy.
+        let stored = match artifacts::has_local(&d.config, &id, &trial, r.attempt) {
+            true => None,
+            false => stored::listing(&d, &id, &trial, r, &base).await,
+        };
         body.push_str(&artifacts::section(
             &d.config, &id, &trial, r, &base, stored,
         ));

@@ -11,11 +11,14 @@ pub const PASSED_THROUGH: [&str; 4] = ["PATH", "HOME", "LANG", "TMPDIR"];
 /// The artifact store's secrets (read from the worker's environment by the cloud clients):
 /// an explicit variable that carries one of their values is dropped, as a worker credential
 /// is. By value only: a campaign may give its agent credentials of its own under these names.
-pub const STORE_SECRETS: [&str; 6] = [
+pub const STORE_SECRETS: [&str; 9] = [
     "AWS_SECRET_ACCESS_KEY",
     "AWS_SESSION_TOKEN",
     "AZURE_STORAGE_ACCOUNT_KEY",
     "AZURE_STORAGE_ACCESS_KEY",
+    "AZURE_STORAGE_SAS_KEY",
+    "AZURE_STORAGE_SAS_TOKEN",
+    "AZURE_STORAGE_TOKEN",
     "AZURE_CLIENT_SECRET",
     "GOOGLE_SERVICE_ACCOUNT_KEY",
 ];

@@ -407,7 +407,7 @@ impl Actor for Supervisor {
                 }
             }
         });
-        Ok(SupState {
+        let mut state = SupState {
             tx: None,
             outstanding: BTreeSet::new(),
             registered: false,
@@ -434,7 +434,9 @@ impl Actor for Supervisor {
             end_session: None,
             unacked_since: None,
             acks: AckLog::from_env(),
-        })
+        };
+        uploads::track_resumed(&mut state);
+        Ok(state)
     }
 
     async fn handle(
@@ -504,7 +506,7 @@ impl Actor for Supervisor {
                 reply,
             } => self.persisted(&myself, state, entry, written, reply).await,
             SupMsg::Uploaded { tag, result } => {
-                self.uploaded(&myself, state, tag, result);
+                self.uploaded(state, tag, result).await;
                 // A slot for new work may have opened.
                 for lane in state.idle.clone() {
                     self.ask_work(state, lane).await;
@@ -592,11 +594,15 @@ impl Actor for Supervisor {
                 return Ok(());
             };
             tracing::error!(lane = %name, error = %err, "lane crashed; restarting it");
-            // Its attempts are abandoned: their leases expire and the store retries them.
+            // Its attempts are abandoned: their leases expire and the store retries them. Not
+            // those whose outcome is durable (in the outbox, or waiting for its upload): those
+            // stay renewed until acknowledged.
             let abandoned: Vec<AttemptTag> = state
                 .in_flight
                 .iter()
-                .filter(|(_, f)| f.lane == name)
+                .filter(|(t, f)| {
+                    f.lane == name && !state.pending.contains_key(t) && !state.uploads.contains(t)
+                })
                 .map(|(t, _)| t.clone())
                 .collect();
             for t in abandoned {

@@ -185,7 +185,7 @@ impl Supervisor {
 
 /// The outcome message of an outbox entry: its lease secret, and the attempt's traceparent
 /// while this process still tracks the attempt.
-fn wire_outcome(state: &SupState, e: &Entry) -> pb::Outcome {
+pub(super) fn wire_outcome(state: &SupState, e: &Entry) -> pb::Outcome {
     let mut o = pb::Outcome::from(e.outcome.clone());
     o.campaign = e.campaign.to_string();
     o.token = o.token.map(|t| pb::Token {

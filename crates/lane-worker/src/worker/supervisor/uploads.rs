@@ -20,7 +20,11 @@ use lanes_artifacts::{StoreError, Uploaded};
 use lanes_common::ids::AttemptTag;
 use lanes_common::limits::{MAX_ARTIFACT_BYTES, MAX_ARTIFACTS, fit_outcome};
 
-use super::{SupMsg, SupState, Supervisor};
+use lanes_common::proto::worker_message::Msg as In;
+
+use lanes_common::row::Phase;
+
+use super::{InFlight, SupMsg, SupState, Supervisor};
 use crate::outbox::Entry;
 
 const FIRST_BACKOFF: Duration = Duration::from_secs(1);
@@ -84,6 +88,27 @@ impl Uploads {
     }
 }
 
+/// Tracks the leases of the entries a previous process left waiting for their upload, as
+/// in phase publish: renewed by heartbeats and announced on reconnect until acknowledged,
+/// so an outage of the store that outlasts a restart does not expire them. (They are in the
+/// lease journal already.)
+pub(super) fn track_resumed(state: &mut SupState) {
+    for (tag, w) in &state.uploads.waiting {
+        let lease = w.entry.lease.clone();
+        state.held.hold(lease.expose());
+        state.in_flight.entry(tag.clone()).or_insert(InFlight {
+            lease,
+            lane: w.entry.outcome.lane.to_string(),
+            phase: Phase::Publish,
+            // Not known after a restart; it only bounds how long a heartbeat may go
+            // unacknowledged, which is capped anyway.
+            ttl: Duration::from_secs(30),
+            traceparent: String::new(),
+            span: None,
+        });
+    }
+}
+
 impl Supervisor {
     /// Starts every upload that is due and not running.
     pub(super) fn start_uploads(&self, myself: &ActorRef<SupMsg>, state: &mut SupState) {
@@ -107,11 +132,16 @@ impl Supervisor {
         }
     }
 
-    /// An upload ended: the outcome, now listing the objects (or the refusal), is written
-    /// to the outbox again and sent; an unavailable store is tried again later.
-    pub(super) fn uploaded(
+    /// An upload ended: the outcome, now listing the objects (or the refusal), is sent; an
+    /// unavailable store is tried again later.
+    ///
+    /// The outbox entry is not written again: a rewrite in place has a window in which a
+    /// crash leaves the slot empty or torn, which would lose a durable outcome. The entry on
+    /// disk keeps its folder to upload; a worker that restarts before the acknowledgement
+    /// uploads it again (the same objects) and sends the same outcome, which the store takes
+    /// once.
+    pub(super) async fn uploaded(
         &self,
-        myself: &ActorRef<SupMsg>,
         state: &mut SupState,
         tag: AttemptTag,
         result: Result<Uploaded, StoreError>,
@@ -124,7 +154,7 @@ impl Supervisor {
             Err(e) if e.is_transient() => {
                 w.tries += 1;
                 let wait = FIRST_BACKOFF
-                    .saturating_mul(1 << w.tries.min(6))
+                    .saturating_mul(1 << (w.tries - 1).min(6))
                     .min(MAX_BACKOFF);
                 w.next_at = Instant::now() + wait;
                 tracing::warn!(attempt = %tag, tries = w.tries, retry_in_s = wait.as_secs(), error = %e, "artifact upload failed; the outcome waits in the outbox");
@@ -136,7 +166,11 @@ impl Supervisor {
                 entry
             }
         };
-        self.publish(myself, state, Box::new(entry), None);
+        // In the mirror of the outbox from now on: replayed from there, and removed on
+        // the acknowledgement like any other entry.
+        let o = super::outbox_io::wire_outcome(state, &entry);
+        state.pending.insert(tag, entry);
+        Self::send(state, In::Outcome(o)).await;
     }
 }
 
