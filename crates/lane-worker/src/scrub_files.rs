@@ -5,7 +5,9 @@
 //! Only regular files are read: a symlink the agent planted is never followed (it is removed,
 //! since it could point anywhere on the host). Each file is streamed through a
 //! [`StreamScrubber`]; one that holds a secret is rewritten through a private temporary file
-//! that replaces it.
+//! that replaces it. A file or folder whose name holds a secret is renamed with the secret
+//! masked (`___`): names reach rows and object keys when the folder goes to an artifact
+//! store.
 
 use std::fs;
 use std::io::{self, Read, Write};
@@ -46,6 +48,7 @@ pub fn scrub_attempt_dir(dir: &Path, secrets: &Secrets) -> io::Result<Scrubbed> 
         }
     }
     while let Some(path) = stack.pop() {
+        let path = unnamed(path, secrets)?;
         let meta = fs::symlink_metadata(&path)?;
         if meta.is_dir() {
             for e in fs::read_dir(&path)? {
@@ -62,6 +65,28 @@ pub fn scrub_attempt_dir(dir: &Path, secrets: &Secrets) -> io::Result<Scrubbed> 
         }
     }
     Ok(done)
+}
+
+/// `path` renamed with the secrets in its last part masked as `___` (a name needs no `*`,
+/// which object stores escape), if it holds any; a name that is not UTF-8 is read lossily,
+/// and then renamed to text. A name taken already gets a number.
+fn unnamed(path: std::path::PathBuf, secrets: &Secrets) -> io::Result<std::path::PathBuf> {
+    let Some(name) = path.file_name().map(|n| n.to_string_lossy().into_owned()) else {
+        return Ok(path);
+    };
+    let clean = secrets.scrubbed(&name);
+    if clean == name {
+        return Ok(path);
+    }
+    let clean = clean.replace('*', "_");
+    let mut to = path.with_file_name(&clean);
+    let mut n = 1;
+    while fs::symlink_metadata(&to).is_ok() {
+        to = path.with_file_name(format!("{clean}.{n}"));
+        n += 1;
+    }
+    fs::rename(&path, &to)?;
+    Ok(to)
 }
 
 /// Scrubs one file in place; answers whether anything was masked. A first pass only looks
@@ -164,5 +189,37 @@ mod tests {
             .collect();
         assert!(names.iter().all(|n| !n.starts_with(".scrub-")), "{names:?}");
         assert!(scrub_attempt_dir(&root.join("missing"), &secrets).is_ok());
+    }
+
+    #[test]
+    fn names_that_hold_a_secret_are_masked() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let secret = "sk-live-0123456789";
+        let secrets = Secrets::new([secret.to_owned()]);
+        fs::create_dir_all(root.join(format!("in-{secret}"))).unwrap();
+        fs::write(root.join(format!("in-{secret}/{secret}.txt")), "x").unwrap();
+        fs::write(root.join(format!("key-{secret}")), "a").unwrap();
+        // Taken already: the masked name gets a number.
+        fs::write(root.join("key-___"), "b").unwrap();
+        scrub_attempt_dir(root, &secrets).unwrap();
+        assert_eq!(
+            fs::read_to_string(root.join("in-___/___.txt")).unwrap(),
+            "x"
+        );
+        assert_eq!(fs::read_to_string(root.join("key-___")).unwrap(), "b");
+        assert_eq!(fs::read_to_string(root.join("key-___.1")).unwrap(), "a");
+        let mut all = Vec::new();
+        let mut stack = vec![root.to_owned()];
+        while let Some(d) = stack.pop() {
+            for e in fs::read_dir(&d).unwrap() {
+                let p = e.unwrap().path();
+                all.push(p.display().to_string());
+                if p.is_dir() {
+                    stack.push(p);
+                }
+            }
+        }
+        assert!(all.iter().all(|p| !p.contains(secret)), "{all:?}");
     }
 }

@@ -23,7 +23,7 @@ use crate::worker::Worker;
 const SECRET: &str = "PAYLOAD-SECRET-a51x";
 
 /// A driver that leaves files in the attempt folder: a log echoing the payload's secret, a
-/// nested file, and `big.bin` of `payload.big_mib` MiB when asked.
+/// file whose name holds it, a nested file, and `big.bin` of `payload.big_mib` MiB when asked.
 fn files_driver(dir: &Path) -> PathBuf {
     driver_file(
         dir,
@@ -38,6 +38,8 @@ fn files_driver(dir: &Path) -> PathBuf {
         d = p["attempt_dir"]
         with open(os.path.join(d, "agent.log"), "w") as f:
             f.write("the agent saw " + p["payload"]["password"] + "\n")
+        with open(os.path.join(d, "named-" + p["payload"]["password"] + ".txt"), "w") as f:
+            f.write("a name that holds the secret\n")
         os.makedirs(os.path.join(d, "trajectory"), exist_ok=True)
         with open(os.path.join(d, "trajectory", "step-1.json"), "w") as f:
             f.write('{"task": "%s"}' % p["task"])
@@ -167,6 +169,7 @@ fn assert_uploaded(s3: &S3Server, prefix: &str, campaign: &str, rows: &[Row], tr
         let files = manifest["files"].as_array().unwrap();
         let names: Vec<&str> = files.iter().map(|f| f["path"].as_str().unwrap()).collect();
         for want in [
+            "named-___.txt",
             "agent.log",
             "attempt.json",
             "driver.stderr",
@@ -180,6 +183,12 @@ fn assert_uploaded(s3: &S3Server, prefix: &str, campaign: &str, rows: &[Row], tr
             assert!(
                 r.record.artifacts.contains(&uri(want)),
                 "{want} listed in the row"
+            );
+        }
+        for key in s3.keys(&format!("{base}/")) {
+            assert!(
+                !key.contains(SECRET),
+                "an object key holds the secret: {key}"
             );
         }
         for file in files {
