@@ -75,22 +75,11 @@ fn fleet(dir: &Path) -> Fleet {
 
 impl Fleet {
     fn cli(&self, args: &[&str]) -> std::process::Output {
-        lanes()
-            .args(args)
-            .args(["--coordinator", &self.api])
-            .env("LANES_CLIENT_TOKEN", CLIENT_TOKEN)
-            .output()
-            .unwrap()
+        support::client(&self.api, CLIENT_TOKEN, args)
     }
 
     fn ok(&self, args: &[&str]) -> String {
-        let out = self.cli(args);
-        assert!(
-            out.status.success(),
-            "lanes {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
+        support::client_ok(&self.api, CLIENT_TOKEN, args)
     }
 
     /// Submits a sim campaign of `tasks` tasks whose agents take `agent_s`.

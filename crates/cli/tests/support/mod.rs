@@ -59,6 +59,27 @@ pub fn logged_addr(rx: &Receiver<String>, what: &str) -> String {
     }
 }
 
+/// `lanes ARGS --coordinator API` with the client token `token`.
+pub fn client(api: &str, token: &str, args: &[&str]) -> std::process::Output {
+    lanes()
+        .args(args)
+        .args(["--coordinator", api])
+        .env("LANES_CLIENT_TOKEN", token)
+        .output()
+        .unwrap()
+}
+
+/// [`client`], which must succeed: its stdout.
+pub fn client_ok(api: &str, token: &str, args: &[&str]) -> String {
+    let out = client(api, token, args);
+    assert!(
+        out.status.success(),
+        "lanes {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
 /// `lanes` run in `dir`, with no coordinator or token from the environment.
 pub fn lanes_in(dir: &Path) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_lanes"));
