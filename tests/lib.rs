@@ -13,6 +13,7 @@ pub mod lane_client;
 pub mod podman;
 pub mod python_driver;
 pub mod redis_dump;
+pub mod redis_sentinel;
 pub mod redis_server;
 pub mod s3_server;
 pub mod synthetic_ledger;

@@ -17,6 +17,10 @@ pub struct RedisServer {
     fsync: &'static str,
     /// A TLS port beside the plain one: (port, certificate, key, CA).
     tls: Option<(u16, PathBuf, PathBuf, PathBuf)>,
+    /// More `--name value` arguments (replication settings, say).
+    extra: Vec<String>,
+    /// Stopped with SIGSTOP and not continued yet.
+    paused: bool,
     _tmp: Option<tempfile::TempDir>,
 }
 
@@ -35,6 +39,12 @@ impl RedisServer {
 
     /// Starts a server with the given `appendfsync` policy.
     pub fn start_with(fsync: &'static str) -> Self {
+        Self::start_args(fsync, &[])
+    }
+
+    /// Starts a server with the given `appendfsync` policy and more arguments, kept for
+    /// restarts (e.g. `["--replicaof", "127.0.0.1", "6390"]`).
+    pub fn start_args(fsync: &'static str, extra: &[String]) -> Self {
         let tmp = tempfile::tempdir().expect("temp dir");
         let dir = tmp.path().to_owned();
         let mut s = Self {
@@ -43,6 +53,8 @@ impl RedisServer {
             dir,
             fsync,
             tls: None,
+            extra: extra.to_vec(),
+            paused: false,
             _tmp: Some(tmp),
         };
         s.spawn();
@@ -60,6 +72,8 @@ impl RedisServer {
             dir,
             fsync: "always",
             tls: Some((free_port(), cert.to_owned(), key.to_owned(), ca.to_owned())),
+            extra: Vec::new(),
+            paused: false,
             _tmp: Some(tmp),
         };
         s.spawn();
@@ -103,6 +117,7 @@ impl RedisServer {
             .args(["--protected-mode", "no", "--daemonize", "no"])
             // DEBUG (for POPULATE in the fault suite), from loopback only.
             .args(["--enable-debug-command", "local"])
+            .args(&self.extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -154,12 +169,54 @@ impl RedisServer {
             let _ = child.kill();
             let _ = child.wait();
         }
+        self.paused = false;
     }
 
     /// Starts again on the same port and data directory.
     pub fn restart(&mut self) {
         assert!(self.child.is_none(), "stop the server before restarting it");
         self.spawn();
+    }
+
+    /// Starts again on the same port with an empty data directory, as on a new disk.
+    pub fn restart_empty(&mut self) {
+        assert!(self.child.is_none(), "stop the server before restarting it");
+        for entry in std::fs::read_dir(&self.dir).expect("read the data dir") {
+            let path = entry.expect("a data dir entry").path();
+            let _ = match path.is_dir() {
+                true => std::fs::remove_dir_all(&path),
+                false => std::fs::remove_file(&path),
+            };
+        }
+        self.spawn();
+    }
+
+    /// SIGSTOP: the server holds its sockets open and answers nothing.
+    pub fn pause(&mut self) {
+        self.signal("-STOP");
+        self.paused = true;
+    }
+
+    /// SIGCONT after [`Self::pause`].
+    pub fn resume(&mut self) {
+        self.signal("-CONT");
+        self.paused = false;
+    }
+
+    pub fn is_paused(&self) -> bool {
+        self.paused
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .args([sig, &self.pid().to_string()])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "kill {sig} redis-server on port {}", self.port);
     }
 
     /// The server's process id (for SIGSTOP and the like).

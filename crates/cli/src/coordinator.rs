@@ -28,7 +28,7 @@ pub(crate) struct Args {
     #[arg(long, env = "LANES_LISTEN")]
     listen: Option<SocketAddr>,
     /// The Redis store, e.g. redis://127.0.0.1:6380/ (its value may carry a password, so it
-    /// is never shown).
+    /// is never shown). With --redis-sentinel only its scheme, password and database count.
     #[arg(
         long,
         env = "LANES_REDIS",
@@ -42,12 +42,15 @@ pub(crate) struct Args {
     /// Run on a Redis that can lose acknowledged writes (no `appendfsync always`).
     #[arg(long, env = "LANES_ALLOW_LOSSY_STORE")]
     allow_lossy_store: bool,
-    /// `WAIT n` replicas after each Redis commit.
-    #[arg(long, env = "LANES_REDIS_WAIT")]
+    /// Answer a claim, an outcome or any other write only once N Redis replicas confirmed it
+    /// (`WAIT`); the master must then have `min-replicas-to-write` >= N.
+    #[arg(long, env = "LANES_REDIS_WAIT", value_name = "N")]
     redis_wait: Option<u32>,
     /// The CA (PEM) of a rediss:// server's certificate [default: the system roots].
     #[arg(long, env = "LANES_REDIS_TLS_CA")]
     redis_tls_ca: Option<PathBuf>,
+    #[command(flatten)]
+    sentinel: crate::redis_args::SentinelArgs,
     /// Serve TLS with this certificate chain (PEM); needs --tls-key.
     #[arg(long, env = "LANES_TLS_CERT", requires = "tls_key")]
     tls_cert: Option<PathBuf>,
@@ -141,6 +144,10 @@ struct FileConfig {
     allow_lossy_store: bool,
     redis_wait: Option<u32>,
     redis_tls_ca: Option<PathBuf>,
+    redis_sentinel: Option<Vec<String>>,
+    redis_master: Option<String>,
+    #[serde(default)]
+    redis_sentinel_tls: bool,
     tls_cert: Option<PathBuf>,
     tls_key: Option<PathBuf>,
     tls_client_ca: Option<PathBuf>,
@@ -278,12 +285,32 @@ pub(crate) fn run(args: Args) -> anyhow::Result<Code> {
             return Ok(Code::BadInput);
         }
     };
-    let redis = args.redis.or(file.redis);
+    let mut sentinel_args = args.sentinel;
+    if sentinel_args.redis_sentinel.is_empty() {
+        sentinel_args.redis_sentinel = file.redis_sentinel.unwrap_or_default();
+    }
+    sentinel_args.redis_master = sentinel_args.redis_master.or(file.redis_master);
+    sentinel_args.redis_sentinel_tls |= file.redis_sentinel_tls;
+    let sentinel = match sentinel_args.options() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("lanes: {e}");
+            return Ok(Code::BadInput);
+        }
+    };
+    let data_dir = args.data_dir.or(file.data_dir);
+    if sentinel.is_some() && data_dir.is_some() {
+        eprintln!("lanes: --redis-sentinel and --data-dir name two stores; give one");
+        return Ok(Code::BadInput);
+    }
+    let redis = match (args.redis.or(file.redis), &sentinel) {
+        (None, Some(_)) => Some(crate::redis_args::SENTINEL_URL.to_owned()),
+        (url, _) => url,
+    };
     let backend = match redis {
         Some(_) => StoreBackend::Redis,
         None => StoreBackend::Embedded,
     };
-    let data_dir = args.data_dir.or(file.data_dir);
     let tls = server_tls(
         args.tls_cert.or(file.tls_cert),
         args.tls_key.or(file.tls_key),
@@ -353,13 +380,18 @@ pub(crate) fn run(args: Args) -> anyhow::Result<Code> {
         allow_lossy: args.allow_lossy_store || file.allow_lossy_store,
         wait_replicas: args.redis_wait.or(file.redis_wait),
         tls_ca_pem: redis_tls_ca,
+        sentinel,
         ..RedisOptions::default()
     };
     let result = rt.block_on(async move {
+        let mut redis_store = None;
         let opened = match (redis, data_dir) {
             (Some(url), _) => RedisStore::connect(&url, opts)
                 .await
-                .map(|s| Arc::new(s) as Arc<dyn Store>)
+                .map(|s| {
+                    redis_store = Some(s.clone());
+                    Arc::new(s) as Arc<dyn Store>
+                })
                 .map_err(|e| (e, "cannot use the redis store")),
             (None, dir) => {
                 let dir = dir.unwrap_or_else(|| PathBuf::from(".lanes"));
@@ -380,6 +412,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<Code> {
         if let (Some(addr), Some((metrics, _))) = (metrics_listen, &config.metrics) {
             let mut registry = crate::metrics::registry();
             metrics.register(&mut registry);
+            if let Some(store) = redis_store {
+                lanes_coordinator::metrics::RedisLinkMetrics::register(store, &mut registry);
+            }
             crate::metrics::serve(addr, registry).await?;
         }
         let listener = tokio::net::TcpListener::bind(listen)

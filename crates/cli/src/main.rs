@@ -13,6 +13,7 @@ mod exit;
 mod local_api;
 mod metrics;
 mod progress;
+mod redis_args;
 mod run;
 mod schedule;
 mod smoke;

@@ -18,7 +18,7 @@ pub(crate) enum StoreCmd {
 }
 
 #[derive(clap::Args, Debug)]
-#[command(group(clap::ArgGroup::new("store").required(true).args(["redis", "data_dir"])))]
+#[command(group(clap::ArgGroup::new("store").required(true).args(["redis", "redis_sentinel", "data_dir"])))]
 pub(crate) struct MigrateArgs {
     /// The Redis store, e.g. redis://127.0.0.1:6380/ (its value may carry a password, so it
     /// is never shown).
@@ -30,6 +30,8 @@ pub(crate) struct MigrateArgs {
     /// The CA (PEM) of a rediss:// server's certificate [default: the system roots].
     #[arg(long, env = "LANES_REDIS_TLS_CA")]
     redis_tls_ca: Option<PathBuf>,
+    #[command(flatten)]
+    sentinel: crate::redis_args::SentinelArgs,
     /// Say what would change, and write nothing.
     #[arg(long)]
     dry_run: bool,
@@ -43,7 +45,22 @@ pub(crate) fn run(cmd: StoreCmd) -> anyhow::Result<Code> {
 
 fn migrate(args: MigrateArgs) -> anyhow::Result<Code> {
     crate::telemetry::init_logs(false);
-    let report = match (args.redis, args.data_dir) {
+    let sentinel = match args.sentinel.options() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("lanes: {e}");
+            return Ok(Code::BadInput);
+        }
+    };
+    if sentinel.is_some() && args.data_dir.is_some() {
+        eprintln!("lanes: --redis-sentinel and --data-dir name two stores; give one");
+        return Ok(Code::BadInput);
+    }
+    let redis = match (args.redis, &sentinel) {
+        (None, Some(_)) => Some(crate::redis_args::SENTINEL_URL.to_owned()),
+        (url, _) => url,
+    };
+    let report = match (redis, args.data_dir) {
         (Some(url), _) => {
             // A URL the client cannot parse (an unknown scheme, say) is bad input, not a failure.
             if let Err(e) = url.as_str().into_connection_info() {
@@ -59,6 +76,7 @@ fn migrate(args: MigrateArgs) -> anyhow::Result<Code> {
                 .transpose()?;
             let opts = RedisOptions {
                 tls_ca_pem,
+                sentinel,
                 ..RedisOptions::default()
             };
             let rt = tokio::runtime::Runtime::new()?;

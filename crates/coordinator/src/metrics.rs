@@ -360,5 +360,8 @@ impl CommitObserver for CoordinatorMetrics {
     }
 }
 
+mod redis_link;
 #[cfg(test)]
 mod tests;
+
+pub use redis_link::RedisLinkMetrics;

@@ -7,11 +7,20 @@ use lanes_common::spec::DriverKind;
 use lanes_common::trace::TraceParent;
 
 use crate::store::{
-    Assignment, CampaignStatus, Event, EventKind, InFlight, RenewState, UnitDriver,
+    Assignment, CampaignStatus, Event, EventKind, InFlight, RenewState, Store, UnitDriver,
 };
 
 fn token(t: &Token) -> Option<pb::Token> {
     Some(pb::Token::from(t))
+}
+
+/// The store's link to its Redis master, for a Redis store.
+pub(crate) fn redis_link(store: &dyn Store) -> Option<pb::RedisLink> {
+    store.redis_link().map(|l| pb::RedisLink {
+        master: l.master,
+        failovers: l.failovers,
+        wait_timeouts: l.wait_timeouts,
+    })
 }
 
 /// A campaign's status; `now_ms` turns deadlines into durations.
@@ -55,6 +64,7 @@ pub(crate) fn status(s: CampaignStatus, now_ms: i64) -> pb::CampaignStatus {
         spec_hash: s.spec_hash,
         // Filled by the Get handler from this replica's workers.
         refused_by: Vec::new(),
+        redis_link: None,
     }
 }
 

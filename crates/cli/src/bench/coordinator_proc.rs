@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context;
+use lanes_coordinator::store::{RedisOptions, RedisStore, SentinelOptions};
 
 /// How long the child may take to listen (it opens the store first).
 const START_TIMEOUT: Duration = Duration::from_secs(60);
@@ -26,7 +27,28 @@ pub(crate) enum StoreTarget {
     /// A fresh embedded store in the bench's temp directory.
     Embedded,
     /// A Redis URL (it may carry a password: it travels through the env, never argv).
-    Redis { url: String, allow_lossy: bool },
+    Redis {
+        url: String,
+        allow_lossy: bool,
+        /// `--redis-wait`, passed on.
+        wait: Option<u32>,
+        /// `--redis-sentinel` and its companions, passed on.
+        sentinel: Option<SentinelOptions>,
+    },
+}
+
+impl StoreTarget {
+    /// The URL of the Redis master now, for the probes that dial it directly.
+    pub(crate) async fn master_url(&self) -> anyhow::Result<Option<String>> {
+        let StoreTarget::Redis { url, sentinel, .. } = self else {
+            return Ok(None);
+        };
+        let opts = RedisOptions {
+            sentinel: sentinel.clone(),
+            ..RedisOptions::default()
+        };
+        Ok(Some(RedisStore::master_url(url, &opts).await?))
+    }
 }
 
 /// CPU time and memory of a process, from `/proc`.
@@ -107,10 +129,26 @@ impl CoordinatorProc {
                 let data: PathBuf = dir.path().join("data");
                 cmd.arg("--data-dir").arg(data);
             }
-            StoreTarget::Redis { url, allow_lossy } => {
+            StoreTarget::Redis {
+                url,
+                allow_lossy,
+                wait,
+                sentinel,
+            } => {
                 cmd.env("LANES_REDIS", url);
                 if *allow_lossy {
                     cmd.arg("--allow-lossy-store");
+                }
+                if let Some(n) = wait {
+                    cmd.arg("--redis-wait").arg(n.to_string());
+                }
+                if let Some(s) = sentinel {
+                    cmd.env("LANES_REDIS_SENTINEL", s.addrs.join(","))
+                        .env("LANES_REDIS_MASTER", &s.master)
+                        .env("LANES_REDIS_SENTINEL_TLS", s.tls.to_string());
+                    if let Some(p) = &s.password {
+                        cmd.env("LANES_REDIS_SENTINEL_PASSWORD", p);
+                    }
                 }
             }
         }

@@ -61,8 +61,13 @@ pub(crate) struct Args {
     #[arg(long)]
     embedded: bool,
     /// Let the coordinator use a Redis without `appendfsync always` (passed on to it).
-    #[arg(long, requires = "redis")]
+    #[arg(long)]
     allow_lossy_store: bool,
+    /// The coordinator answers a write only once N replicas confirmed it (passed on to it).
+    #[arg(long, value_name = "N")]
+    redis_wait: Option<u32>,
+    #[command(flatten)]
+    sentinel: crate::redis_args::SentinelArgs,
     /// Simulated lanes.
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
     lanes: u32,
@@ -144,10 +149,36 @@ pub(crate) fn run(args: Args) -> anyhow::Result<Code> {
         .exit();
     }
     crate::telemetry::init_logs(true);
-    let store = match &args.redis {
+    let sentinel = match args.sentinel.clone().options() {
+        Ok(s) => s,
+        Err(e) => {
+            clap::Error::raw(clap::error::ErrorKind::ArgumentConflict, format!("{e}\n")).exit()
+        }
+    };
+    let redis = match (&args.redis, &sentinel) {
+        (None, Some(_)) => Some(crate::redis_args::SENTINEL_URL.to_owned()),
+        (url, _) => url.clone(),
+    };
+    if redis.is_some() && args.embedded {
+        clap::Error::raw(
+            clap::error::ErrorKind::ArgumentConflict,
+            "--embedded and --redis-sentinel name two stores; give one\n",
+        )
+        .exit();
+    }
+    if redis.is_none() && (args.allow_lossy_store || args.redis_wait.is_some()) {
+        clap::Error::raw(
+            clap::error::ErrorKind::MissingRequiredArgument,
+            "--allow-lossy-store and --redis-wait need --redis or --redis-sentinel\n",
+        )
+        .exit();
+    }
+    let store = match redis {
         Some(url) => StoreTarget::Redis {
-            url: url.clone(),
+            url,
             allow_lossy: args.allow_lossy_store,
+            wait: args.redis_wait,
+            sentinel,
         },
         None => StoreTarget::Embedded,
     };
@@ -206,7 +237,10 @@ async fn call<T>(
 
 async fn redis_memory(store: &StoreTarget) -> anyhow::Result<Option<u64>> {
     match store {
-        StoreTarget::Redis { url, .. } => Ok(Some(ceiling::redis_used_memory(url).await?)),
+        StoreTarget::Redis { .. } => {
+            let url = store.master_url().await?.unwrap_or_default();
+            Ok(Some(ceiling::redis_used_memory(&url).await?))
+        }
         StoreTarget::Embedded => Ok(None),
     }
 }
@@ -358,7 +392,8 @@ async fn bench(args: &Args, store: StoreTarget) -> anyhow::Result<(Report, Code)
 
     let ceiling = match (&store, ending) {
         (_, Ending::Interrupted) => None,
-        (StoreTarget::Redis { url, .. }, _) => {
+        (StoreTarget::Redis { .. }, _) => {
+            let url = &store.master_url().await?.unwrap_or_default();
             // Not cut short by an interrupt: its keys are deleted at its end.
             progress!("lanes bench: measuring the Redis ceiling for {CEILING_RUN:?}");
             let connections = args.lanes.min(MAX_CEILING_CONNECTIONS);

@@ -114,6 +114,7 @@ impl CampaignService for CampaignSvc {
         let st = s.store.status(&id, now).await.map_err(from_store)?;
         let running = st.state == lanes_common::state::CampaignState::Running;
         let mut status = wire::status(st, now);
+        status.redis_link = wire::redis_link(s.store.as_ref());
         if running {
             let spec = s.store.spec(&id).await.map_err(from_store)?;
             status.refused_by = s.workers.refusals(&spec);
@@ -127,12 +128,12 @@ impl CampaignService for CampaignSvc {
     ) -> Result<Response<pb::ListResponse>, Status> {
         let s = &self.shared;
         let mut campaigns = Vec::new();
+        let link = wire::redis_link(s.store.as_ref());
         for id in s.store.list().await.map_err(from_store)? {
             let now = s.now();
-            campaigns.push(wire::status(
-                s.store.status(&id, now).await.map_err(from_store)?,
-                now,
-            ));
+            let mut status = wire::status(s.store.status(&id, now).await.map_err(from_store)?, now);
+            status.redis_link = link.clone();
+            campaigns.push(status);
         }
         Ok(Response::new(pb::ListResponse { campaigns }))
     }

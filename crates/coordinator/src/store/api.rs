@@ -219,6 +219,17 @@ pub struct Requeued {
     pub state: CampaignState,
 }
 
+/// A Redis store's link to its master, as one coordinator replica sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedisLink {
+    /// The master in use (`host:port`).
+    pub master: String,
+    /// Times the replica followed the master to another node.
+    pub failovers: u64,
+    /// Writes not acknowledged because too few replicas confirmed them in time.
+    pub wait_timeouts: u64,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CampaignStatus {
     pub id: CampaignId,

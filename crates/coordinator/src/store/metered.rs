@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 
-use super::api::StoreError;
+use super::api::{RedisLink, StoreError};
 use super::{Answer, CommitObserver, Op, Store};
 use crate::metrics::CoordinatorMetrics;
 
@@ -59,5 +59,9 @@ impl Store for MeteredStore {
 
     fn set_observer(&self, observer: Arc<dyn CommitObserver>) {
         self.inner.set_observer(observer);
+    }
+
+    fn redis_link(&self) -> Option<RedisLink> {
+        self.inner.redis_link()
     }
 }

@@ -28,7 +28,7 @@ use lanes_common::spec::{Campaign, CampaignSpec};
 use lanes_common::state::{CampaignState, StopMode};
 use lanes_common::utc::EpochMs;
 
-pub use self::redis::{Durability, RedisOptions, RedisStats, RedisStore};
+pub use self::redis::{Durability, RedisOptions, RedisStats, RedisStore, SentinelOptions};
 pub use api::*;
 pub use clock::{Clock, ManualClock, OffsetClock, SystemClock};
 pub use embedded::EmbeddedStore;
@@ -49,6 +49,11 @@ pub trait Store: Send + Sync + 'static {
     /// Reports the events of every transaction this store commits from now on to
     /// `observer` (replacing any earlier one). A store that emits no events ignores it.
     fn set_observer(&self, _observer: std::sync::Arc<dyn CommitObserver>) {}
+
+    /// The link to the Redis master, for a Redis store.
+    fn redis_link(&self) -> Option<RedisLink> {
+        None
+    }
 
     /// A new campaign, or a resume or amendment of an existing one.
     async fn submit(&self, campaign: Campaign, now_ms: EpochMs) -> Result<Submitted, StoreError> {

@@ -358,7 +358,6 @@ impl RedisStore {
                 Ok(Committed::Yes { .. }) => {
                     Counters::bump(&store.counters.writes);
                     store.observer.committed(&campaign, &events);
-                    store.after_commit(true).await;
                     deliver(batch, answers);
                     Landing::Landed
                 }
@@ -469,7 +468,6 @@ impl RedisStore {
                         Counters::bump(&self.counters.writes);
                     }
                     self.observer.committed(c, &tx.take_events());
-                    self.after_commit(wrote).await;
                     return Ok(answer);
                 }
                 Committed::Conflict => {
@@ -536,7 +534,6 @@ impl RedisStore {
                         Counters::bump(&self.counters.writes);
                     }
                     self.observer.committed(c, &tx.take_events());
-                    self.after_commit(wrote).await;
                     deliver(batch, answers);
                     return Some(tx.into_cache(version, staged));
                 }

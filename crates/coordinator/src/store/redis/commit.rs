@@ -7,9 +7,9 @@ use std::collections::HashMap;
 use redis::{ErrorKind, ServerErrorKind};
 
 use super::keys::Keys;
+use super::link::Conn;
 use super::meta::{Part, parts};
 use super::redis_err;
-use super::stats::Conn;
 use super::writes::Writes;
 use crate::store::model::Meta;
 use crate::store::tx::R;
@@ -423,17 +423,20 @@ pub(crate) fn prepare(
     .map(Some)
 }
 
-/// Sends a prepared script call (loading the script again if the server lost it).
+/// Sends a prepared script call (loading the script again if the server lost it), as a
+/// write an acknowledgement depends on ([`Conn::acked`]: with `--redis-wait`, it lands only
+/// once replicas confirmed it).
 pub(crate) async fn send(
     conn: &mut Conn,
     script: &redis::Script,
     prepared: &Prepared,
 ) -> R<Committed> {
-    let mut answer = prepared.cmd.query_async::<i64>(conn).await;
+    let mut answer = conn.acked::<i64>(&prepared.cmd).await;
     if matches!(&answer, Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)) {
-        // The server lost its scripts (a restart, SCRIPT FLUSH): load it and call again.
+        // The server lost its scripts (a restart, SCRIPT FLUSH, a promoted replica): load it
+        // and call again.
         answer = match script.load_async(conn).await {
-            Ok(_) => prepared.cmd.query_async::<i64>(conn).await,
+            Ok(_) => conn.acked::<i64>(&prepared.cmd).await,
             Err(e) => Err(e),
         };
     }
@@ -486,7 +489,9 @@ mod tests {
     use std::sync::Arc;
 
     use lanes_tests::redis_server::RedisServer;
-    use redis::aio::ConnectionManager;
+
+    use super::super::durability::Requirements;
+    use super::super::link::Link;
 
     use super::*;
 
@@ -509,8 +514,10 @@ mod tests {
     async fn a_commit_built_on_one_that_did_not_land_never_lands() {
         let server = RedisServer::start();
         let client = redis::Client::open(server.url()).expect("client");
-        let manager = ConnectionManager::new(client).await.expect("connect");
-        let mut conn = Conn::new(manager, Arc::default());
+        let link = Link::fixed(client, Requirements::default(), None, Arc::default())
+            .await
+            .expect("connect");
+        let mut conn = Conn::new(link);
         let (keys, script) = (
             Keys::new("chain"),
             redis::Script::new(include_str!("commit.lua")),

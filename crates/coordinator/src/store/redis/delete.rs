@@ -8,7 +8,7 @@
 use lanes_common::ids::CampaignId;
 
 use super::keys::{CAMPAIGNS, Keys};
-use super::stats::Conn;
+use super::link::Conn;
 use super::{RedisStore, redis_err};
 use crate::store::api::{Deleted, StoreError};
 use crate::store::engine;

@@ -8,17 +8,35 @@
 //! `allow_lossy` (`--allow-lossy-store`) is set, in which case it logs what can be lost. A
 //! managed Redis that forbids `CONFIG` also needs the flag, and the store says so.
 //!
-//! Replica failover can lose writes the primary acknowledged but had not replicated.
-//! `wait_replicas = Some(n)` issues `WAIT n <timeout>` after each commit and logs when fewer
-//! replicas confirmed; it narrows that window but cannot close it.
+//! Replication does not change that: a master acknowledges before its replicas have the
+//! write, and a failover to a replica that missed it loses it. With `--redis-wait N` every
+//! acknowledged write waits for N replicas to confirm it ([`Conn::acked`]); then the store also
+//! asks for `min-replicas-to-write >= N`, so a master cut off from its replicas refuses
+//! writes instead of taking ones that a failover throws away. Behind Sentinels, a store without
+//! `--redis-wait` is lossy. Each new master after a failover is checked again.
+//!
+//! [`Conn::acked`]: super::link::Conn::acked
 
-use super::{RedisStore, redis_err};
+use redis::aio::ConnectionLike;
+
+use super::redis_err;
 use crate::store::api::StoreError;
+
+/// What the store asks of a master before it writes to it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Requirements {
+    /// `--allow-lossy-store`: a master that fails a check is used anyway, with a warning.
+    pub(crate) allow_lossy: bool,
+    /// `--redis-wait N`: the master must refuse writes with fewer than N replicas.
+    pub(crate) replicas: Option<u32>,
+    /// The master is found through Sentinels, so a failover can happen.
+    pub(crate) failover: bool,
+}
 
 /// What `CONFIG GET` said about durability.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Durability {
-    /// `appendonly yes` and `appendfsync always`.
+    /// `appendonly yes` and `appendfsync always`, and enough `min-replicas-to-write`.
     Durable,
     /// Acknowledged writes can be lost; the text says which.
     Lossy(String),
@@ -26,64 +44,82 @@ pub enum Durability {
     Unknown(String),
 }
 
-impl RedisStore {
-    /// Refuses a server that can lose acknowledged writes, unless `allow_lossy`.
-    pub(super) async fn check_durability(&self) -> Result<(), StoreError> {
-        match self.durability().await? {
-            Durability::Durable => {}
-            Durability::Lossy(what) | Durability::Unknown(what) if self.opts.allow_lossy => {
-                tracing::warn!(what = %what, "redis store is not durable: acknowledged outcomes can be lost on a redis crash");
-            }
-            Durability::Lossy(what) => {
-                return Err(StoreError::NotDurable(format!(
-                    "{what}; set `appendonly yes` and `appendfsync always`, or pass --allow-lossy-store to accept the loss"
-                )));
-            }
-            Durability::Unknown(what) => {
-                return Err(StoreError::NotDurable(format!(
-                    "{what}; durability cannot be checked, so pass --allow-lossy-store if the server is configured with appendfsync always"
-                )));
-            }
+/// Refuses a master that can lose acknowledged writes ([`StoreError::NotDurable`], saying
+/// what to change), unless `allow_lossy`, which logs what can be lost.
+pub(crate) async fn check(
+    conn: &mut impl ConnectionLike,
+    requirements: Requirements,
+) -> Result<(), StoreError> {
+    match durability(conn, requirements).await? {
+        Durability::Durable => {}
+        Durability::Lossy(what) | Durability::Unknown(what) if requirements.allow_lossy => {
+            tracing::warn!(what = %what, "redis store is not durable: acknowledged outcomes can be lost");
         }
-        Ok(())
+        Durability::Lossy(what) => {
+            return Err(StoreError::NotDurable(format!(
+                "{what}; or pass --allow-lossy-store to accept the loss"
+            )));
+        }
+        Durability::Unknown(what) => {
+            return Err(StoreError::NotDurable(format!(
+                "{what}; durability cannot be checked, so pass --allow-lossy-store if the server is configured as the store needs"
+            )));
+        }
     }
+    Ok(())
+}
 
-    /// Reads `appendonly` and `appendfsync`.
-    pub async fn durability(&self) -> Result<Durability, StoreError> {
-        let get = |name: &'static str| {
-            let mut conn = self.conn.clone();
-            async move {
-                redis::cmd("CONFIG")
-                    .arg("GET")
-                    .arg(name)
-                    .query_async::<Vec<String>>(&mut conn)
-                    .await
+/// Reads `appendonly`, `appendfsync` and, with a `WAIT` policy, `min-replicas-to-write`.
+pub(crate) async fn durability(
+    conn: &mut impl ConnectionLike,
+    requirements: Requirements,
+) -> Result<Durability, StoreError> {
+    if requirements.failover && requirements.replicas.is_none() {
+        return Ok(Durability::Lossy(
+            "redis replication is asynchronous: without --redis-wait, an outcome acknowledged just before a failover can be lost".into(),
+        ));
+    }
+    let mut names = vec!["appendonly", "appendfsync"];
+    if requirements.replicas.is_some() {
+        names.push("min-replicas-to-write");
+    }
+    let mut values = Vec::new();
+    for name in names {
+        match redis::cmd("CONFIG")
+            .arg("GET")
+            .arg(name)
+            .query_async::<Vec<String>>(conn)
+            .await
+        {
+            Ok(v) => values.push(v.get(1).cloned().unwrap_or_default()),
+            Err(e) if e.is_io_error() || e.is_connection_dropped() || e.is_timeout() => {
+                return Err(redis_err(e));
             }
-        };
-        let aof = get("appendonly").await;
-        let fsync = get("appendfsync").await;
-        match (aof, fsync) {
-            (Ok(a), Ok(f)) => {
-                let aof = a.get(1).map(String::as_str).unwrap_or("");
-                let fsync = f.get(1).map(String::as_str).unwrap_or("");
-                Ok(if aof != "yes" {
-                    Durability::Lossy(format!(
-                        "redis has appendonly {aof:?}: every write since the last snapshot can be lost"
-                    ))
-                } else if fsync != "always" {
-                    Durability::Lossy(format!(
-                        "redis has appendfsync {fsync:?}: up to a second of acknowledged writes can be lost"
-                    ))
-                } else {
-                    Durability::Durable
-                })
+            Err(e) => {
+                return Ok(Durability::Unknown(format!(
+                    "redis refused CONFIG GET {name} ({e})"
+                )));
             }
-            (Err(e), _) | (_, Err(e)) if e.is_io_error() || e.is_connection_dropped() => {
-                Err(redis_err(e))
-            }
-            (Err(e), _) | (_, Err(e)) => Ok(Durability::Unknown(format!(
-                "redis refused CONFIG GET ({e})"
-            ))),
         }
     }
+    let (aof, fsync) = (values[0].as_str(), values[1].as_str());
+    Ok(if aof != "yes" {
+        Durability::Lossy(format!(
+            "redis has appendonly {aof:?}: every write since the last snapshot can be lost; set `appendonly yes` and `appendfsync always`"
+        ))
+    } else if fsync != "always" {
+        Durability::Lossy(format!(
+            "redis has appendfsync {fsync:?}: up to a second of acknowledged writes can be lost; set `appendfsync always`"
+        ))
+    } else if let Some(n) = requirements.replicas {
+        let min: u32 = values[2].parse().unwrap_or(0);
+        match min >= n {
+            true => Durability::Durable,
+            false => Durability::Lossy(format!(
+                "redis has min-replicas-to-write {min}, below --redis-wait {n}: a master cut off from its replicas keeps taking writes that a failover throws away; set `min-replicas-to-write {n}`"
+            )),
+        }
+    } else {
+        Durability::Durable
+    })
 }

@@ -2,8 +2,8 @@
 //! checked at connect, written on a fresh store and by `lanes store migrate`.
 
 use super::keys::CAMPAIGNS;
+use super::link::Conn;
 use super::redis_err;
-use super::stats::Conn;
 use crate::store::api::StoreError;
 use crate::store::layout::{LayoutError, REDIS_LAYOUT, Recorded, StoreAt, UNVERSIONED_LAYOUT};
 use crate::store::tx::R;

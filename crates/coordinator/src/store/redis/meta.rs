@@ -22,8 +22,8 @@ use lanes_common::state::{CampaignState, StopMode, StopReason};
 use lanes_common::utc::EpochMs;
 
 use super::keys::Keys;
+use super::link::Conn;
 use super::redis_err;
-use super::stats::Conn;
 use crate::store::api::{Amendment, StoreError};
 use crate::store::model::Meta;
 use crate::store::tx::R;

@@ -25,8 +25,8 @@ use serde_json::Value;
 
 use super::commit::nonce;
 use super::keys::{CAMPAIGNS, Keys};
+use super::link::Conn;
 use super::meta::{Part, parts};
-use super::stats::Conn;
 use super::{layout, layout::LAYOUT_KEY};
 use super::{redis_err, try_lock, unlock};
 use crate::store::api::StoreError;

@@ -62,8 +62,10 @@ mod delete;
 mod durability;
 mod keys;
 mod layout;
+mod link;
 mod meta;
 mod migrate;
+mod sentinel;
 mod stats;
 mod store_wide;
 mod stream;
@@ -73,22 +75,24 @@ mod writes;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-
 use self::batch::Rounds;
 use self::cache::Cache;
 use self::commit::nonce;
 pub use self::durability::Durability;
+use self::durability::Requirements;
 use self::keys::Keys;
+use self::link::{Conn, Link, Wait, client};
+pub use self::sentinel::SentinelOptions;
+use self::sentinel::Sentinels;
+use self::stats::Counters;
 pub use self::stats::RedisStats;
-use self::stats::{Conn, Counters};
 use self::tx::RedisTx;
 use super::Store;
 use super::api::*;
 use super::layout::{MigrationReport, StoreAt};
 use super::observe::{CommitObserver, ObserverSlot};
 use super::op::{Answer, CampaignOp, Op};
+use async_trait::async_trait;
 
 /// How long a campaign lock is held at most before another operation may take it. Short,
 /// because a replica that dies holding it stalls the campaign that long; safe, because the
@@ -96,6 +100,9 @@ use super::op::{Answer, CampaignOp, Op};
 const LOCK_TTL_MS: u64 = 3_000;
 /// How long an operation waits for a busy campaign lock before failing as unavailable.
 const LOCK_WAIT: Duration = Duration::from_secs(10);
+/// How long an acknowledged write waits for its replicas (`--redis-wait`) before it counts as
+/// not acknowledged. Short, because the wait holds up the connection's later requests.
+const WAIT_TIMEOUT_MS: u64 = 1_000;
 
 /// Server error codes that describe the server's health, not the request: the same request
 /// succeeds once the server has finished loading its AOF (`LOADING`), a failover has settled
@@ -174,8 +181,12 @@ pub(crate) fn redis_err(e: redis::RedisError) -> StoreError {
 pub struct RedisOptions {
     /// Run even when Redis cannot guarantee that acknowledged writes survive a crash.
     pub allow_lossy: bool,
-    /// `WAIT n` after each commit.
+    /// `--redis-wait N`: every write an acknowledgement depends on waits for N replicas
+    /// (`WAIT`), and the master must have `min-replicas-to-write >= N`.
     pub wait_replicas: Option<u32>,
+    /// Find the master through these Sentinels; the store's URL then gives only the scheme,
+    /// credentials and database.
+    pub sentinel: Option<SentinelOptions>,
     /// The CA (PEM) of a `rediss://` server's certificate; the system roots when `None`.
     pub tls_ca_pem: Option<Vec<u8>>,
     /// How long a round of renewals alone waits for more operations before it commits
@@ -208,8 +219,8 @@ impl RedisStore {
     /// (stamping a fresh store).
     pub async fn connect(url: &str, opts: RedisOptions) -> Result<Self, StoreError> {
         let store = Self::open(url, opts).await?;
-        store.check_durability().await?;
         let mut conn = store.conn.clone();
+        durability::check(&mut conn, store.requirements()).await?;
         store
             .script
             .load_async(&mut conn)
@@ -228,40 +239,45 @@ impl RedisStore {
         opts: RedisOptions,
         dry_run: bool,
     ) -> Result<MigrationReport, StoreError> {
+        let opts = RedisOptions {
+            allow_lossy: true,
+            ..opts
+        };
         let store = Self::open(url, opts).await?;
         let mut conn = store.conn.clone();
         migrate::run(&mut conn, StoreAt::redis(url), dry_run).await
     }
 
-    /// Connects (the connection manager reconnects by itself from then on).
+    /// Connects to the master: at `url`, or the one the Sentinels name (the connection
+    /// reconnects by itself from then on, and follows the Sentinels).
     async fn open(url: &str, opts: RedisOptions) -> Result<Self, StoreError> {
-        let client = match &opts.tls_ca_pem {
-            Some(_) if !url.starts_with("rediss://") => {
-                return Err(StoreError::Backend(
-                    "a Redis TLS CA is given but the url is not rediss://".into(),
-                ));
-            }
-            Some(ca) => redis::Client::build_with_tls(
-                url,
-                redis::TlsCertificates {
-                    client_tls: None,
-                    root_cert: Some(ca.clone()),
-                },
-            ),
-            None => redis::Client::open(url),
-        }
-        .map_err(|e| StoreError::Backend(format!("bad redis url: {e}")))?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(Duration::from_secs(2)))
-            .set_response_timeout(Some(Duration::from_secs(10)))
-            .set_number_of_retries(3)
-            .set_max_delay(Duration::from_millis(500));
+        let opts = RedisOptions {
+            wait_replicas: opts.wait_replicas.filter(|n| *n > 0),
+            ..opts
+        };
         let counters = Arc::new(Counters::default());
-        let conn = ConnectionManager::new_with_config(client, config)
-            .await
-            .map_err(redis_err)?;
+        let requirements = Self::requirements_of(&opts);
+        let wait = opts.wait_replicas.map(|replicas| Wait {
+            replicas,
+            timeout_ms: WAIT_TIMEOUT_MS,
+        });
+        let ca = opts.tls_ca_pem.as_deref();
+        let link = match &opts.sentinel {
+            None => Link::fixed(client(url, ca)?, requirements, wait, counters.clone()).await?,
+            Some(s) => {
+                Link::sentinel(
+                    Sentinels::new(s, ca)?,
+                    url.to_owned(),
+                    opts.tls_ca_pem.clone(),
+                    requirements,
+                    wait,
+                    counters.clone(),
+                )
+                .await?
+            }
+        };
         Ok(Self {
-            conn: Conn::new(conn, counters.clone()),
+            conn: Conn::new(link),
             counters,
             rounds: Arc::default(),
             script: redis::Script::new(include_str!("commit.lua")),
@@ -270,9 +286,45 @@ impl RedisStore {
         })
     }
 
+    fn requirements_of(opts: &RedisOptions) -> Requirements {
+        Requirements {
+            allow_lossy: opts.allow_lossy,
+            replicas: opts.wait_replicas,
+            failover: opts.sentinel.is_some(),
+        }
+    }
+
+    fn requirements(&self) -> Requirements {
+        Self::requirements_of(&self.opts)
+    }
+
+    /// The URL of the master: `url` itself, or with Sentinels, `url` pointed at the master
+    /// they name now (for tools that dial Redis directly, such as the bench's probes).
+    pub async fn master_url(url: &str, opts: &RedisOptions) -> Result<String, StoreError> {
+        match &opts.sentinel {
+            None => Ok(url.to_owned()),
+            Some(s) => {
+                let (host, port) = Sentinels::new(s, opts.tls_ca_pem.as_deref())?
+                    .master_addr()
+                    .await?;
+                sentinel::master_url(url, &host, port)
+            }
+        }
+    }
+
+    /// The master in use (`host:port`): the one the Sentinels named last, or the fixed one.
+    pub fn master(&self) -> String {
+        self.conn.link().master_addr()
+    }
+
     /// What this store (and its clones) sent, and how often its commits conflicted.
     pub fn stats(&self) -> RedisStats {
-        self.counters.snapshot()
+        let link = self.conn.link();
+        RedisStats {
+            failovers: link.failovers(),
+            wait_timeouts: link.wait_timeouts(),
+            ..self.counters.snapshot()
+        }
     }
 
     /// The campaign's stored version.
@@ -349,28 +401,6 @@ impl RedisStore {
         Counters::bump(&self.counters.conflicts);
         self.observer.conflicted();
     }
-
-    async fn after_commit(&self, wrote: bool) {
-        if let (true, Some(n)) = (wrote, self.opts.wait_replicas) {
-            let mut conn = self.conn.clone();
-            match redis::cmd("WAIT")
-                .arg(n)
-                .arg(1000)
-                .query_async::<i64>(&mut conn)
-                .await
-            {
-                Ok(acked) if acked < i64::from(n) => {
-                    tracing::warn!(
-                        acked,
-                        wanted = n,
-                        "fewer redis replicas confirmed the commit"
-                    );
-                }
-                Ok(_) => {}
-                Err(e) => tracing::warn!(error = %e, "redis WAIT failed"),
-            }
-        }
-    }
 }
 
 #[async_trait]
@@ -421,6 +451,15 @@ impl Store for RedisStore {
 
     fn set_observer(&self, observer: Arc<dyn CommitObserver>) {
         self.observer.set(observer);
+    }
+
+    fn redis_link(&self) -> Option<RedisLink> {
+        let link = self.conn.link();
+        Some(RedisLink {
+            master: link.master_addr(),
+            failovers: link.failovers(),
+            wait_timeouts: link.wait_timeouts(),
+        })
     }
 }
 

@@ -1,11 +1,7 @@
 //! Counters of what the Redis backend sends and how often its commits conflict, so the cost of
 //! an operation can be measured (the store bench prints them) rather than guessed.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-
-use redis::aio::{ConnectionLike, ConnectionManager};
-use redis::{Cmd, Pipeline, RedisFuture, Value};
 
 /// A snapshot of a store's counters since it connected.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -24,6 +20,10 @@ pub struct RedisStats {
     pub lock_waits: u64,
     /// Commit scripts that wrote something.
     pub writes: u64,
+    /// Times the master changed (a Sentinel failover followed).
+    pub failovers: u64,
+    /// Acknowledged writes whose `WAIT` saw fewer replicas than `--redis-wait` asks.
+    pub wait_timeouts: u64,
 }
 
 impl RedisStats {
@@ -37,6 +37,8 @@ impl RedisStats {
             conflicts: self.conflicts - earlier.conflicts,
             lock_waits: self.lock_waits - earlier.lock_waits,
             writes: self.writes - earlier.writes,
+            failovers: self.failovers - earlier.failovers,
+            wait_timeouts: self.wait_timeouts - earlier.wait_timeouts,
         }
     }
 }
@@ -44,8 +46,8 @@ impl RedisStats {
 /// The live counters, shared by every clone of a store and its connections.
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
-    round_trips: AtomicU64,
-    commands: AtomicU64,
+    pub(crate) round_trips: AtomicU64,
+    pub(crate) commands: AtomicU64,
     pub(crate) ops: AtomicU64,
     pub(crate) attempts: AtomicU64,
     pub(crate) conflicts: AtomicU64,
@@ -68,44 +70,8 @@ impl Counters {
             conflicts: get(&self.conflicts),
             lock_waits: get(&self.lock_waits),
             writes: get(&self.writes),
+            failovers: 0,
+            wait_timeouts: 0,
         }
-    }
-}
-
-/// A `ConnectionManager` that counts the requests sent through it.
-#[derive(Clone)]
-pub(crate) struct Conn {
-    inner: ConnectionManager,
-    counters: Arc<Counters>,
-}
-
-impl Conn {
-    pub(crate) fn new(inner: ConnectionManager, counters: Arc<Counters>) -> Self {
-        Self { inner, counters }
-    }
-}
-
-impl ConnectionLike for Conn {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        Counters::bump(&self.counters.round_trips);
-        Counters::bump(&self.counters.commands);
-        self.inner.req_packed_command(cmd)
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        pipeline: &'a Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> RedisFuture<'a, Vec<Value>> {
-        Counters::bump(&self.counters.round_trips);
-        self.counters
-            .commands
-            .fetch_add(pipeline.len() as u64, Ordering::Relaxed);
-        self.inner.req_packed_commands(pipeline, offset, count)
-    }
-
-    fn get_db(&self) -> i64 {
-        self.inner.get_db()
     }
 }

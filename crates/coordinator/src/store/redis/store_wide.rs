@@ -62,15 +62,18 @@ impl RedisStore {
     /// The stored lease key, `fresh` if none was there.
     pub(super) async fn keep_lease_key(&self, fresh: LeaseKey) -> R<LeaseKey> {
         let mut conn = self.conn.clone();
-        // SET NX: the first replica's key wins; every replica then reads the same one.
-        let (stored,): (Option<String>,) = redis::pipe()
-            .atomic()
-            .cmd("SET")
-            .arg(LEASE_KEY)
-            .arg(fresh.to_hex())
-            .arg("NX")
-            .ignore()
-            .cmd("GET")
+        // SET NX: the first replica's key wins; every replica then reads the same one. The SET
+        // is acknowledged like a commit: a key lost in a failover would void every lease.
+        let _: Option<String> = conn
+            .acked(
+                redis::cmd("SET")
+                    .arg(LEASE_KEY)
+                    .arg(fresh.to_hex())
+                    .arg("NX"),
+            )
+            .await
+            .map_err(redis_err)?;
+        let stored: Option<String> = redis::cmd("GET")
             .arg(LEASE_KEY)
             .query_async(&mut conn)
             .await
@@ -94,14 +97,15 @@ impl RedisStore {
         let value =
             serde_json::to_string(&grant).map_err(|e| StoreError::Backend(e.to_string()))?;
         let mut conn = self.conn.clone();
-        redis::cmd("SET")
-            .arg(login_code(&digest))
-            .arg(value)
-            .arg("PX")
-            .arg(ttl)
-            .query_async::<()>(&mut conn)
-            .await
-            .map_err(redis_err)
+        conn.acked::<()>(
+            redis::cmd("SET")
+                .arg(login_code(&digest))
+                .arg(value)
+                .arg("PX")
+                .arg(ttl),
+        )
+        .await
+        .map_err(redis_err)
     }
 
     pub(super) async fn take_code(
@@ -142,11 +146,14 @@ impl RedisStore {
 
     pub(super) async fn keep_bundle(&self, digest: String, encoded: Vec<u8>) -> R<bool> {
         let mut conn = self.conn.clone();
-        let set: Option<String> = redis::cmd("SET")
-            .arg(bundle(&digest))
-            .arg(encoded)
-            .arg("NX")
-            .query_async(&mut conn)
+        // Acknowledged like a commit: the submit that names it must never outlive it.
+        let set: Option<String> = conn
+            .acked(
+                redis::cmd("SET")
+                    .arg(bundle(&digest))
+                    .arg(encoded)
+                    .arg("NX"),
+            )
             .await
             .map_err(redis_err)?;
         Ok(set.is_some())
