@@ -114,7 +114,7 @@ async fn redis_restart_through_a_long_loading() {
     let mut cl = Cluster::start(Layout::default()).await;
     // Bulk data in another database, rewritten into the AOF as plain commands, so that
     // loading it at the restart takes seconds.
-    let r = cl.redis.commands(&[
+    let r = cl.redis().commands(&[
         &["SELECT", "9"],
         &["DEBUG", "POPULATE", "2000000", "bulk", "32"],
         &["CONFIG", "SET", "aof-use-rdb-preamble", "no"],
@@ -123,7 +123,7 @@ async fn redis_restart_through_a_long_loading() {
     assert!(r.iter().all(|l| !l.starts_with('-')), "{r:?}");
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     while cl
-        .redis
+        .redis()
         .command(&["INFO", "persistence"])
         .contains("aof_rewrite_in_progress:1")
         || !aof_rewritten(&cl)
@@ -138,10 +138,10 @@ async fn redis_restart_through_a_long_loading() {
     let text = campaign("rl", 50, [0.5, 1.5], "");
     cl.submit(0, &text).await;
     cl.wait_rows("rl", 15, END).await;
-    cl.redis.kill9();
+    cl.redis_mut().kill9();
     let loading = tokio::task::spawn_blocking(move || {
         let started = std::time::Instant::now();
-        cl.redis.restart();
+        cl.redis_mut().restart();
         (cl, started.elapsed())
     })
     .await
@@ -157,7 +157,7 @@ async fn redis_restart_through_a_long_loading() {
 
 /// Whether the last AOF rewrite finished successfully.
 fn aof_rewritten(cl: &Cluster) -> bool {
-    let info = cl.redis.command(&["INFO", "persistence"]);
+    let info = cl.redis().command(&["INFO", "persistence"]);
     info.contains("aof_last_bgrewrite_status:ok") && !info.contains("aof_rewrite_scheduled:1")
 }
 
@@ -375,9 +375,14 @@ async fn a_report_over_100k_rows() {
     let parsed = crate::harness::parse(&text);
     let trials: Vec<_> = lanes_common::schedule::trials(&parsed).collect();
     assert_eq!(trials.len(), 1000);
-    let written =
-        lanes_tests::synthetic_ledger::append(&cl.redis.url(), &parsed, &sub.spec_hash, 101, true)
-            .await;
+    let written = lanes_tests::synthetic_ledger::append(
+        &cl.redis().url(),
+        &parsed,
+        &sub.spec_hash,
+        101,
+        true,
+    )
+    .await;
     assert_eq!(written, 101_000);
     let rows = cl.check("big", &[&text]).await;
     assert_eq!(rows.len(), 101_000);

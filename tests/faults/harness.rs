@@ -12,10 +12,11 @@ use std::time::{Duration, Instant};
 use lanes_common::proto as pb;
 use lanes_common::row::Row;
 use lanes_common::spec::Campaign;
-use lanes_coordinator::store::{RedisOptions, RedisStore, Store};
+use lanes_coordinator::store::{RedisOptions, RedisStore, SentinelOptions, Store};
 use lanes_tests::coordinator::{CLIENT_TOKEN, LANE_TOKEN};
 use lanes_tests::history::{Ack, Ledger, Version, check};
 use lanes_tests::lane_client::{Client, client, submit_request};
+use lanes_tests::redis_sentinel::{MASTER_NAME, Replicated};
 use lanes_tests::redis_server::RedisServer;
 
 pub use crate::proxy::Proxy;
@@ -149,10 +150,19 @@ impl Coord {
     }
 }
 
+/// The Redis a cluster runs on.
+pub enum Backing {
+    /// One server.
+    Single(RedisServer),
+    /// A master, two replicas and three Sentinels; the coordinators follow the master with
+    /// `--redis-sentinel` and acknowledge with `--redis-wait 1`.
+    Sentinel(Replicated),
+}
+
 /// Everything one case runs on.
 pub struct Cluster {
     pub dir: tempfile::TempDir,
-    pub redis: RedisServer,
+    pub backing: Backing,
     pub coords: Vec<Coord>,
     pub workers: Vec<Proc>,
     /// Proxies in front of Redis (one per coordinator), when asked for.
@@ -167,6 +177,8 @@ pub struct Layout {
     pub clock_offsets_ms: Vec<i64>,
     /// Put a proxy between each coordinator and Redis.
     pub redis_proxies: bool,
+    /// A replicated Redis behind Sentinels instead of one server.
+    pub sentinel: bool,
 }
 
 impl Default for Layout {
@@ -175,6 +187,7 @@ impl Default for Layout {
             coordinators: 2,
             clock_offsets_ms: Vec::new(),
             redis_proxies: false,
+            sentinel: false,
         }
     }
 }
@@ -182,22 +195,55 @@ impl Default for Layout {
 impl Cluster {
     pub async fn start(layout: Layout) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
-        let redis = RedisServer::start();
+        let backing = match layout.sentinel {
+            false => Backing::Single(RedisServer::start()),
+            true => Backing::Sentinel(
+                tokio::task::spawn_blocking(|| Replicated::start(2))
+                    .await
+                    .expect("start the replicated redis"),
+            ),
+        };
+        let (checker_url, checker_opts) = match &backing {
+            Backing::Single(redis) => (redis.url(), RedisOptions::default()),
+            Backing::Sentinel(group) => (
+                "redis://sentinel-master/".to_owned(),
+                RedisOptions {
+                    // The checker only reads.
+                    allow_lossy: true,
+                    sentinel: Some(SentinelOptions {
+                        addrs: group.sentinel_addrs(),
+                        master: MASTER_NAME.into(),
+                        tls: false,
+                        password: None,
+                    }),
+                    ..RedisOptions::default()
+                },
+            ),
+        };
         let store: Arc<dyn Store> = Arc::new(
-            RedisStore::connect(&redis.url(), RedisOptions::default())
+            RedisStore::connect(&checker_url, checker_opts)
                 .await
                 .expect("the checker's store connection"),
         );
         let mut redis_proxies = Vec::new();
         let mut coords = Vec::new();
         for i in 0..layout.coordinators {
-            let redis_url = if layout.redis_proxies {
-                let p = Proxy::start(redis.port).await;
-                let url = format!("redis://127.0.0.1:{}/", p.port);
-                redis_proxies.push(p);
-                url
-            } else {
-                redis.url()
+            let store_args: Vec<String> = match &backing {
+                Backing::Single(redis) if layout.redis_proxies => {
+                    let p = Proxy::start(redis.port).await;
+                    let url = format!("redis://127.0.0.1:{}/", p.port);
+                    redis_proxies.push(p);
+                    vec!["--redis".into(), url]
+                }
+                Backing::Single(redis) => vec!["--redis".into(), redis.url()],
+                Backing::Sentinel(group) => vec![
+                    "--redis-sentinel".into(),
+                    group.sentinel_addrs().join(","),
+                    "--redis-master".into(),
+                    MASTER_NAME.into(),
+                    "--redis-wait".into(),
+                    "1".into(),
+                ],
             };
             let port = free_port();
             let mut env = vec![
@@ -209,15 +255,16 @@ impl Cluster {
             }
             let proc = Proc::start(
                 &format!("coordinator-{i}"),
-                vec![
+                [
                     "coordinator".into(),
                     "--listen".into(),
                     format!("127.0.0.1:{port}"),
-                    "--redis".into(),
-                    redis_url,
                     "--reaper-delay-s".into(),
                     TTL_S.to_string(),
-                ],
+                ]
+                .into_iter()
+                .chain(store_args)
+                .collect(),
                 env,
                 dir.path().join(format!("coordinator-{i}.log")),
             );
@@ -227,11 +274,34 @@ impl Cluster {
         }
         Self {
             dir,
-            redis,
+            backing,
             coords,
             workers: Vec::new(),
             redis_proxies,
             store,
+        }
+    }
+
+    /// The one Redis server of a cluster without Sentinels.
+    pub fn redis(&self) -> &RedisServer {
+        match &self.backing {
+            Backing::Single(r) => r,
+            Backing::Sentinel(_) => panic!("this cluster runs on a replicated redis"),
+        }
+    }
+
+    pub fn redis_mut(&mut self) -> &mut RedisServer {
+        match &mut self.backing {
+            Backing::Single(r) => r,
+            Backing::Sentinel(_) => panic!("this cluster runs on a replicated redis"),
+        }
+    }
+
+    /// The replicated Redis of a cluster with Sentinels.
+    pub fn replicated_mut(&mut self) -> &mut Replicated {
+        match &mut self.backing {
+            Backing::Sentinel(g) => g,
+            Backing::Single(_) => panic!("this cluster runs on one redis"),
         }
     }
 

@@ -9,6 +9,7 @@
 #![allow(unreachable_pub)]
 
 mod cases;
+mod failover;
 mod harness;
 mod proxy;
 mod soak;

@@ -2,10 +2,16 @@
 //! with 3 workers × 8 lanes and 2 coordinators (their clocks 2 s apart), then the history
 //! checker over the whole ledger and a count of the faults injected, by kind. Without the
 //! variable it does nothing. `LANES_SOAK_SEED` replays a run's fault sequence.
+//!
+//! The Redis under it is one server (its faults: restarts, and partitions between a
+//! coordinator and Redis through proxies) or a master with two replicas behind three
+//! Sentinels (its faults: the master killed or stopped, so failovers, and a replica's disk
+//! lost). `LANES_SOAK_REDIS=single|sentinel` chooses; without it the seed does.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use crate::failover::{RedisFault, inject};
 use crate::harness::{Cluster, Layout, campaign};
 use crate::proxy::Proxy;
 
@@ -29,16 +35,23 @@ impl Rng {
     }
 }
 
+/// Faults whatever the Redis.
 const KINDS: &[&str] = &[
     "coordinator_kill9",
     "coordinator_sigstop",
     "worker_kill9",
     "worker_sigstop",
-    "redis_restart",
     "partition_worker_coordinator",
-    "partition_coordinator_redis",
     "full_disk",
     "amendment",
+];
+/// Faults of one Redis server.
+const SINGLE_KINDS: &[&str] = &["redis_restart", "partition_coordinator_redis"];
+/// Faults of a replicated Redis behind Sentinels.
+const SENTINEL_KINDS: &[&str] = &[
+    "redis_failover_kill9",
+    "redis_failover_sigstop",
+    "redis_replica_empty_disk",
 ];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -62,10 +75,27 @@ async fn soak() {
         });
     eprintln!("soak: {secs} s, seed {seed} (LANES_SOAK_SEED={seed} replays it)");
     let mut rng = Rng(seed);
+    let sentinel = match std::env::var("LANES_SOAK_REDIS").as_deref() {
+        Ok("sentinel") => true,
+        Ok("single") => false,
+        Ok(other) => panic!("LANES_SOAK_REDIS is single or sentinel, not {other:?}"),
+        Err(_) => (seed >> 1) & 1 == 1,
+    };
+    let redis_kinds = if sentinel {
+        SENTINEL_KINDS
+    } else {
+        SINGLE_KINDS
+    };
+    let kinds: Vec<&str> = KINDS.iter().chain(redis_kinds).copied().collect();
+    eprintln!(
+        "soak: redis {} (LANES_SOAK_REDIS chooses)",
+        if sentinel { "sentinel" } else { "single" }
+    );
     let mut cl = Cluster::start(Layout {
         coordinators: 2,
         clock_offsets_ms: vec![-1000, 1000],
-        redis_proxies: true,
+        redis_proxies: !sentinel,
+        sentinel,
     })
     .await;
     // Each worker reaches each replica through a proxy of its own, so one link can be cut.
@@ -92,11 +122,11 @@ async fn soak() {
     let mut tasks = 5000;
     let mut texts = vec![campaign("soak", tasks, [0.05, 0.4], "")];
     cl.submit(0, &texts[0]).await;
-    let mut counts: BTreeMap<&str, u32> = KINDS.iter().map(|k| (*k, 0)).collect();
+    let mut counts: BTreeMap<&str, u32> = kinds.iter().map(|k| (*k, 0)).collect();
     let end = Instant::now() + Duration::from_secs(secs);
     while Instant::now() < end {
         tokio::time::sleep(rng.secs(1, 4)).await;
-        let kind = KINDS[rng.below(KINDS.len() as u64) as usize];
+        let kind = kinds[rng.below(kinds.len() as u64) as usize];
         let hold = rng.secs(2, 10);
         match kind {
             "coordinator_kill9" => {
@@ -127,15 +157,18 @@ async fn soak() {
             "redis_restart" => {
                 let mut c = cl;
                 c = tokio::task::spawn_blocking(move || {
-                    c.redis.kill9();
+                    c.redis_mut().kill9();
                     std::thread::sleep(Duration::from_millis(500));
-                    c.redis.restart();
+                    c.redis_mut().restart();
                     c
                 })
                 .await
                 .unwrap();
                 cl = c;
             }
+            "redis_failover_kill9" => inject(&mut cl, RedisFault::KillMaster),
+            "redis_failover_sigstop" => inject(&mut cl, RedisFault::StopMaster),
+            "redis_replica_empty_disk" => inject(&mut cl, RedisFault::EmptyReplica),
             "partition_worker_coordinator" => {
                 let (j, c) = (rng.below(3) as usize, rng.below(2) as usize);
                 links[j][c].blackhole(true);

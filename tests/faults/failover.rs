@@ -1,0 +1,109 @@
+//! Redis failovers under a running campaign: the coordinators find the master through three
+//! Sentinels (`--redis-sentinel`) and acknowledge only what a replica has (`--redis-wait 1`),
+//! while the master is killed, stopped past `down-after-milliseconds` and a replica loses its
+//! disk. The history checker and the workers' ack logs must show every trial once and every
+//! acknowledged outcome in the ledger of the master that is left.
+
+use std::time::{Duration, Instant};
+
+use lanes_common::state::CampaignState;
+use lanes_tests::redis_sentinel::FAILOVER_TIMEOUT_MS;
+use tokio::task::block_in_place;
+
+use crate::harness::{Cluster, Layout, campaign};
+
+const END: Duration = Duration::from_secs(300);
+/// How long the Sentinels may take to fail over, or the nodes to settle after a fault.
+const FAILOVER: Duration = Duration::from_secs(30);
+/// Sentinel starts no new failover of a master within twice its failover timeout.
+const BETWEEN: Duration = Duration::from_millis(2 * FAILOVER_TIMEOUT_MS + 1_000);
+
+/// One fault of the replicated Redis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RedisFault {
+    /// kill -9 of the master; it comes back later on its disk, as a replica.
+    KillMaster,
+    /// SIGSTOP of the master until the Sentinels have promoted a replica, then SIGCONT: it
+    /// wakes as a stale master and must be fenced.
+    StopMaster,
+    /// kill -9 of a replica, which comes back on an empty disk and syncs from scratch.
+    EmptyReplica,
+}
+
+/// Injects `fault` and waits until the Sentinels have settled on a master with every node
+/// replicating from it again.
+pub fn inject(cl: &mut Cluster, fault: RedisFault) {
+    let g = cl.replicated_mut();
+    let m = g.master();
+    let old = g.nodes[m].port;
+    block_in_place(|| match fault {
+        RedisFault::KillMaster => {
+            g.nodes[m].kill9();
+            g.wait_failover_from(old, FAILOVER);
+            g.nodes[m].restart();
+        }
+        RedisFault::StopMaster => {
+            g.nodes[m].pause();
+            g.wait_failover_from(old, FAILOVER);
+            g.nodes[m].resume();
+        }
+        RedisFault::EmptyReplica => {
+            let r = (m + 1) % g.nodes.len();
+            g.nodes[r].kill9();
+            g.nodes[r].restart_empty();
+        }
+    });
+    block_in_place(|| g.wait_settled(FAILOVER));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_failovers_under_sentinel() {
+    let mut cl = Cluster::start(Layout {
+        sentinel: true,
+        ..Layout::default()
+    })
+    .await;
+    let urls = cl.urls();
+    cl.add_worker(4, &urls, &[]);
+    cl.add_worker(4, &[urls[1].clone(), urls[0].clone()], &[]);
+    // About a minute of work for 8 lanes: it must outlast the five faults.
+    let text = campaign("fo", 600, [0.3, 0.6], "");
+    cl.submit(0, &text).await;
+    let mut rows = 20;
+    cl.wait_rows("fo", rows, END).await;
+    let mut last_failover: Option<Instant> = None;
+    for fault in [
+        RedisFault::EmptyReplica,
+        RedisFault::KillMaster,
+        RedisFault::KillMaster,
+        RedisFault::StopMaster,
+        RedisFault::KillMaster,
+    ] {
+        let fails_over = fault != RedisFault::EmptyReplica;
+        if let (true, Some(at)) = (fails_over, last_failover) {
+            tokio::time::sleep(BETWEEN.saturating_sub(at.elapsed())).await;
+        }
+        assert_eq!(
+            cl.status("fo").await.state,
+            CampaignState::Running,
+            "the campaign ended before {fault:?}: give it more trials"
+        );
+        inject(&mut cl, fault);
+        if fails_over {
+            last_failover = Some(Instant::now());
+        }
+        // The campaign goes on after each fault.
+        rows += 10;
+        cl.wait_rows("fo", rows, END).await;
+    }
+    let st = cl.wait_ended("fo", END).await;
+    let rows = cl.check("fo", &[&text]).await;
+    assert_eq!(st.trials_final, st.trials_total);
+    // Each coordinator followed the master through the four failovers (one at a time, at
+    // least five seconds apart, and it asks the Sentinels every second).
+    for c in &cl.coords {
+        let followed = c.proc.log_text().matches("redis failover").count();
+        assert!(followed >= 4, "a coordinator followed {followed} failovers");
+    }
+    assert!(rows.len() as u64 >= st.trials_total && !cl.acks().is_empty());
+}
