@@ -83,6 +83,14 @@ impl Replicated {
         group
     }
 
+    /// Kills Sentinel `i` (for good).
+    pub fn stop_sentinel(&mut self, i: usize) {
+        if let Some(mut c) = self.sentinels[i].child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
     /// `HOST:PORT` of each Sentinel.
     pub fn sentinel_addrs(&self) -> Vec<String> {
         self.sentinels

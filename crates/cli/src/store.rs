@@ -18,7 +18,7 @@ pub(crate) enum StoreCmd {
 }
 
 #[derive(clap::Args, Debug)]
-#[command(group(clap::ArgGroup::new("store").required(true).args(["redis", "redis_sentinel", "data_dir"])))]
+#[command(group(clap::ArgGroup::new("store").required(true).multiple(true).args(["redis", "redis_sentinel", "data_dir"])))]
 pub(crate) struct MigrateArgs {
     /// The Redis store, e.g. redis://127.0.0.1:6380/ (its value may carry a password, so it
     /// is never shown).
@@ -52,8 +52,8 @@ fn migrate(args: MigrateArgs) -> anyhow::Result<Code> {
             return Ok(Code::BadInput);
         }
     };
-    if sentinel.is_some() && args.data_dir.is_some() {
-        eprintln!("lanes: --redis-sentinel and --data-dir name two stores; give one");
+    if (sentinel.is_some() || args.redis.is_some()) && args.data_dir.is_some() {
+        eprintln!("lanes: --redis (or --redis-sentinel) and --data-dir name two stores; give one");
         return Ok(Code::BadInput);
     }
     let redis = match (args.redis, &sentinel) {

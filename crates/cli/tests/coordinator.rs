@@ -193,6 +193,34 @@ fn refuses_to_start_open_short_or_with_one_token_for_both_roles() {
 }
 
 #[test]
+fn sentinel_flags_that_do_not_fit_together_are_refused_before_anything_runs() {
+    let tokens = [
+        ("LANES_CLIENT_TOKEN", "client-token-0123456789"),
+        ("LANES_LANE_TOKEN", "lane-token-0123456789"),
+    ];
+    let err = refused(&["--redis-sentinel", "127.0.0.1:26379"], &tokens);
+    assert!(err.contains("needs --redis-master"), "{err}");
+    let err = refused(&["--redis-master", "lanes"], &tokens);
+    assert!(err.contains("need --redis-sentinel"), "{err}");
+    let err = refused(
+        &["--redis-sentinel", "sentinel-a", "--redis-master", "lanes"],
+        &tokens,
+    );
+    assert!(err.contains("\"sentinel-a\" is not HOST:PORT"), "{err}");
+    // `refused` also passes --data-dir: two stores.
+    let err = refused(
+        &[
+            "--redis-sentinel",
+            "127.0.0.1:26379",
+            "--redis-master",
+            "lanes",
+        ],
+        &tokens,
+    );
+    assert!(err.contains("name two stores"), "{err}");
+}
+
+#[test]
 fn insecure_no_auth_starts_an_open_coordinator_and_says_so() {
     let dir = tempfile::tempdir().unwrap();
     let mut child = Killed(

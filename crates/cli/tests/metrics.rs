@@ -220,6 +220,22 @@ fn counters_agree_with_the_ledger(store_args: &[&str], backend: &str, dead_colle
         assert!(Instant::now() < deadline, "not done in time: {v}");
         std::thread::sleep(Duration::from_millis(100));
     };
+    // On Redis, status names the master the answering coordinator writes to.
+    match backend {
+        "redis" => {
+            assert!(
+                status["redis_link"]["master"]
+                    .as_str()
+                    .is_some_and(|m| m.starts_with("127.0.0.1:")),
+                "{status}"
+            );
+            assert_eq!(status["redis_link"]["failovers"], 0, "{status}");
+            let text = client(&["status", "metered"], &url);
+            let text = String::from_utf8_lossy(&text.stdout);
+            assert!(text.contains("store: redis master 127.0.0.1:"), "{text}");
+        }
+        _ => assert!(status.get("redis_link").is_none(), "{status}"),
+    }
     // A client with a wrong token is refused, and counted.
     let refused = lanes()
         .args(["status", "metered", "--coordinator", &url])
@@ -308,6 +324,17 @@ fn counters_agree_with_the_ledger(store_args: &[&str], backend: &str, dead_colle
         .map(|(_, _, v)| v as u64)
         .sum();
     assert!(completes > 0, "{text}");
+    if backend == "redis" {
+        let masters: Vec<_> = samples(&text)
+            .into_iter()
+            .filter(|(n, _, _)| n == "lanes_store_redis_master")
+            .collect();
+        assert_eq!(masters.len(), 1, "{text}");
+        assert!(masters[0].1["addr"].starts_with("127.0.0.1:"), "{text}");
+        assert_eq!(masters[0].2, 1.0, "{text}");
+        assert_eq!(value(&text, "lanes_store_redis_failovers_total"), 0.0);
+        assert_eq!(value(&text, "lanes_store_redis_wait_timeouts_total"), 0.0);
+    }
     for secret in [CLIENT_TOKEN, LANE_TOKEN, "t0.r0.a"] {
         assert!(!text.contains(secret), "{secret} exposed:\n{text}");
     }

@@ -95,6 +95,15 @@ async fn an_outcome_no_replica_confirmed_is_not_acknowledged_and_lands_once_afte
         "{err}"
     );
     assert_eq!(store.stats().wait_timeouts, 1);
+    // Retried while the replicas are still away, it finds its own stored acknowledgement and
+    // writes nothing: that answer must wait for the replicas all the same.
+    let err = h
+        .store
+        .complete(&c, outcome.clone(), h.now())
+        .await
+        .expect_err("a retry must not acknowledge what no replica has either");
+    assert!(err.to_string().contains("replicas"), "{err}");
+    assert_eq!(store.stats().wait_timeouts, 2);
 
     // The master dies with that write; the replicas come back and one is promoted.
     group.nodes[0].kill9();
@@ -199,6 +208,43 @@ async fn a_master_stopped_past_down_after_is_fenced_when_it_comes_back() {
     assert_eq!(of_held.len(), 1, "{rows:?}");
     assert_eq!(of_held[0].result.score, Some(1.0));
     drop(group);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_coordinator_that_no_longer_reaches_a_majority_of_the_sentinels_stops_writing() {
+    let mut group = group().await;
+    let (h, store) = harness(&group).await;
+    let c = cid("minority");
+    h.submit(campaign(
+        "minority",
+        &[("a", "pa")],
+        2,
+        "pairing = \"none\"",
+        "",
+    ))
+    .await;
+    let t = h.claim_tokens(&c, "l", "h").await.remove(0);
+    // One Sentinel left of three: it may be the one a partition left with an old master.
+    group.stop_sentinel(0);
+    group.stop_sentinel(1);
+    let outcome = scored(&t, "l", "h", Status::Completed, 1.0);
+    let deadline = Instant::now() + FAILOVER;
+    let err = loop {
+        match h.store.complete(&c, outcome.clone(), h.now()).await {
+            Err(e) if e.to_string().contains("majority") => break e,
+            // Before the link asks again (once a second), the master is still used, and the
+            // completion may land: it is then a duplicate of itself from here on.
+            _ => {
+                assert!(
+                    Instant::now() < deadline,
+                    "still writing without a majority"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    assert!(err.is_retryable(), "{err}");
+    assert_eq!(store.stats().failovers, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -21,6 +21,13 @@ pub const UNVERSIONED_LAYOUT: u32 = 1;
 pub enum StoreAt {
     /// A Redis URL, with any password already masked.
     Redis(String),
+    /// A Redis master found through Sentinels.
+    RedisSentinel {
+        /// `HOST:PORT,…` of the Sentinels.
+        sentinels: String,
+        /// The master's name.
+        master: String,
+    },
     /// The embedded store's data directory.
     Embedded(PathBuf),
 }
@@ -35,6 +42,9 @@ impl StoreAt {
     pub fn migrate_command(&self) -> String {
         match self {
             StoreAt::Redis(url) => format!("lanes store migrate --redis {url}"),
+            StoreAt::RedisSentinel { sentinels, master } => {
+                format!("lanes store migrate --redis-sentinel {sentinels} --redis-master {master}")
+            }
             StoreAt::Embedded(dir) => format!("lanes store migrate --data-dir {}", dir.display()),
         }
     }
@@ -44,13 +54,17 @@ impl fmt::Display for StoreAt {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             StoreAt::Redis(url) => write!(f, "the Redis store at {url}"),
+            StoreAt::RedisSentinel { sentinels, master } => write!(
+                f,
+                "the Redis store of master {master:?} (sentinels {sentinels})"
+            ),
             StoreAt::Embedded(dir) => write!(f, "the embedded store in {}", dir.display()),
         }
     }
 }
 
 /// `redis://user:secret@host/` -> `redis://user:***@host/`; a URL without a password as is.
-fn mask_password(url: &str) -> String {
+pub(crate) fn mask_password(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_owned();
     };

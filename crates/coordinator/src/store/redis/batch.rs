@@ -323,7 +323,7 @@ impl RedisStore {
                 self.land_all(c, chain, cache).await;
                 if !tx.has_writes() {
                     // The answers hold if the reads saw one version.
-                    match self.read_version(c.as_str()).await {
+                    match self.replicated_version(c.as_str()).await {
                         Ok(v) if v == tx.version() => {
                             deliver(batch, answers);
                             *cache = Some(tx.into_cache(v, false));
@@ -511,7 +511,7 @@ impl RedisStore {
             };
             let outcome = if !tx.has_writes() && !tx.locked() {
                 // Nothing to write: the answers hold if the reads saw one version.
-                self.read_version(c.as_str())
+                self.replicated_version(c.as_str())
                     .await
                     .map(|v| match v == tx.version() {
                         true => Committed::Yes {

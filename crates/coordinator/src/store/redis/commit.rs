@@ -6,8 +6,8 @@ use std::collections::HashMap;
 
 use redis::{ErrorKind, ServerErrorKind};
 
+use super::conn::Conn;
 use super::keys::Keys;
-use super::link::Conn;
 use super::meta::{Part, parts};
 use super::redis_err;
 use super::writes::Writes;

@@ -7,8 +7,8 @@
 
 use lanes_common::ids::CampaignId;
 
+use super::conn::Conn;
 use super::keys::{CAMPAIGNS, Keys};
-use super::link::Conn;
 use super::{RedisStore, redis_err};
 use crate::store::api::{Deleted, StoreError};
 use crate::store::engine;
@@ -46,6 +46,8 @@ impl RedisStore {
                             .await
                             .map_err(redis_err)?;
                     }
+                    // Answered only once on the replicas: a failover must not bring it back.
+                    conn.replicated().await.map_err(redis_err)?;
                     return Ok(deleted);
                 }
                 Ok(None) => super::unlock(&mut conn, &keys, &token).await,

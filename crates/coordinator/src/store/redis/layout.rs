@@ -1,8 +1,8 @@
 //! The Redis store's layout record, the key `lanes:layout` (a decimal integer): read and
 //! checked at connect, written on a fresh store and by `lanes store migrate`.
 
+use super::conn::Conn;
 use super::keys::CAMPAIGNS;
-use super::link::Conn;
 use super::redis_err;
 use crate::store::api::StoreError;
 use crate::store::layout::{LayoutError, REDIS_LAYOUT, Recorded, StoreAt, UNVERSIONED_LAYOUT};

@@ -1,19 +1,19 @@
 //! The link to the Redis master, shared by every request of a store.
 //!
-//! A [`Conn`] is a cheap handle on the store's [`Link`], which holds a connection to the
-//! master: a fixed address (`--redis`), or the master that Sentinels name (`--redis-sentinel`),
-//! followed across failovers. With Sentinels the link asks them again once a second, and at once
-//! when a request fails in a way that says the master may have moved (the connection dropped,
-//! timed out or was refused, or the node answered `READONLY`); a new master is used only after
-//! it answered `ROLE` as a master and passed the same checks as at start ([`durability`]).
-//! A master that fails them is not written to: every request fails as unavailable, naming
-//! why, until a master that passes is found. Requests in flight when the master changed
-//! finish, or fail, on the old connection; a write that reached an old master is never
-//! acknowledged with `--redis-wait` (its `WAIT` finds no replica), so the caller retries.
+//! The [`Link`] holds connections to the master: a fixed address (`--redis`), or the master
+//! that Sentinels name (`--redis-sentinel`), followed across failovers. With Sentinels the
+//! link asks them again once a second, and at once when a request fails in a way that says
+//! the master may have moved (the connection dropped, timed out or was refused, or the node
+//! answered `READONLY` or `MASTERDOWN`). A node is used only after a majority of the Sentinels
+//! named it ([`Sentinels::master_addr`]), it answered `ROLE` as a master, and it passed the
+//! same checks as at start ([`durability`]). A master that fails them, or that a majority of
+//! the Sentinels no longer names, is not written to: every request fails as unavailable,
+//! saying why, until a master that passes is found. Requests in flight when the master
+//! changed finish, or fail, on the old connections.
 //!
-//! [`Conn::acked`] sends a write that an acknowledgement depends on: with `--redis-wait N`,
-//! pipelined with `WAIT N <timeout>` on the same connection, so the `WAIT` covers that very
-//! write. Fewer replicas than `N` in time is an unavailable store, not an acknowledgement.
+//! With `--redis-wait` the master gets a second connection of its own for the writes an
+//! acknowledgement depends on ([`Conn::acked`](super::conn::Conn::acked)): their `WAIT`
+//! blocks the connection it is sent on, and reads, locks and pings must not queue behind it.
 //!
 //! [`durability`]: super::durability
 
@@ -22,7 +22,7 @@ use std::sync::{Arc, RwLock, Weak};
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
-use redis::{Client, Cmd, FromRedisValue, Pipeline, RedisError, RedisFuture, RedisResult, Value};
+use redis::{Client, RedisError, RedisResult, Value};
 
 use super::durability::{self, Requirements};
 use super::redis_err;
@@ -76,10 +76,28 @@ pub(crate) struct Wait {
 #[derive(Clone)]
 struct Master {
     /// `host:port`, for status and messages.
-    addr: String,
+    addr: Arc<str>,
     conn: ConnectionManager,
-    /// Why this master must not be written to (it failed the checks), if it must not.
+    /// The connection of acknowledged writes, with a `WAIT` policy.
+    acked: Option<ConnectionManager>,
+    /// Why this master must not be written to, if it must not.
     refused: Option<Arc<str>>,
+}
+
+impl Master {
+    async fn open(client: Client, addr: String, wait: Option<Wait>) -> Result<Self, StoreError> {
+        let conn = manage(client.clone()).await?;
+        let acked = match wait {
+            Some(_) => Some(manage(client).await?),
+            None => None,
+        };
+        Ok(Self {
+            addr: addr.into(),
+            conn,
+            acked,
+            refused: None,
+        })
+    }
 }
 
 /// Where the master is found.
@@ -98,12 +116,12 @@ pub(crate) struct Link {
     master: RwLock<Master>,
     source: Source,
     requirements: Requirements,
-    wait: Option<Wait>,
-    counters: Arc<Counters>,
+    pub(crate) wait: Option<Wait>,
+    pub(crate) counters: Arc<Counters>,
     /// A refresh is running (so a burst of failed requests starts one).
     refreshing: AtomicBool,
     failovers: AtomicU64,
-    wait_timeouts: AtomicU64,
+    pub(crate) wait_timeouts: AtomicU64,
 }
 
 impl Link {
@@ -115,13 +133,9 @@ impl Link {
         counters: Arc<Counters>,
     ) -> Result<Arc<Self>, StoreError> {
         let addr = client.get_connection_info().addr().to_string();
-        let conn = manage(client).await?;
+        let master = Master::open(client, addr, wait).await?;
         Ok(Arc::new(Self::new(
-            Master {
-                addr,
-                conn,
-                refused: None,
-            },
+            master,
             Source::Fixed,
             requirements,
             wait,
@@ -140,7 +154,7 @@ impl Link {
         counters: Arc<Counters>,
     ) -> Result<Arc<Self>, StoreError> {
         let (host, port) = sentinels.master_addr().await?;
-        let master = open_master(&template, ca.as_deref(), &host, port, requirements).await?;
+        let master = open_master(&template, ca.as_deref(), &host, port, requirements, wait).await?;
         if let Some(why) = &master.refused {
             return Err(StoreError::NotDurable(why.to_string()));
         }
@@ -179,16 +193,13 @@ impl Link {
         }
     }
 
-    fn current(&self) -> Master {
-        self.master
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Master> {
+        self.master.read().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The master in use (`host:port`).
     pub(crate) fn master_addr(&self) -> String {
-        self.current().addr
+        self.read().addr.to_string()
     }
 
     /// Times the master changed since the link was made.
@@ -201,26 +212,48 @@ impl Link {
         self.wait_timeouts.load(Ordering::Relaxed)
     }
 
-    /// The connection for the next request, or why the master must not be written to.
-    fn usable(&self) -> RedisResult<ConnectionManager> {
-        let m = self.current();
-        match m.refused {
-            Some(why) => Err(redis::make_extension_error(
+    pub(crate) fn db(&self) -> i64 {
+        self.read().conn.get_db()
+    }
+
+    /// The connection for the next request (`acked`: for an acknowledged write), or why the
+    /// master must not be written to.
+    pub(crate) fn usable(&self, acked: bool) -> RedisResult<ConnectionManager> {
+        let m = self.read();
+        if let Some(why) = &m.refused {
+            return Err(redis::make_extension_error(
                 "MASTERDOWN".into(),
                 Some(format!("redis master {} is not used: {why}", m.addr)),
-            )),
-            None => Ok(m.conn),
+            ));
         }
+        Ok(match (acked, &m.acked) {
+            (true, Some(c)) => c.clone(),
+            _ => m.conn.clone(),
+        })
     }
 
     /// After a failed request: if it says the master may have moved, asks the Sentinels now.
-    fn failed(self: &Arc<Self>, e: &RedisError) {
-        let moved = e.is_io_error()
-            || e.is_connection_dropped()
-            || e.is_timeout()
-            || e.is_connection_refusal()
-            || matches!(e.code(), Some("READONLY" | "MASTERDOWN"));
-        if moved && matches!(self.source, Source::Sentinel { .. }) {
+    pub(crate) fn saw_error(self: &Arc<Self>, e: &RedisError) {
+        if may_have_moved(e) {
+            self.suspect();
+        }
+    }
+
+    /// After a request's replies: if one says the node is no longer the master (`READONLY`,
+    /// `MASTERDOWN`), asks the Sentinels now.
+    pub(crate) fn saw_replies(self: &Arc<Self>, replies: &[Value]) {
+        let demoted = replies.iter().any(
+            |v| matches!(v, Value::ServerError(e) if matches!(e.code(), "READONLY" | "MASTERDOWN")),
+        );
+        if demoted {
+            self.suspect();
+        }
+    }
+
+    fn suspect(self: &Arc<Self>) {
+        if matches!(self.source, Source::Sentinel { .. })
+            && !self.refreshing.load(Ordering::Acquire)
+        {
             let link = self.clone();
             tokio::spawn(async move { link.refresh().await });
         }
@@ -243,16 +276,26 @@ impl Link {
         let _done = Reset(&self.refreshing);
         let (host, port) = match sentinels.master_addr().await {
             Ok(found) => found,
-            Err(e) => return tracing::warn!(error = %e, "could not ask the redis sentinels"),
+            Err(e) => return self.refuse(&e.to_string()),
         };
-        let current = self.current();
+        let (current, refused) = {
+            let m = self.read();
+            (m.addr.clone(), m.refused.is_some())
+        };
         let addr = format!("{host}:{port}");
-        if current.addr == addr && current.refused.is_none() {
+        if *current == *addr && !refused {
             return;
         }
-        let master = match open_master(template, ca.as_deref(), &host, port, self.requirements)
-            .await
-        {
+        let opened = open_master(
+            template,
+            ca.as_deref(),
+            &host,
+            port,
+            self.requirements,
+            self.wait,
+        )
+        .await;
+        let master = match opened {
             Ok(m) => m,
             Err(e) => {
                 return tracing::warn!(master = %addr, error = %e, "the sentinels' master cannot be used yet");
@@ -262,20 +305,36 @@ impl Link {
             Some(why) => {
                 tracing::error!(master = %addr, why = %why, "the redis master fails the store's checks: nothing is written until it passes")
             }
-            None if current.addr != addr => tracing::warn!(
-                from = %current.addr,
+            None if *current != *addr => tracing::warn!(
+                from = %current,
                 to = %addr,
                 "redis failover: the store writes to the new master"
             ),
-            None => {
-                tracing::info!(master = %addr, "the redis master passes the store's checks now")
-            }
+            None => tracing::info!(master = %addr, "the redis master is used again"),
         }
-        if current.addr != addr {
+        if *current != *addr {
             self.failovers.fetch_add(1, Ordering::Relaxed);
         }
         *self.master.write().unwrap_or_else(|e| e.into_inner()) = master;
     }
+
+    /// Stops writing to the master in use: no majority of the Sentinels names it now.
+    fn refuse(&self, why: &str) {
+        let mut m = self.master.write().unwrap_or_else(|e| e.into_inner());
+        if m.refused.is_none() {
+            tracing::error!(master = %m.addr, why, "the redis master is not used until a majority of the sentinels names one");
+            m.refused = Some(why.into());
+        }
+    }
+}
+
+/// Whether a failed request says the master may have moved.
+fn may_have_moved(e: &RedisError) -> bool {
+    e.is_io_error()
+        || e.is_connection_dropped()
+        || e.is_timeout()
+        || e.is_connection_refusal()
+        || matches!(e.code(), Some("READONLY" | "MASTERDOWN"))
 }
 
 /// Clears a flag when dropped.
@@ -304,121 +363,23 @@ async fn open_master(
     host: &str,
     port: u16,
     requirements: Requirements,
+    wait: Option<Wait>,
 ) -> Result<Master, StoreError> {
     let url = sentinel::master_url(template, host, port)?;
-    let mut conn = manage(client(&url, ca)?).await?;
     let addr = format!("{host}:{port}");
-    if !sentinel::is_master(&mut conn).await.map_err(redis_err)? {
+    let mut master = Master::open(client(&url, ca)?, addr.clone(), wait).await?;
+    if !sentinel::is_master(&mut master.conn)
+        .await
+        .map_err(redis_err)?
+    {
         return Err(StoreError::Unavailable(format!(
             "the sentinels name {addr} as the master, but it is not one (yet)"
         )));
     }
-    let refused = match durability::check(&mut conn, requirements).await {
+    master.refused = match durability::check(&mut master.conn, requirements).await {
         Ok(()) => None,
         Err(StoreError::NotDurable(why)) => Some(Arc::from(why)),
         Err(e) => return Err(e),
     };
-    Ok(Master {
-        addr,
-        conn,
-        refused,
-    })
-}
-
-/// A handle on the store's link that counts what it sends.
-#[derive(Clone)]
-pub(crate) struct Conn {
-    link: Arc<Link>,
-}
-
-impl Conn {
-    pub(crate) fn new(link: Arc<Link>) -> Self {
-        Self { link }
-    }
-
-    /// Sends a write that an acknowledgement depends on; with a `WAIT` policy, pipelined with
-    /// `WAIT` on the same connection, and fewer replicas than asked is a `NOREPLICAS` error
-    /// (unavailable: the caller retries).
-    pub(crate) async fn acked<T: FromRedisValue>(&mut self, cmd: &Cmd) -> RedisResult<T> {
-        let Some(wait) = self.link.wait else {
-            return cmd.query_async(self).await;
-        };
-        let mut pipe = redis::pipe();
-        pipe.ignore_errors()
-            .add_command(cmd.clone())
-            .cmd("WAIT")
-            .arg(wait.replicas)
-            .arg(wait.timeout_ms);
-        let mut replies: Vec<Value> = pipe.query_async(self).await?;
-        let (Some(acked), Some(answer), true) = (replies.pop(), replies.pop(), replies.is_empty())
-        else {
-            return Err(RedisError::from((
-                redis::ErrorKind::UnexpectedReturnType,
-                "a write and its WAIT did not answer twice",
-            )));
-        };
-        let answer = match answer {
-            Value::ServerError(e) => return Err(e.into()),
-            v => redis::from_redis_value::<T>(v)?,
-        };
-        let acked = match acked {
-            Value::ServerError(e) => return Err(e.into()),
-            v => redis::from_redis_value::<i64>(v)?,
-        };
-        if acked < i64::from(wait.replicas) {
-            self.link.wait_timeouts.fetch_add(1, Ordering::Relaxed);
-            return Err(redis::make_extension_error(
-                "NOREPLICAS".into(),
-                Some(format!(
-                    "only {acked} of {} redis replicas confirmed the write within {} ms: it is not acknowledged",
-                    wait.replicas, wait.timeout_ms
-                )),
-            ));
-        }
-        Ok(answer)
-    }
-
-    pub(crate) fn link(&self) -> &Arc<Link> {
-        &self.link
-    }
-}
-
-impl ConnectionLike for Conn {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        Counters::bump(&self.link.counters.round_trips);
-        Counters::bump(&self.link.counters.commands);
-        Box::pin(async move {
-            let mut conn = self.link.usable()?;
-            let answer = conn.req_packed_command(cmd).await;
-            if let Err(e) = &answer {
-                self.link.failed(e);
-            }
-            answer
-        })
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        pipeline: &'a Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> RedisFuture<'a, Vec<Value>> {
-        Counters::bump(&self.link.counters.round_trips);
-        self.link
-            .counters
-            .commands
-            .fetch_add(pipeline.len() as u64, Ordering::Relaxed);
-        Box::pin(async move {
-            let mut conn = self.link.usable()?;
-            let answer = conn.req_packed_commands(pipeline, offset, count).await;
-            if let Err(e) = &answer {
-                self.link.failed(e);
-            }
-            answer
-        })
-    }
-
-    fn get_db(&self) -> i64 {
-        self.link.current().conn.get_db()
-    }
+    Ok(master)
 }

@@ -21,8 +21,8 @@ use lanes_common::row::{QuotaReading, Status};
 use lanes_common::state::{CampaignState, StopMode, StopReason};
 use lanes_common::utc::EpochMs;
 
+use super::conn::Conn;
 use super::keys::Keys;
-use super::link::Conn;
 use super::redis_err;
 use crate::store::api::{Amendment, StoreError};
 use crate::store::model::Meta;

@@ -24,8 +24,8 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use super::commit::nonce;
+use super::conn::Conn;
 use super::keys::{CAMPAIGNS, Keys};
-use super::link::Conn;
 use super::meta::{Part, parts};
 use super::{layout, layout::LAYOUT_KEY};
 use super::{redis_err, try_lock, unlock};

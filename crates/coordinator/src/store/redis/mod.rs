@@ -58,6 +58,7 @@
 mod batch;
 mod cache;
 mod commit;
+mod conn;
 mod delete;
 mod durability;
 mod keys;
@@ -78,10 +79,11 @@ use std::time::Duration;
 use self::batch::Rounds;
 use self::cache::Cache;
 use self::commit::nonce;
+use self::conn::Conn;
 pub use self::durability::Durability;
 use self::durability::Requirements;
 use self::keys::Keys;
-use self::link::{Conn, Link, Wait, client};
+use self::link::{Link, Wait, client};
 pub use self::sentinel::SentinelOptions;
 use self::sentinel::Sentinels;
 use self::stats::Counters;
@@ -176,6 +178,17 @@ pub(crate) fn redis_err(e: redis::RedisError) -> StoreError {
     }
 }
 
+/// How `lanes store migrate` names this store in messages (no password).
+fn store_at(url: &str, opts: &RedisOptions) -> StoreAt {
+    match &opts.sentinel {
+        None => StoreAt::redis(url),
+        Some(s) => StoreAt::RedisSentinel {
+            sentinels: s.addrs.join(","),
+            master: s.master.clone(),
+        },
+    }
+}
+
 /// Options of the Redis store.
 #[derive(Debug, Clone, Default)]
 pub struct RedisOptions {
@@ -226,7 +239,7 @@ impl RedisStore {
             .load_async(&mut conn)
             .await
             .map_err(redis_err)?;
-        layout::check(&mut conn, &StoreAt::redis(url)).await?;
+        layout::check(&mut conn, &store_at(url, &store.opts)).await?;
         Ok(store)
     }
 
@@ -245,7 +258,7 @@ impl RedisStore {
         };
         let store = Self::open(url, opts).await?;
         let mut conn = store.conn.clone();
-        migrate::run(&mut conn, StoreAt::redis(url), dry_run).await
+        migrate::run(&mut conn, store_at(url, &store.opts), dry_run).await
     }
 
     /// Connects to the master: at `url`, or the one the Sentinels name (the connection
@@ -325,6 +338,18 @@ impl RedisStore {
             wait_timeouts: link.wait_timeouts(),
             ..self.counters.snapshot()
         }
+    }
+
+    /// The campaign's stored version, confirmed on the replicas `--redis-wait` asks for
+    /// ([`Conn::acked`]): a round that wrote nothing answers from what it read (a retried
+    /// completion, its stored acknowledgement), and that must survive a failover too.
+    async fn replicated_version(&self, campaign: &str) -> Result<String, StoreError> {
+        let mut conn = self.conn.clone();
+        let version: Option<String> = conn
+            .acked(redis::cmd("GET").arg(Keys::new(campaign).version()))
+            .await
+            .map_err(redis_err)?;
+        Ok(version.unwrap_or_else(|| "0".into()))
     }
 
     /// The campaign's stored version.

@@ -1,14 +1,17 @@
 //! Asking Redis Sentinels which node is the master.
 //!
-//! The Sentinels are asked in turn, the one that answered last first, each with a short
-//! timeout: `SENTINEL GET-MASTER-ADDR-BY-NAME <name>`, and the first answer wins. The caller
-//! then asks that node `ROLE` before writing to it ([`is_master`]): a Sentinel's view can lag a
-//! failover, and the store never writes to a node that is not the master.
+//! Every Sentinel is asked at once, each with a short timeout:
+//! `SENTINEL GET-MASTER-ADDR-BY-NAME <name>`. A node is the master only when a majority of
+//! the configured Sentinels names it: a Sentinel cut off with an old master in a minority
+//! partition keeps naming it, and following it would write where a failover throws writes
+//! away. The caller then asks that node `ROLE` before writing to it ([`is_master`]): a
+//! Sentinel's view can lag a failover, and the store never writes to a node that is not the
+//! master.
 //!
 //! The master is reached with the `--redis` URL's scheme, credentials and database, its host
 //! and port replaced by the Sentinels' answer ([`master_url`]).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
@@ -16,6 +19,7 @@ use redis::{AsyncConnectionConfig, Client, Value};
 
 use super::link::client;
 use crate::store::api::StoreError;
+use crate::store::layout::mask_password;
 
 /// How long one Sentinel gets to connect and answer.
 const ASK_TIMEOUT: Duration = Duration::from_secs(1);
@@ -38,13 +42,13 @@ pub(crate) struct Sentinels {
     master: String,
     /// One client per Sentinel, with its address for messages.
     clients: Vec<(String, Client)>,
-    /// The Sentinel that answered last, asked first next time.
-    preferred: AtomicUsize,
 }
 
 impl Sentinels {
-    /// Builds a client per Sentinel; an address that is not `HOST:PORT` is an error.
+    /// Builds a client per Sentinel; an address that is not `HOST:PORT` is an error. `ca` is
+    /// used only if the Sentinels speak TLS (the master may, while they do not).
     pub(crate) fn new(opts: &SentinelOptions, ca: Option<&[u8]>) -> Result<Self, StoreError> {
+        let ca = ca.filter(|_| opts.tls);
         if opts.addrs.is_empty() {
             return Err(StoreError::Backend(
                 "no redis sentinel address given".into(),
@@ -72,49 +76,59 @@ impl Sentinels {
         Ok(Self {
             master: opts.master.clone(),
             clients,
-            preferred: AtomicUsize::new(0),
         })
     }
 
-    /// The master's `(host, port)` as the first Sentinel that answers names it.
+    /// The master's `(host, port)` that a majority of the Sentinels names.
     pub(crate) async fn master_addr(&self) -> Result<(String, u16), StoreError> {
-        let first = self.preferred.load(Ordering::Relaxed);
-        let mut failures = Vec::new();
-        for i in 0..self.clients.len() {
-            let at = (first + i) % self.clients.len();
-            let (addr, client) = &self.clients[at];
-            match self.ask(client).await {
+        let mut asks = tokio::task::JoinSet::new();
+        for (addr, client) in &self.clients {
+            let (addr, client, master) = (addr.clone(), client.clone(), self.master.clone());
+            asks.spawn(async move { (addr, ask(&client, &master).await) });
+        }
+        let mut votes: BTreeMap<(String, u16), usize> = BTreeMap::new();
+        let mut said = Vec::new();
+        while let Some(joined) = asks.join_next().await {
+            let Ok((addr, answer)) = joined else { continue };
+            match answer {
                 Ok(Some(found)) => {
-                    self.preferred.store(at, Ordering::Relaxed);
-                    return Ok(found);
+                    said.push(format!("{addr}: {}:{}", found.0, found.1));
+                    *votes.entry(found).or_default() += 1;
                 }
-                Ok(None) => {
-                    failures.push(format!("{addr}: does not know master {:?}", self.master))
-                }
-                Err(e) => failures.push(format!("{addr}: {e}")),
+                Ok(None) => said.push(format!("{addr}: does not know {:?}", self.master)),
+                Err(e) => said.push(format!("{addr}: {e}")),
             }
         }
-        Err(StoreError::Unavailable(format!(
-            "no redis sentinel named the master {:?} ({})",
-            self.master,
-            failures.join("; ")
-        )))
+        let need = self.clients.len() / 2 + 1;
+        match votes.into_iter().max_by_key(|(_, n)| *n) {
+            Some((found, n)) if n >= need => Ok(found),
+            _ => {
+                said.sort();
+                Err(StoreError::Unavailable(format!(
+                    "no majority of the redis sentinels ({need} of {}) names a master for {:?} ({})",
+                    self.clients.len(),
+                    self.master,
+                    said.join("; ")
+                )))
+            }
+        }
     }
+}
 
-    async fn ask(&self, client: &Client) -> redis::RedisResult<Option<(String, u16)>> {
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(ASK_TIMEOUT))
-            .set_response_timeout(Some(ASK_TIMEOUT));
-        let mut conn = client
-            .get_multiplexed_async_connection_with_config(&config)
-            .await?;
-        let answer: Option<(String, String)> = redis::cmd("SENTINEL")
-            .arg("GET-MASTER-ADDR-BY-NAME")
-            .arg(&self.master)
-            .query_async(&mut conn)
-            .await?;
-        Ok(answer.and_then(|(host, port)| Some((host, port.parse().ok()?))))
-    }
+/// One Sentinel's answer: the master's address, `None` if it does not know the name.
+async fn ask(client: &Client, master: &str) -> redis::RedisResult<Option<(String, u16)>> {
+    let config = AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(ASK_TIMEOUT))
+        .set_response_timeout(Some(ASK_TIMEOUT));
+    let mut conn = client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await?;
+    let answer: Option<(String, String)> = redis::cmd("SENTINEL")
+        .arg("GET-MASTER-ADDR-BY-NAME")
+        .arg(master)
+        .query_async(&mut conn)
+        .await?;
+    Ok(answer.and_then(|(host, port)| Some((host, port.parse().ok()?))))
 }
 
 /// Whether the node behind `conn` says it is a master (`ROLE`).
@@ -140,7 +154,7 @@ pub(crate) fn master_url(template: &str, host: &str, port: u16) -> Result<String
     let bad = || {
         StoreError::Backend(format!(
             "the redis url for the sentinels' master must be redis:// or rediss://, got {:?}",
-            redact(template)
+            mask_password(template)
         ))
     };
     let (scheme, rest) = template.split_once("://").ok_or_else(bad)?;
@@ -194,18 +208,6 @@ fn percent_encode(s: &str) -> String {
     out
 }
 
-/// A URL with its password masked, for messages.
-pub(crate) fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return "<not a url>".into();
-    };
-    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    match rest[..end].rfind('@') {
-        Some(at) => format!("{scheme}://***@{}", &rest[at + 1..]),
-        None => url.to_owned(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -254,9 +256,13 @@ mod tests {
     }
 
     #[test]
-    fn a_url_in_a_message_has_no_password() {
-        assert_eq!(redact("redis://:secret@h:1/0"), "redis://***@h:1/0");
-        assert_eq!(redact("redis://h:1"), "redis://h:1");
+    fn a_sentinel_password_is_percent_encoded_in_its_url() {
         assert_eq!(percent_encode("a b@c"), "a%20b%40c");
+        assert!(
+            master_url("ftp://:secret@h/", "h", 1)
+                .unwrap_err()
+                .to_string()
+                .contains("***")
+        );
     }
 }

@@ -114,9 +114,9 @@ impl RedisStore {
         now_ms: EpochMs,
     ) -> R<Option<LoginGrant>> {
         let mut conn = self.conn.clone();
-        let taken: Option<String> = redis::cmd("GETDEL")
-            .arg(login_code(&digest))
-            .query_async(&mut conn)
+        // Acknowledged like a commit: a failover must not make a used code usable again.
+        let taken: Option<String> = conn
+            .acked(redis::cmd("GETDEL").arg(login_code(&digest)))
             .await
             .map_err(redis_err)?;
         let Some(text) = taken else { return Ok(None) };

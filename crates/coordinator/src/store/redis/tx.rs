@@ -20,8 +20,8 @@ use lanes_common::utc::EpochMs;
 
 use super::cache::{Cache, Known, Score, ZKnown};
 use super::commit::{Committed, Prepared, commit, prepare};
+use super::conn::Conn;
 use super::keys::{Keys, stream_id};
-use super::link::Conn;
 use super::redis_err;
 use super::writes::{Savepoint, Writes};
 use crate::store::api::{Event, StoreError};
