@@ -25,7 +25,7 @@ use crate::store::layout::mask_password;
 const ASK_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Where the Sentinels are and which master they watch.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct SentinelOptions {
     /// `HOST:PORT` of each Sentinel.
     pub addrs: Vec<String>,
@@ -35,6 +35,17 @@ pub struct SentinelOptions {
     pub tls: bool,
     /// The Sentinels' own password (`requirepass` in sentinel.conf), if they have one.
     pub password: Option<String>,
+}
+
+impl std::fmt::Debug for SentinelOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SentinelOptions")
+            .field("addrs", &self.addrs)
+            .field("master", &self.master)
+            .field("tls", &self.tls)
+            .field("password", &self.password.as_ref().map(|_| "***"))
+            .finish()
+    }
 }
 
 /// The Sentinels of one master.
@@ -253,6 +264,21 @@ mod tests {
         for bad in ["nohost", ":26379", "h:0", "h:port", "h:70000"] {
             assert!(split_addr(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_sentinel_password_is_never_printed() {
+        let opts = SentinelOptions {
+            addrs: vec!["s:26379".into()],
+            master: "lanes".into(),
+            tls: false,
+            password: Some("hunter2-sentinel".into()),
+        };
+        let shown = format!("{opts:?}");
+        assert!(
+            !shown.contains("hunter2") && shown.contains("***"),
+            "{shown}"
+        );
     }
 
     #[test]
