@@ -3,6 +3,11 @@
 //! the secrets `deploy/README.md` tells an operator to create. The campaign the Job submits
 //! must end done; every probe must pass; the worker's preStop must drain it and SIGTERM stop
 //! it; and no secret may reach a log.
+//!
+//! Under prod, Redis is three nodes with a Sentinel beside each: after the campaign, the
+//! master's node is lost with its disk (its pod, made again, must wait for the failover and
+//! join as a replica), then every pod at once (the last master must be master again). The
+//! coordinators must follow, and the campaign's state survive both.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -10,7 +15,8 @@ use std::time::{Duration, Instant};
 use lanes_tests::certs::TestCa;
 use lanes_tests::s3_server::S3Server;
 
-use crate::kubelet::{Cluster, Running, SecretData};
+use crate::kubelet::{Cluster, Pod, Running, Sandbox, SecretData};
+use crate::redis::Redis;
 use crate::tools::{kustomize, objects};
 
 /// The VM host the worker DaemonSet runs on, labelled as `deploy/README.md` says.
@@ -37,6 +43,8 @@ struct Secrets {
     all: BTreeMap<String, SecretData>,
     /// Values that must never reach a log.
     values: Vec<String>,
+    /// The Redis password (Secret lanes-redis-auth).
+    redis_password: String,
     ca: Option<TestCa>,
 }
 
@@ -61,6 +69,7 @@ fn secrets(tls: bool, s3: Option<&S3Server>) -> Secrets {
                 "url",
                 format!("redis://:{password}@lanes-redis-0.lanes-redis:6379/").as_bytes(),
             ),
+            ("password", password.as_bytes()),
         ]),
     );
     let ca = tls.then(|| {
@@ -80,7 +89,7 @@ fn secrets(tls: bool, s3: Option<&S3Server>) -> Secrets {
         );
         ca
     });
-    let mut values = vec![client, lane, password];
+    let mut values = vec![client, lane, password.clone()];
     if let Some(s3) = s3 {
         let mut env = s3.env();
         env.push(("LANES_ARTIFACT_STORE".into(), s3.url("prod")));
@@ -91,7 +100,12 @@ fn secrets(tls: bool, s3: Option<&S3Server>) -> Secrets {
         all.insert("lanes-artifact-store".to_owned(), secret(&pairs));
         values.push(S3Server::SECRET_KEY.to_owned());
     }
-    Secrets { all, values, ca }
+    Secrets {
+        all,
+        values,
+        redis_password: password,
+        ca,
+    }
 }
 
 fn replicas(cluster: &Cluster, kind: &str, name: &str) -> u64 {
@@ -120,24 +134,19 @@ fn run_overlay(overlay: &str, tls: bool) {
         std::fs::write(host_tls.join("tls.key"), &pair.key).unwrap();
     }
 
-    // Redis: one StatefulSet pod with its config and password files.
-    assert_eq!(replicas(&cluster, "StatefulSet", "lanes-redis"), 1);
-    let redis_pod = cluster.pod("StatefulSet", "lanes-redis", "lanes-redis-0", "node-a", &[]);
-    let redis_box = cluster.sandbox(&redis_pod, "redis");
-    let mut redis = cluster.start(&redis_pod, &redis_box, "redis");
-    cluster.wait_probe(
-        &redis_pod,
-        &redis_box,
-        &mut redis,
-        "redis",
-        "readinessProbe",
-    );
-    assert!(cluster.probe(&redis_pod, &redis_box, "redis", "livenessProbe"));
+    // Redis: under dev one StatefulSet pod; under prod three, with their init containers,
+    // each a Redis and a Sentinel, settled on lanes-redis-0 as the master.
+    let mut redis = Redis::start(&mut cluster, &secrets.redis_password);
+    assert_eq!(redis.len(), if tls { 3 } else { 1 });
+    assert_eq!(redis.replicated(), tls);
+    if redis.replicated() {
+        assert_eq!(redis.master(), 0, "{}", redis.describe());
+    }
 
     // The coordinator replicas, each ready (store reachable) and live by its probes.
     let n = replicas(&cluster, "Deployment", "lanes-coordinator");
     assert!(n >= 1);
-    let mut coordinators: Vec<Running> = Vec::new();
+    let mut coordinators: Vec<(Pod, Sandbox, Running)> = Vec::new();
     for i in 0..n {
         let pod = cluster.pod(
             "Deployment",
@@ -159,7 +168,7 @@ fn run_overlay(overlay: &str, tls: bool) {
             "readinessProbe",
         );
         assert!(cluster.probe(&pod, &sandbox, "coordinator", "livenessProbe"));
-        coordinators.push(running);
+        coordinators.push((pod, sandbox, running));
     }
 
     // The worker on the VM host: its init containers, then the worker, ready by its probe.
@@ -257,11 +266,14 @@ fn run_overlay(overlay: &str, tls: bool) {
     ];
     status_args.extend(job_args[2..].iter().cloned());
     let status_argv = cluster.argv(&job_pod, &job_box, &status_args);
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let last = loop {
+    let status = || {
         let (ok, out) = cluster.run(&job_box, &status_argv, Duration::from_secs(30));
         assert!(ok.success(), "{out}");
-        let st: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+        serde_json::from_str::<serde_json::Value>(out.trim()).unwrap()
+    };
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let last = loop {
+        let st = status();
         if st["state"] == "done" {
             break st;
         }
@@ -294,6 +306,24 @@ fn run_overlay(overlay: &str, tls: bool) {
         );
     }
 
+    // Prod: the Redis master's node is lost, then every Redis pod at once.
+    if redis.replicated() {
+        // A write each time: a one-time dashboard login code, acknowledged once a replica
+        // has it (--redis-wait 1).
+        let mut link_args = vec!["lanes".to_owned(), "ui-link".to_owned(), id.clone()];
+        link_args.extend(job_args[2..].iter().cloned());
+        let link_argv = cluster.argv(&job_pod, &job_box, &link_args);
+        let write = || {
+            let (ok, out) = cluster.run(&job_box, &link_argv, Duration::from_secs(60));
+            assert!(
+                ok.success(),
+                "a write through the coordinators failed:\n{out}"
+            );
+            assert!(out.contains("/login?code="), "{out}");
+        };
+        survive_redis_failures(&cluster, &mut redis, &mut coordinators, &status, &write);
+    }
+
     // The preStop drains the worker, then SIGTERM stops it within its grace period.
     let hook: Vec<String> =
         worker_pod.container("worker")["lifecycle"]["preStop"]["exec"]["command"]
@@ -312,18 +342,12 @@ fn run_overlay(overlay: &str, tls: bool) {
     let worker_log = worker.log.clone();
     let exit = worker.terminate(Duration::from_secs(grace));
     assert!(exit.success(), "{exit}:\n{}", read(&worker_log));
-    for c in coordinators {
+    for (_, _, c) in coordinators {
         let log = c.log.clone();
         let exit = c.terminate(Duration::from_secs(60));
         assert!(exit.success(), "{exit}:\n{}", read(&log));
     }
-    let redis_log = redis.log.clone();
-    let _ = redis.terminate(Duration::from_secs(30));
-    assert!(
-        read(&redis_log).contains("Ready to accept connections"),
-        "{}",
-        read(&redis_log)
-    );
+    redis.terminate();
 
     // No secret reached a log or an artifact.
     let mut leaked = Vec::new();
@@ -341,6 +365,105 @@ fn run_overlay(overlay: &str, tls: bool) {
         }
     }
     assert!(leaked.is_empty(), "a secret reached {leaked:?}");
+}
+
+/// Under prod: the master's node is lost with its disk, then every Redis pod at once. After
+/// each, the coordinators write to the master the Sentinels name, and the campaign is still
+/// done.
+fn survive_redis_failures(
+    cluster: &Cluster,
+    redis: &mut Redis,
+    coordinators: &mut [(Pod, Sandbox, Running)],
+    status: &dyn Fn() -> serde_json::Value,
+    write: &dyn Fn(),
+) {
+    // The coordinator's master, and the failovers it followed.
+    let link = |st: &serde_json::Value| {
+        (
+            st["redis_link"]["master"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+            st["redis_link"]["failovers"].as_u64().unwrap_or(0),
+        )
+    };
+    let st = status();
+    assert_eq!(link(&st), (redis.addr(0), 0), "{st}");
+    write();
+
+    // The master's node is lost with its disk. Made again, the pod must not start as an empty
+    // master while the Sentinels name it: its init container fails until they have failed
+    // over to a replica, then it starts as that replica's replica.
+    let old = redis.master();
+    redis.lose(cluster, old, true);
+    let (refused, said) = redis.restart(cluster, old, Duration::from_secs(120));
+    assert!(
+        refused.first().is_some_and(|r| r.contains("(a lost disk)")),
+        "the init container did not refuse an empty master: {refused:#?}\n{said}"
+    );
+    let new = redis.master();
+    assert_ne!(new, old, "{}", redis.describe());
+    let want = format!(
+        "starts as a replica of {} (named by the Sentinels)",
+        redis.addr(new)
+    );
+    assert!(said.contains(&want), "{said}");
+    redis.wait_settled(Duration::from_secs(60));
+    assert!(
+        (0..redis.len()).any(|i| redis.log(i, "sentinel").contains("+switch-master")),
+        "no Sentinel logged the failover"
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let st = status();
+        if link(&st).0 == redis.addr(new) && link(&st).1 >= 1 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the coordinator did not follow the failover to {}: {st}",
+            redis.addr(new)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    still_serving(cluster, coordinators, status, write);
+
+    // Every pod at once, disks kept (a power cut). Each init container finds no Sentinel
+    // running and takes the master its own Sentinel named last: the same one for all.
+    for i in 0..redis.len() {
+        redis.lose(cluster, i, false);
+    }
+    for i in 0..redis.len() {
+        let (ok, said) = redis.init(cluster, i);
+        assert!(ok, "lanes-redis-{i}: {said}");
+        let role = match i == new {
+            true => "the master".to_owned(),
+            false => format!("a replica of {}", redis.addr(new)),
+        };
+        let want = format!("starts as {role} (named by this pod's Sentinel when it last ran)");
+        assert!(said.contains(&want), "lanes-redis-{i}: {said}");
+    }
+    redis.start_containers(cluster, 0..redis.len());
+    redis.wait_settled(Duration::from_secs(60));
+    assert_eq!(redis.master(), new, "{}", redis.describe());
+    still_serving(cluster, coordinators, status, write);
+    assert_eq!(link(&status()).0, redis.addr(new));
+}
+
+/// Every coordinator is ready again, takes a write, and the campaign is still done.
+fn still_serving(
+    cluster: &Cluster,
+    coordinators: &mut [(Pod, Sandbox, Running)],
+    status: &dyn Fn() -> serde_json::Value,
+    write: &dyn Fn(),
+) {
+    for (pod, sandbox, running) in coordinators.iter_mut() {
+        cluster.wait_probe(pod, sandbox, running, "coordinator", "readinessProbe");
+    }
+    write();
+    let st = status();
+    assert_eq!(st["state"], "done", "{st}");
+    assert_eq!(st["trials_final"], st["trials_total"], "{st}");
 }
 
 fn read(p: &std::path::Path) -> String {

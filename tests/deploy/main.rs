@@ -3,7 +3,9 @@
 //!   the Kubernetes 1.37 schemas in strict mode;
 //! - [`executable`]: the built manifests' commands, args, env, config files, secrets and
 //!   volume mounts run as real local processes (Redis, coordinators, a worker, the submit Job)
-//!   through a campaign to its end, with the probes and the preStop they declare;
+//!   through a campaign to its end, with the probes and the preStop they declare; under prod
+//!   through the loss of the Redis master and of every Redis pod ([`redis`]: the StatefulSet's
+//!   pods, with their init containers and Sentinels);
 //! - [`image`]: the Containerfile's runtime stage, built with buildah around the binary under
 //!   test, runs `lanes --version` (skipped, saying so, where buildah cannot run).
 //!
@@ -15,5 +17,6 @@
 mod executable;
 mod image;
 mod kubelet;
+mod redis;
 mod tools;
 mod validate;

@@ -11,11 +11,15 @@
 //! - **Paths.** Every absolute path in an arg (`--flag=/path` or `/path`), an env value, or a
 //!   Redis config file maps through the longest mount path that contains it. A path that no
 //!   mount contains fails the test: in the image it would be missing.
-//! - **Network.** Each container port becomes a free loopback port. `0.0.0.0:PORT` becomes
-//!   `127.0.0.1:<its port>`, and `HOST:PORT` for a Service name (short or qualified) or a
-//!   StatefulSet pod's DNS name becomes `127.0.0.1:<the pod's port>`. Redis config files
-//!   get the same mapping for their `port` and `bind` lines. An env var named `*_PUBLIC_URL`
-//!   is left alone: it says where browsers outside reach the pod, and the pod never dials it.
+//! - **Network.** Each container port becomes a free loopback port. `0.0.0.0:PORT` and
+//!   `localhost:PORT` (the pod's own) become `127.0.0.1:<its port>`, and `HOST:PORT` for a
+//!   Service name (short or qualified) or a StatefulSet pod's DNS name becomes
+//!   `127.0.0.1:<the pod's port>`. Redis and Sentinel config files get the same mapping for
+//!   their `port`, `bind`, `replicaof HOST PORT` and `sentinel monitor NAME HOST PORT QUORUM`
+//!   lines. So a process that learns an address from another (a Sentinel naming the master)
+//!   learns a loopback one, and a script compares it with addresses it was given (in env or
+//!   args) in the same form. An env var named `*_PUBLIC_URL` is left alone: it says where
+//!   browsers outside reach the pod, and the pod never dials it.
 //! - **Env.** `value`, `fieldRef` (`spec.nodeName`, `metadata.name`, `metadata.namespace`),
 //!   `secretKeyRef`, `configMapKeyRef` and `envFrom`; `$(VAR)` in args and env is expanded
 //!   as the kubelet does.
@@ -23,9 +27,14 @@
 //! - **NetworkPolicies.** Every address a pod dials through a Service or pod name must be
 //!   admitted by the ingress policies that select the pod behind it (pod and namespace
 //!   selectors with `matchLabels`, ports by number or name).
+//! - **Pods deleted.** [`Cluster::delete_pod`] drops a pod's emptyDirs, and its volume claims
+//!   when its disk is lost, so that the pod made again under its name starts as a new one.
 //!
 //! Not emulated: users and security contexts (the processes run as the test's user), resource
-//! limits, and the kubelet's own probe traffic through the policies.
+//! limits, scheduling (affinity, `podManagementPolicy`: the test starts pods in the order a
+//! cluster would), container restarts (the test runs an init container again as the kubelet's
+//! back-off would), and the kubelet's own probe traffic through the policies. Paths inside a
+//! shell script are not mapped: a script takes its paths from env or args.
 //!
 //! One module per subject:
 //! - [`network`]: pods scheduled with their DNS names and ports, addresses mapped to loopback
@@ -170,6 +179,13 @@ impl Pod {
             .chain(items(&self.spec["initContainers"]))
             .find(|c| c["name"] == name)
             .unwrap_or_else(|| panic!("pod {} has no container {name}", self.name))
+    }
+
+    pub fn containers(&self) -> Vec<String> {
+        items(&self.spec["containers"])
+            .iter()
+            .map(|c| str_of(&c["name"], "container name").to_owned())
+            .collect()
     }
 
     pub fn init_containers(&self) -> Vec<String> {

@@ -96,18 +96,22 @@ impl Cluster {
     /// `value` with its addresses mapped to loopback ports.
     pub(super) fn map_addresses(&self, pod: &str, value: &str) -> String {
         let mut out = value.to_owned();
-        let any = "0.0.0.0:";
-        while let Some(i) = out.find(any) {
-            let digits: String = out[i + any.len()..]
-                .chars()
-                .take_while(char::is_ascii_digit)
-                .collect();
-            let port: u16 = digits.parse().expect("a port after 0.0.0.0:");
-            let local = self.port(pod, port);
-            out.replace_range(
-                i..i + any.len() + digits.len(),
-                &format!("127.0.0.1:{local}"),
-            );
+        // Listening on every interface, or dialling the pod's own loopback: its own port.
+        for own in ["0.0.0.0:", "localhost:"] {
+            while let Some(i) = out.find(own) {
+                let digits: String = out[i + own.len()..]
+                    .chars()
+                    .take_while(char::is_ascii_digit)
+                    .collect();
+                let port: u16 = digits
+                    .parse()
+                    .unwrap_or_else(|_| panic!("a port after {own}"));
+                let local = self.port(pod, port);
+                out.replace_range(
+                    i..i + own.len() + digits.len(),
+                    &format!("127.0.0.1:{local}"),
+                );
+            }
         }
         // Longest names first, so `a.b` is not taken for `a`.
         let mut names: Vec<&String> = self.names.keys().collect();

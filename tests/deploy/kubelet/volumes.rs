@@ -39,7 +39,7 @@ impl Cluster {
         let env = self.env(pod, c, &mounts);
         let log = pod.root.join(format!("{container}.log"));
         let mut sandbox = Sandbox { mounts, env, log };
-        // Redis config files carry addresses and paths too.
+        // Redis and Sentinel config files carry addresses and paths too.
         for m in items(&c["volumeMounts"]) {
             let v = pod.volume(str_of(&m["name"], "mount name"));
             if v.get("configMap").is_none() {
@@ -72,6 +72,24 @@ impl Cluster {
                     )
                 }
                 (Some("bind"), Some(_)) => "bind 127.0.0.1".to_owned(),
+                // `sentinel monitor NAME HOST PORT QUORUM` and `replicaof HOST PORT`: a pod's or
+                // Service's name dials the loopback port of the pod behind it.
+                (Some("sentinel"), Some("monitor")) => {
+                    let w: Vec<&str> = line.split_whitespace().collect();
+                    assert_eq!(
+                        w.len(),
+                        6,
+                        "{}: not NAME HOST PORT QUORUM: {line}",
+                        pod.name
+                    );
+                    let (host, port) = self.map_host_port(pod, w[3], w[4]);
+                    format!("sentinel monitor {} {host} {port} {}", w[2], w[5])
+                }
+                (Some(directive @ ("replicaof" | "slaveof")), Some(host)) => {
+                    let port = words.next().expect("replicaof HOST PORT");
+                    let (host, port) = self.map_host_port(pod, host, port);
+                    format!("{directive} {host} {port}")
+                }
                 (Some(directive), Some(value))
                     if !directive.starts_with('#') && value.starts_with('/') =>
                 {
@@ -84,6 +102,39 @@ impl Cluster {
             out.push('\n');
         }
         out
+    }
+
+    /// `host port` as the pod dials it here: `127.0.0.1` and a loopback port for a name the
+    /// cluster knows (which the NetworkPolicies must let the pod reach), else as it is.
+    fn map_host_port(&self, pod: &Pod, host: &str, port: &str) -> (String, String) {
+        let mapped = self.map_addresses(&pod.name, &format!("{host}:{port}"));
+        let (host, port) = mapped.rsplit_once(':').expect("HOST:PORT");
+        (host.to_owned(), port.to_owned())
+    }
+
+    /// The pod is deleted (to be made again under the same name): its emptyDirs go, and with
+    /// `disk_lost` its volume claims too, as when its node and that node's disk are lost.
+    pub fn delete_pod(&self, pod: &Pod, disk_lost: bool) {
+        let mounted = items(&pod.spec["containers"])
+            .iter()
+            .chain(items(&pod.spec["initContainers"]))
+            .flat_map(|c| items(&c["volumeMounts"]))
+            .map(|m| str_of(&m["name"], "mount name").to_owned());
+        for name in mounted {
+            let v = pod.volume(&name);
+            let dir = if v.get("emptyDir").is_some() {
+                pod.root.join("volumes").join(&name)
+            } else if disk_lost && v.get("__claim_template").is_some() {
+                self.root
+                    .join("claims")
+                    .join(format!("{name}-{}", pod.name))
+            } else {
+                continue;
+            };
+            if dir.exists() {
+                std::fs::remove_dir_all(&dir).unwrap();
+            }
+        }
     }
 
     fn volume_dir(&self, pod: &Pod, name: &str) -> PathBuf {
