@@ -300,3 +300,25 @@ async fn sentinels_without_a_wait_or_min_replicas_are_refused_unless_lossy() {
         "{err}"
     );
 }
+
+/// A master that refuses writes for want of replicas (`min-replicas-to-write`) is a store
+/// outage to retry, also when the refusal aborts a `MULTI` (the layout stamp at connect),
+/// not a broken store.
+#[tokio::test]
+async fn a_master_without_enough_replicas_is_unavailable_not_broken() {
+    let alone = lanes_tests::redis_server::RedisServer::start_args(
+        "always",
+        &["--min-replicas-to-write".into(), "1".into()],
+    );
+    let err = RedisStore::connect(
+        &alone.url(),
+        RedisOptions {
+            allow_lossy: true,
+            ..RedisOptions::default()
+        },
+    )
+    .await
+    .expect_err("no replica to write with");
+    assert!(err.is_retryable(), "{err}");
+    assert!(err.to_string().contains("NOREPLICAS"), "{err}");
+}

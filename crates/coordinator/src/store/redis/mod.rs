@@ -166,11 +166,19 @@ pub(crate) async fn unlock(conn: &mut Conn, keys: &Keys, token: &str) {
 /// Maps a Redis error: connection trouble and transient server states are retryable
 /// ([`StoreError::Unavailable`]), the rest is a backend error.
 pub(crate) fn redis_err(e: redis::RedisError) -> StoreError {
+    // A pipeline or transaction fails with its commands' errors: transient if one of them is
+    // (a `MULTI` aborted by `NOREPLICAS`, say).
+    let inner_transient = || {
+        e.clone()
+            .into_server_errors()
+            .is_some_and(|errs| errs.iter().any(|(_, se)| is_transient_code(se.code())))
+    };
     if e.is_io_error()
         || e.is_connection_dropped()
         || e.is_timeout()
         || e.is_connection_refusal()
         || e.code().is_some_and(is_transient_code)
+        || inner_transient()
     {
         StoreError::Unavailable(e.to_string())
     } else {
@@ -507,6 +515,8 @@ mod tests {
         }
         for code in ["MISCONF", "BUSY", "OOM", "NOREPLICAS", "LOADING"] {
             assert!(is_transient_code(code), "{code}");
+            let e = redis::make_extension_error(code.into(), None);
+            assert!(redis_err(e).is_retryable(), "{code}");
         }
         for kind in [ServerErrorKind::NoPerm, ServerErrorKind::ResponseError] {
             let e = RedisError::from((ErrorKind::Server(kind), "request error"));
