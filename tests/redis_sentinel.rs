@@ -173,7 +173,9 @@ impl Replicated {
         if !master.is_running() || master.is_paused() || role(master).as_deref() != Some("master") {
             return false;
         }
-        let info = master.command(&["INFO", "replication"]);
+        let Some(info) = replication(master) else {
+            return false;
+        };
         let online = info
             .lines()
             .filter(|l| l.starts_with("slave") && l.contains("state=online"))
@@ -183,9 +185,10 @@ impl Replicated {
             .iter()
             .filter(|n| n.port != port && n.is_running() && !n.is_paused())
             .all(|n| {
-                let info = n.command(&["INFO", "replication"]);
-                info.contains(&format!("master_port:{port}"))
-                    && info.contains("master_link_status:up")
+                replication(n).is_some_and(|info| {
+                    info.contains(&format!("master_port:{port}"))
+                        && info.contains("master_link_status:up")
+                })
             });
         let quorum = self.sentinels.iter().all(|s| {
             let ok = ask(s.port, &["SENTINEL", "CKQUORUM", MASTER_NAME])
@@ -223,12 +226,22 @@ impl Replicated {
     }
 }
 
-/// What `ROLE` says the node is (`master`, `slave`), if it answers.
+/// What the node says it is (`master`, `slave`), if it answers.
 pub fn role(node: &RedisServer) -> Option<String> {
-    let info = node.command(&["INFO", "replication"]);
-    info.lines()
+    replication(node)?
+        .lines()
         .find_map(|l| l.strip_prefix("role:"))
         .map(|r| r.trim().to_owned())
+}
+
+/// The node's `INFO replication`, if it answers within a second. A node the Sentinels
+/// reconfigure closes its clients' connections (`CLIENT KILL TYPE normal`), so a question
+/// may meet a closed connection: that is no answer, not a failure.
+fn replication(node: &RedisServer) -> Option<String> {
+    match ask(node.port, &["INFO", "replication"])? {
+        Reply::Line(info) => Some(info),
+        _ => None,
+    }
 }
 
 /// Starts a Sentinel watching the master on `master_port`.
