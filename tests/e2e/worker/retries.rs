@@ -171,8 +171,8 @@ async fn the_provider_pause_cuts_rate_limit_failures() {
             20,
             1,
             &format!("pairing = \"none\"\nrate_limit_pause = {pause}"),
-            "agent_s = [0.02, 0.05], rate_limit_reset_s = 2.0, faults = { rate_limit = 0.15 }",
-            "rate_limit_backoff_s = 2",
+            "agent_s = [0.02, 0.05], rate_limit_reset_s = 1.0, faults = { rate_limit = 0.15 }",
+            "rate_limit_backoff_s = 1",
         );
         c.submit(submit_request(&text)).await.unwrap();
         let st = wait_ended(&f.coord.url(), id, Duration::from_secs(120)).await;

@@ -18,6 +18,24 @@ use lanes_tests::redis_server::RedisServer;
 /// 2026-12-01T00:00:00Z.
 pub const T0: i64 = 1_796_083_200_000;
 
+/// How long a batch of renewals alone waits for more operations. The suites run operations
+/// one after another, so the production 100 ms would be spent in full by every lone renewal;
+/// a short linger still takes the same path (wait, then commit).
+pub const LINGER: std::time::Duration = std::time::Duration::from_millis(2);
+
+/// The Redis store's options in these suites.
+pub fn redis_options() -> RedisOptions {
+    RedisOptions {
+        renew_linger: Some(LINGER),
+        ..RedisOptions::default()
+    }
+}
+
+/// The embedded store in `dir`, with the suites' linger.
+pub fn open_embedded(dir: &Path) -> EmbeddedStore {
+    EmbeddedStore::open_with_linger(dir, LINGER).expect("open embedded store")
+}
+
 /// A store under test, with what keeps it alive.
 pub struct Harness {
     pub store: Arc<dyn Store>,
@@ -31,7 +49,7 @@ pub struct Harness {
 impl Harness {
     pub fn embedded() -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
-        let store = EmbeddedStore::open(dir.path()).expect("open embedded store");
+        let store = open_embedded(dir.path());
         Self {
             store: Arc::new(store),
             clock: ManualClock::new(T0),
@@ -44,7 +62,7 @@ impl Harness {
     /// A Redis store on its own, freshly started, durable `redis-server`.
     pub async fn redis() -> Self {
         let server = RedisServer::start();
-        let store = RedisStore::connect(&server.url(), RedisOptions::default())
+        let store = RedisStore::connect(&server.url(), redis_options())
             .await
             .expect("connect to the test redis-server");
         Self {
@@ -62,7 +80,7 @@ impl Harness {
     pub async fn redis_replicas() -> Self {
         let mut h = Self::redis().await;
         let url = h.redis.as_ref().expect("a redis harness").url();
-        let other = RedisStore::connect(&url, RedisOptions::default())
+        let other = RedisStore::connect(&url, redis_options())
             .await
             .expect("connect a second replica");
         h.store = Arc::new(Alternating {
@@ -77,7 +95,7 @@ impl Harness {
     pub async fn reconnect(&mut self) {
         let url = self.redis.as_ref().expect("a redis harness").url();
         self.store = Arc::new(
-            RedisStore::connect(&url, RedisOptions::default())
+            RedisStore::connect(&url, redis_options())
                 .await
                 .expect("reconnect to redis"),
         );
@@ -97,7 +115,7 @@ impl Harness {
             "no other handle may keep the store open"
         );
         drop(old);
-        self.store = Arc::new(EmbeddedStore::open(self.dir.path()).expect("reopen embedded store"));
+        self.store = Arc::new(open_embedded(self.dir.path()));
     }
 
     pub fn now(&self) -> i64 {

@@ -113,8 +113,10 @@ impl EmbeddedStore {
         Self::open_with_linger(dir, writer::LINGER)
     }
 
-    /// [`Self::open`] with another linger for batches of renewals (tests).
-    fn open_with_linger(dir: &Path, linger: std::time::Duration) -> Result<Self, StoreError> {
+    /// [`Self::open`] with another linger for batches of renewals: how long a batch of
+    /// renewals alone waits for more operations before it commits (tests use a short one, so
+    /// a lone renewal does not wait the production 100 ms).
+    pub fn open_with_linger(dir: &Path, linger: std::time::Duration) -> Result<Self, StoreError> {
         std::fs::create_dir_all(dir)
             .map_err(|e| backend(format!("cannot create {}: {e}", dir.display())))?;
         let path = dir.join(FILE_NAME);

@@ -54,8 +54,9 @@ impl Conn {
             .arg(wait.timeout_ms);
         Counters::bump(&self.link.counters.round_trips);
         self.link.counters.commands.fetch_add(3, Ordering::Relaxed);
-        let mut conn = self.link.usable(true)?;
-        let replies = match pipe.query_async::<Vec<Value>>(&mut conn).await {
+        let usable = self.link.usable(true)?;
+        let mut conn = usable.conn.clone();
+        let replies = match usable.run(pipe.query_async::<Vec<Value>>(&mut conn)).await {
             Ok(replies) => replies,
             Err(e) => {
                 self.link.saw_error(&e);
@@ -108,8 +109,9 @@ impl ConnectionLike for Conn {
         Counters::bump(&self.link.counters.round_trips);
         Counters::bump(&self.link.counters.commands);
         Box::pin(async move {
-            let mut conn = self.link.usable(false)?;
-            let answer = conn.req_packed_command(cmd).await;
+            let usable = self.link.usable(false)?;
+            let mut conn = usable.conn.clone();
+            let answer = usable.run(conn.req_packed_command(cmd)).await;
             match &answer {
                 Ok(reply) => self.link.saw_replies(std::slice::from_ref(reply)),
                 Err(e) => self.link.saw_error(e),
@@ -130,8 +132,11 @@ impl ConnectionLike for Conn {
             .commands
             .fetch_add(pipeline.len() as u64, Ordering::Relaxed);
         Box::pin(async move {
-            let mut conn = self.link.usable(false)?;
-            let answer = conn.req_packed_commands(pipeline, offset, count).await;
+            let usable = self.link.usable(false)?;
+            let mut conn = usable.conn.clone();
+            let answer = usable
+                .run(conn.req_packed_commands(pipeline, offset, count))
+                .await;
             match &answer {
                 Ok(replies) => self.link.saw_replies(replies),
                 Err(e) => self.link.saw_error(e),

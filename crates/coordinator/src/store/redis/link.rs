@@ -8,8 +8,10 @@
 //! named it ([`Sentinels::master_addr`]), it answered `ROLE` as a master, and it passed the
 //! same checks as at start ([`durability`]). A master that fails them, or that a majority of
 //! the Sentinels no longer names, is not written to: every request fails as unavailable,
-//! saying why, until a master that passes is found. Requests in flight when the master
-//! changed finish, or fail, on the old connections.
+//! saying why, until a master that passes is found. Requests in flight on the old master when
+//! the link moves fail at once, as a dropped connection would: a stopped master never answers,
+//! and they would otherwise hold their rounds until the response timeout (10 s). Their writes
+//! may or may not have landed, as with any lost reply, and every write is idempotent.
 //!
 //! With `--redis-wait` the master gets a second connection of its own for the writes an
 //! acknowledgement depends on ([`Conn::acked`](super::conn::Conn::acked)): their `WAIT`
@@ -23,6 +25,7 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, RedisError, RedisResult, Value};
+use tokio::sync::watch;
 
 use super::durability::{self, Requirements};
 use super::redis_err;
@@ -82,6 +85,35 @@ struct Master {
     acked: Option<ConnectionManager>,
     /// Why this master must not be written to, if it must not.
     refused: Option<Arc<str>>,
+    /// Set to the new master's address when the link leaves this one.
+    left: Arc<watch::Sender<Option<Arc<str>>>>,
+}
+
+/// A connection to the master in use, and word of the link leaving it.
+pub(crate) struct Usable {
+    pub(crate) conn: ConnectionManager,
+    addr: Arc<str>,
+    left: watch::Receiver<Option<Arc<str>>>,
+}
+
+impl Usable {
+    /// Runs `request` on this connection, unless the link leaves its master first: the
+    /// request then fails as a dropped connection, naming both masters.
+    pub(crate) async fn run<T>(
+        mut self,
+        request: impl std::future::Future<Output = RedisResult<T>>,
+    ) -> RedisResult<T> {
+        tokio::select! {
+            answer = request => answer,
+            left = self.left.wait_for(Option::is_some) => {
+                let to = left.ok().and_then(|to| to.clone()).unwrap_or_else(|| "?".into());
+                Err(RedisError::from(std::io::Error::new(
+                    std::io::ErrorKind::ConnectionAborted,
+                    format!("the redis master moved from {} to {to} while a request was in flight: its outcome is unknown", self.addr),
+                )))
+            }
+        }
+    }
 }
 
 impl Master {
@@ -96,6 +128,7 @@ impl Master {
             conn,
             acked,
             refused: None,
+            left: Arc::new(watch::Sender::new(None)),
         })
     }
 }
@@ -218,7 +251,7 @@ impl Link {
 
     /// The connection for the next request (`acked`: for an acknowledged write), or why the
     /// master must not be written to.
-    pub(crate) fn usable(&self, acked: bool) -> RedisResult<ConnectionManager> {
+    pub(crate) fn usable(&self, acked: bool) -> RedisResult<Usable> {
         let m = self.read();
         if let Some(why) = &m.refused {
             return Err(redis::make_extension_error(
@@ -226,9 +259,14 @@ impl Link {
                 Some(format!("redis master {} is not used: {why}", m.addr)),
             ));
         }
-        Ok(match (acked, &m.acked) {
+        let conn = match (acked, &m.acked) {
             (true, Some(c)) => c.clone(),
             _ => m.conn.clone(),
+        };
+        Ok(Usable {
+            conn,
+            addr: m.addr.clone(),
+            left: m.left.subscribe(),
         })
     }
 
@@ -315,7 +353,14 @@ impl Link {
         if *current != *addr {
             self.failovers.fetch_add(1, Ordering::Relaxed);
         }
-        *self.master.write().unwrap_or_else(|e| e.into_inner()) = master;
+        let new = master.addr.clone();
+        let old = std::mem::replace(
+            &mut *self.master.write().unwrap_or_else(|e| e.into_inner()),
+            master,
+        );
+        if old.addr != new {
+            old.left.send_replace(Some(new));
+        }
     }
 
     /// Stops writing to the master in use: no majority of the Sentinels names it now.
