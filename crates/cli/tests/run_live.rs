@@ -18,7 +18,7 @@ fn quickstart() -> std::path::PathBuf {
 fn the_progress_view_renders_in_a_pseudo_terminal() {
     let dir = tempfile::tempdir().unwrap();
     let cmd = format!(
-        "{} run {} --lanes 4 --data-dir {}",
+        "{} run {} --lanes 16 --data-dir {}",
         env!("CARGO_BIN_EXE_lanes"),
         quickstart().display(),
         dir.path().join("data").display()
@@ -173,10 +173,12 @@ fn an_interrupted_run_resumes_without_rerunning_final_trials() {
     };
     assert!(!final_before.is_empty());
 
+    // Resumed with more lanes than the first run had: the lanes are this run's, not the
+    // campaign's.
     let second = lanes()
         .arg("run")
         .arg(&file)
-        .args(["--lanes", "4", "--data-dir"])
+        .args(["--lanes", "16", "--data-dir"])
         .arg(&data)
         .output()
         .unwrap();

@@ -1,4 +1,4 @@
-//! One test per fault. Each ends with the history checker over the whole ledger.
+//! One test per fault on a single Redis. Each ends with the history checker over the whole ledger.
 
 use std::time::Duration;
 
