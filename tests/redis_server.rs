@@ -178,6 +178,12 @@ impl RedisServer {
         self.spawn();
     }
 
+    /// Starts again on the same port and data with another `appendfsync` policy.
+    pub fn restart_with(&mut self, fsync: &'static str) {
+        self.fsync = fsync;
+        self.restart();
+    }
+
     /// Starts again on the same port with an empty data directory, as on a new disk.
     pub fn restart_empty(&mut self) {
         assert!(self.child.is_none(), "stop the server before restarting it");

@@ -106,6 +106,7 @@ per_backend!(redis => Harness::redis().await;
     redis_restart_keeps_every_acknowledged_outcome_score_and_lease,
     redis_kill9_mid_complete_errors_and_the_retry_lands_once,
     redis_without_fsync_always_is_refused_unless_allowed,
+    redis_restarted_lossy_is_not_written_to_until_durable_again,
     delete_frees_a_campaign_that_runs_nothing,
     an_operator_retry_pass_requeues_excluded_trials,
     a_login_code_is_good_once_until_it_expires,

@@ -183,3 +183,58 @@ pub(super) async fn redis_without_fsync_always_is_refused_unless_allowed(_h: &mu
     use lanes_coordinator::store::Store;
     assert!(store.list().await.unwrap().is_empty());
 }
+
+/// Redis only: a running store reads the server's durability settings again once a second. A
+/// server restarted at the same address with `appendfsync everysec` is not written to (every
+/// request fails as unavailable, naming the setting) until it is durable again, and the
+/// outcome retried meanwhile then lands once.
+pub(super) async fn redis_restarted_lossy_is_not_written_to_until_durable_again(h: &mut Harness) {
+    use std::time::{Duration, Instant};
+    let c = cid("relossy");
+    h.submit(campaign(
+        "relossy",
+        &[("a", "pa")],
+        2,
+        "pairing = \"none\"",
+        "",
+    ))
+    .await;
+    let t = h.claim_tokens(&c, "l", "h").await.remove(0);
+    let server = h.redis.as_mut().unwrap();
+    server.terminate();
+    server.restart_with("everysec");
+    // The same store, whose connection reconnects by itself. Until its next check (a second
+    // at most) it may still answer; then it refuses.
+    let outcome = scored(&t, "l", "h", Status::Completed, 1.0);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match h.store.complete(&c, outcome.clone(), h.now()).await {
+            Err(StoreError::Unavailable(why)) if why.contains("appendfsync") => break,
+            Ok(_) | Err(StoreError::Unavailable(_)) => {}
+            Err(e) => panic!("unexpected error from a lossy server: {e}"),
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the store went on writing to a server restarted with appendfsync everysec"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let server = h.redis.as_ref().unwrap();
+    server.command(&["CONFIG", "SET", "appendfsync", "always"]);
+    let ack = loop {
+        match h.store.complete(&c, outcome.clone(), h.now()).await {
+            Ok(ack) => break ack,
+            Err(StoreError::Unavailable(_)) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("the store never wrote to the durable server again: {e}"),
+        }
+    };
+    assert!(ack.counted);
+    let rows = h.rows(&c).await;
+    assert_eq!(
+        rows.iter().filter(|r| r.token() == t).count(),
+        1,
+        "{rows:?}"
+    );
+}

@@ -13,7 +13,9 @@
 //! acknowledged write waits for N replicas to confirm it ([`Conn::acked`]); then the store also
 //! asks for `min-replicas-to-write >= N`, so a master cut off from its replicas refuses
 //! writes instead of taking ones that a failover throws away. Behind Sentinels, a store without
-//! `--redis-wait` is lossy. Each new master after a failover is checked again.
+//! `--redis-wait` is lossy. Each new master after a failover is checked again, and the master
+//! in use once a second (a restart with another configuration, or a `CONFIG SET`, changes
+//! them under a running store): one that stops passing is not written to until it passes.
 //!
 //! [`Conn::acked`]: super::link::Conn::acked
 
@@ -50,23 +52,31 @@ pub(crate) async fn check(
     conn: &mut impl ConnectionLike,
     requirements: Requirements,
 ) -> Result<(), StoreError> {
-    match durability(conn, requirements).await? {
-        Durability::Durable => {}
-        Durability::Lossy(what) | Durability::Unknown(what) if requirements.allow_lossy => {
-            tracing::warn!(what = %what, "redis store is not durable: acknowledged outcomes can be lost");
-        }
-        Durability::Lossy(what) => {
-            return Err(StoreError::NotDurable(format!(
-                "{what}; or pass --allow-lossy-store to accept the loss"
-            )));
-        }
-        Durability::Unknown(what) => {
-            return Err(StoreError::NotDurable(format!(
-                "{what}; durability cannot be checked, so pass --allow-lossy-store if the server is configured as the store needs"
-            )));
-        }
+    if let Some(what) = judge(durability(conn, requirements).await?, requirements)? {
+        tracing::warn!(what = %what, "redis store is not durable: acknowledged outcomes can be lost");
     }
     Ok(())
+}
+
+/// Whether the store may write to a master with this durability: refused
+/// ([`StoreError::NotDurable`], saying what to change), accepted, or accepted only because of
+/// `allow_lossy` (what can be lost, for the caller to log).
+pub(crate) fn judge(
+    durability: Durability,
+    requirements: Requirements,
+) -> Result<Option<String>, StoreError> {
+    match durability {
+        Durability::Durable => Ok(None),
+        Durability::Lossy(what) | Durability::Unknown(what) if requirements.allow_lossy => {
+            Ok(Some(what))
+        }
+        Durability::Lossy(what) => Err(StoreError::NotDurable(format!(
+            "{what}; or pass --allow-lossy-store to accept the loss"
+        ))),
+        Durability::Unknown(what) => Err(StoreError::NotDurable(format!(
+            "{what}; durability cannot be checked, so pass --allow-lossy-store if the server is configured as the store needs"
+        ))),
+    }
 }
 
 /// Reads `appendonly`, `appendfsync` and, with a `WAIT` policy, `min-replicas-to-write`.

@@ -13,6 +13,12 @@
 //! and they would otherwise hold their rounds until the response timeout (10 s). Their writes
 //! may or may not have landed, as with any lost reply, and every write is idempotent.
 //!
+//! Once a second the link also reads the master's durability settings again, for both
+//! sources: a Redis restarted with another configuration at the same address, or changed with
+//! `CONFIG SET`, would otherwise go on taking acknowledged writes it can lose. A master that
+//! no longer passes is not written to (every request fails as unavailable, naming the
+//! setting) until it passes again.
+//!
 //! With `--redis-wait` the master gets a second connection of its own for the writes an
 //! acknowledgement depends on ([`Conn::acked`](super::conn::Conn::acked)): their `WAIT`
 //! blocks the connection it is sent on, and reads, locks and pings must not queue behind it.
@@ -167,13 +173,15 @@ impl Link {
     ) -> Result<Arc<Self>, StoreError> {
         let addr = client.get_connection_info().addr().to_string();
         let master = Master::open(client, addr, wait).await?;
-        Ok(Arc::new(Self::new(
+        let link = Arc::new(Self::new(
             master,
             Source::Fixed,
             requirements,
             wait,
             counters,
-        )))
+        ));
+        tokio::spawn(watch(Arc::downgrade(&link)));
+        Ok(link)
     }
 
     /// A link to the master the Sentinels name, checked, then followed by a task of its own
@@ -298,20 +306,21 @@ impl Link {
     }
 
     /// Asks the Sentinels which node is the master and moves to it if it is a new one (or the
-    /// one in use was refused and may pass now). One refresh runs at a time.
+    /// one in use was refused and may pass now); reads the durability of a master kept (of
+    /// the fixed one, always) again. One refresh runs at a time.
     async fn refresh(&self) {
+        if self.refreshing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let _done = Reset(&self.refreshing);
         let Source::Sentinel {
             sentinels,
             template,
             ca,
         } = &self.source
         else {
-            return;
+            return self.recheck().await;
         };
-        if self.refreshing.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let _done = Reset(&self.refreshing);
         let (host, port) = match sentinels.master_addr().await {
             Ok(found) => found,
             Err(e) => return self.refuse(&e.to_string()),
@@ -322,7 +331,7 @@ impl Link {
         };
         let addr = format!("{host}:{port}");
         if *current == *addr && !refused {
-            return;
+            return self.recheck().await;
         }
         let opened = open_master(
             template,
@@ -360,6 +369,41 @@ impl Link {
         );
         if old.addr != new {
             old.left.send_replace(Some(new));
+        }
+    }
+
+    /// Reads the durability of the master in use again, and stops or resumes writing to it.
+    /// Behind Sentinels only a master not refused is read (a refused one is opened and
+    /// checked again whole); a fixed master is refused only for its durability.
+    async fn recheck(&self) {
+        let (mut conn, addr, was) = {
+            let m = self.read();
+            (m.conn.clone(), m.addr.clone(), m.refused.clone())
+        };
+        // Not answering (in time: a stopped master must not hold up the next refresh) is an
+        // outage, which the requests see for themselves.
+        let read = tokio::time::timeout(
+            WATCH_EVERY,
+            durability::durability(&mut conn, self.requirements),
+        )
+        .await;
+        let Ok(Ok(read)) = read else { return };
+        let why = match durability::judge(read, self.requirements) {
+            Ok(_) => None,
+            Err(e) => Some(Arc::<str>::from(e.to_string())),
+        };
+        match (&was, &why) {
+            (None, Some(why)) => {
+                tracing::error!(master = %addr, why = %why, "the redis master no longer keeps what it acknowledges: nothing is written until it does")
+            }
+            (Some(_), None) => {
+                tracing::warn!(master = %addr, "the redis master passes the store's checks again")
+            }
+            _ => {}
+        }
+        let mut m = self.master.write().unwrap_or_else(|e| e.into_inner());
+        if m.addr == addr {
+            m.refused = why;
         }
     }
 
