@@ -21,7 +21,7 @@
 
 use redis::aio::ConnectionLike;
 
-use super::redis_err;
+use super::{is_transient_code, redis_err};
 use crate::store::api::StoreError;
 
 /// What the store asks of a master before it writes to it.
@@ -102,7 +102,14 @@ pub(crate) async fn durability(
             .await
         {
             Ok(v) => values.push(v.get(1).cloned().unwrap_or_default()),
-            Err(e) if e.is_io_error() || e.is_connection_dropped() || e.is_timeout() => {
+            // An outage (a dropped connection, or `LOADING` while a restarted Redis reads its
+            // AOF) says nothing about durability.
+            Err(e)
+                if e.is_io_error()
+                    || e.is_connection_dropped()
+                    || e.is_timeout()
+                    || e.code().is_some_and(is_transient_code) =>
+            {
                 return Err(redis_err(e));
             }
             Err(e) => {
