@@ -170,6 +170,7 @@ async fn a_master_stopped_past_down_after_is_fenced_when_it_comes_back() {
     .expect("connect to the first master");
 
     group.nodes[0].pause();
+    let paused = Instant::now();
     // A completion sent to the stopped master: it fails as soon as the store follows the new
     // master (not at its 10 s response timeout, holding the campaign's rounds until then).
     let in_flight = {
@@ -183,11 +184,15 @@ async fn a_master_stopped_past_down_after_is_fenced_when_it_comes_back() {
     })
     .await
     .unwrap();
+    // (A failover slow enough to come near the response timeout, on a loaded machine, leaves
+    // the request to time out first.)
+    let prompt = paused.elapsed() < Duration::from_secs(7);
     match in_flight.await.unwrap() {
-        Err(StoreError::Unavailable(why)) => assert!(
+        Err(StoreError::Unavailable(why)) if prompt => assert!(
             why.contains(&format!("moved from 127.0.0.1:{old}")),
             "{why}"
         ),
+        Err(StoreError::Unavailable(_)) => {}
         other => panic!("a completion on the stopped master answered {other:?}"),
     }
     let ack = complete_until_acked(&h, &c, scored(&held, "l", "h", Status::Completed, 1.0)).await;

@@ -116,6 +116,7 @@ impl EmbeddedStore {
     /// [`Self::open`] with another linger for batches of renewals: how long a batch of
     /// renewals alone waits for more operations before it commits (tests use a short one, so
     /// a lone renewal does not wait the production 100 ms).
+    #[doc(hidden)]
     pub fn open_with_linger(dir: &Path, linger: std::time::Duration) -> Result<Self, StoreError> {
         std::fs::create_dir_all(dir)
             .map_err(|e| backend(format!("cannot create {}: {e}", dir.display())))?;

@@ -39,8 +39,11 @@ use super::sentinel::{self, Sentinels};
 use super::stats::Counters;
 use crate::store::api::StoreError;
 
-/// How often the Sentinels are asked which node is the master.
+/// How often the Sentinels are asked which node is the master, and the master's durability
+/// read again.
 const WATCH_EVERY: Duration = Duration::from_secs(1);
+/// How long that read may take: a stopped master must not hold up asking the Sentinels.
+const RECHECK_WITHIN: Duration = Duration::from_millis(500);
 
 /// A client for `url`, with `ca` as the only root of a `rediss://` server's certificate.
 pub(crate) fn client(url: &str, ca: Option<&[u8]>) -> Result<Client, StoreError> {
@@ -81,8 +84,7 @@ pub(crate) struct Wait {
     pub(crate) timeout_ms: u64,
 }
 
-/// The master in use.
-#[derive(Clone)]
+/// The master in use (not `Clone`: the link holds the one sender of [`Master::left`]).
 struct Master {
     /// `host:port`, for status and messages.
     addr: Arc<str>,
@@ -109,15 +111,22 @@ impl Usable {
         mut self,
         request: impl std::future::Future<Output = RedisResult<T>>,
     ) -> RedisResult<T> {
-        tokio::select! {
-            answer = request => answer,
-            left = self.left.wait_for(Option::is_some) => {
-                let to = left.ok().and_then(|to| to.clone()).unwrap_or_else(|| "?".into());
-                Err(RedisError::from(std::io::Error::new(
-                    std::io::ErrorKind::ConnectionAborted,
-                    format!("the redis master moved from {} to {to} while a request was in flight: its outcome is unknown", self.addr),
-                )))
-            }
+        tokio::pin!(request);
+        let moved_to = tokio::select! {
+            answer = &mut request => return answer,
+            left = self.left.wait_for(Option::is_some) => left.ok().and_then(|to| to.clone()),
+        };
+        match moved_to {
+            Some(to) => Err(RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::ConnectionAborted,
+                format!(
+                    "the redis master moved from {} to {to} while a request was in flight: its outcome is unknown",
+                    self.addr
+                ),
+            ))),
+            // The master was replaced by itself (reopened at the same address after a
+            // refusal): the request goes on.
+            None => request.await,
         }
     }
 }
@@ -327,10 +336,10 @@ impl Link {
         };
         let (current, refused) = {
             let m = self.read();
-            (m.addr.clone(), m.refused.is_some())
+            (m.addr.clone(), m.refused.clone())
         };
         let addr = format!("{host}:{port}");
-        if *current == *addr && !refused {
+        if *current == *addr && refused.is_none() {
             return self.recheck().await;
         }
         let opened = open_master(
@@ -348,18 +357,21 @@ impl Link {
                 return tracing::warn!(master = %addr, error = %e, "the sentinels' master cannot be used yet");
             }
         };
+        let same = *current == *addr;
         match &master.refused {
+            // Said once, not at every refresh that finds it still failing.
+            Some(why) if same && refused.as_deref() == Some(&**why) => {}
             Some(why) => {
                 tracing::error!(master = %addr, why = %why, "the redis master fails the store's checks: nothing is written until it passes")
             }
-            None if *current != *addr => tracing::warn!(
+            None if !same => tracing::warn!(
                 from = %current,
                 to = %addr,
                 "redis failover: the store writes to the new master"
             ),
             None => tracing::info!(master = %addr, "the redis master is used again"),
         }
-        if *current != *addr {
+        if !same {
             self.failovers.fetch_add(1, Ordering::Relaxed);
         }
         let new = master.addr.clone();
@@ -374,7 +386,8 @@ impl Link {
 
     /// Reads the durability of the master in use again, and stops or resumes writing to it.
     /// Behind Sentinels only a master not refused is read (a refused one is opened and
-    /// checked again whole); a fixed master is refused only for its durability.
+    /// checked again whole); a fixed master is refused only for its durability. Runs only
+    /// within [`Self::refresh`], so never beside another writer of `refused`.
     async fn recheck(&self) {
         let (mut conn, addr, was) = {
             let m = self.read();
@@ -383,7 +396,7 @@ impl Link {
         // Not answering (in time: a stopped master must not hold up the next refresh) is an
         // outage, which the requests see for themselves.
         let read = tokio::time::timeout(
-            WATCH_EVERY,
+            RECHECK_WITHIN,
             durability::durability(&mut conn, self.requirements),
         )
         .await;
@@ -435,7 +448,8 @@ impl Drop for Reset<'_> {
     }
 }
 
-/// Asks the Sentinels once a second for as long as the link lives.
+/// Refreshes the link once a second for as long as it lives: asks the Sentinels (if any) and
+/// reads the master's durability again.
 async fn watch(link: Weak<Link>) {
     loop {
         tokio::time::sleep(WATCH_EVERY).await;
