@@ -319,6 +319,41 @@ fn duplicate_inline_task_ids() {
 }
 
 #[test]
+fn duplicate_inline_task_ids_deep_in_a_large_campaign() {
+    // Thousands of inline items, some spread over several lines: the lines named are the
+    // ones the items are written on, counted from the top of the file.
+    let mut items = String::new();
+    for i in 0..5_000 {
+        if i % 7 == 0 {
+            writeln!(items, "  {{\n    id = \"t{i}\" }},").unwrap();
+        } else {
+            writeln!(items, "  {{ id = \"t{i}\" }},").unwrap();
+        }
+    }
+    items.push_str("  { id = \"t4095\" },\n");
+    let text = edit(
+        VALID,
+        "  { id = \"t1\" },\n  { id = \"t2\", payload = { x = 1 } },\n",
+        &items,
+    );
+    let e = load_err(&text);
+    let first = line_of(&text, "id = \"t4095\"");
+    let again = text[..text.rfind("id = \"t4095\"").unwrap()]
+        .matches('\n')
+        .count()
+        + 1;
+    assert_eq!(
+        *e.kind,
+        SpecErrorKind::Duplicate {
+            what: "task",
+            id: "t4095".into(),
+            first_line: Some(first),
+        }
+    );
+    assert_place(&e, Path::new(FILE), Some(again), "tasks.items[5000].id");
+}
+
+#[test]
 fn duplicate_arm_ids() {
     let text = edit(VALID, "id = \"beta\"", "id = \"alpha\"");
     let e = load_err(&text);
