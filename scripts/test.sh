@@ -101,4 +101,9 @@ python3 -m unittest discover -s tests/python -v
 "$venv/bin/python" -m unittest discover -s tests/python -v
 
 # Benches (harness = false) are run with `cargo bench`, not here.
-cargo test --workspace "$@"
+if [ "$#" -gt 0 ]; then
+  cargo test --workspace "$@"
+else
+  # The whole suite: the test binaries that mostly wait run beside the others.
+  python3 scripts/run-suite.py
+fi
