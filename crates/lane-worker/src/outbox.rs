@@ -174,13 +174,16 @@ impl Outbox {
         sync_dir(&self.dir)
     }
 
-    /// How many entries are unacknowledged (non-empty `.json` files), without reading them:
-    /// exact whichever process wrote them.
+    /// How many entries are unacknowledged (`.json` files holding a record, see
+    /// [`holds_record`](crate::slots::holds_record)), without reading them: exact whichever
+    /// process wrote them.
     pub fn pending_count(&self) -> io::Result<usize> {
         let mut n = 0;
         for e in fs::read_dir(&self.dir)? {
             let e = e?;
-            if e.path().extension().is_some_and(|x| x == "json") && e.metadata()?.len() > 0 {
+            if e.path().extension().is_some_and(|x| x == "json")
+                && crate::slots::holds_record(e.metadata()?.len())
+            {
                 n += 1;
             }
         }

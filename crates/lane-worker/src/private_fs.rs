@@ -33,6 +33,12 @@ pub fn create_file(path: &Path) -> io::Result<File> {
     )
 }
 
+/// Opens a file for writing in place, creating it at 0600 (its contents are kept); an
+/// existing file's mode is tightened too.
+pub fn open_in_place(path: &Path) -> io::Result<File> {
+    open(path, OpenOptions::new().write(true).create(true))
+}
+
 /// Opens a file for appending, creating it at 0600; an existing file's mode is tightened.
 pub fn append_file(path: &Path) -> io::Result<File> {
     open(path, OpenOptions::new().append(true).create(true))

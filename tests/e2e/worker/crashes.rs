@@ -253,19 +253,20 @@ async fn kill9_after_evaluate_before_the_ack_lands_once_after_the_restart() {
     );
 }
 
-/// Outcomes waiting in an outbox directory (its `leases/` journal aside): its non-empty
-/// `.json` files (an acknowledged entry leaves its slot file empty, to be written over).
+/// Outcomes waiting in an outbox directory (its `leases/` journal aside): its `.json` files
+/// that hold a record (an acknowledged entry leaves its slot file at one byte, empty, to be
+/// written over).
 fn outbox_entries(outbox: &std::path::Path) -> usize {
     filled(outbox, "json")
 }
 
-/// Non-empty `*.<ext>` files in `dir`.
+/// `*.<ext>` files in `dir` holding a record: more than one byte (an empty slot keeps one).
 fn filled(dir: &std::path::Path, ext: &str) -> usize {
     std::fs::read_dir(dir)
         .map(|d| {
             d.filter_map(Result::ok)
                 .filter(|e| e.path().extension().is_some_and(|x| x == ext))
-                .filter(|e| e.metadata().is_ok_and(|m| m.len() > 0))
+                .filter(|e| e.metadata().is_ok_and(|m| m.len() > 1))
                 .count()
         })
         .unwrap_or(0)
