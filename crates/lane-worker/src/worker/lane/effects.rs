@@ -503,38 +503,22 @@ impl LaneActor {
         };
         let campaign = tag.campaign.clone();
         self.spawn_event(myself, span, tag, async move {
-            // What the driver left in the attempt's folder is scrubbed before the outcome is
-            // recorded; a failure is disclosed in the row.
-            if let Ok(d) = &dir {
-                let d = d.clone();
-                let scrubbed = tokio::task::spawn_blocking(move || {
-                    crate::scrub_files::scrub_attempt_dir(&d, &secrets).map_err(|e| secrets.scrubbed(&e.to_string()))
-                })
-                .await
-                .unwrap_or_else(|e| Err(e.to_string()));
-                if let Err(e) = scrubbed {
-                    tracing::warn!(error = %e, "could not scrub the driver's files in the attempt folder");
-                    o.record.publication_errors.push(format!("scrubbing the attempt folder: {e}"));
-                }
-            }
-            let mut record = None;
-            if with_record {
-                let written = tokio::task::spawn_blocking({
-                    let json = serde_json::to_value(&o).map_err(std::io::Error::other);
-                    move || write_pending_record(dir, json)
-                })
-                .await
-                .unwrap_or_else(|e| Err(std::io::Error::other(e)));
-                // Every destination is attempted on its own: a failed record is disclosed in
-                // the row, and the outbox and the coordinator still get the outcome.
-                match written {
-                    Ok(path) => {
-                        o.record.artifacts.push(path.display().to_string());
-                        record = Some(path);
-                    }
-                    Err(e) => o.record.publication_errors.push(format!("attempt record: {e}")),
-                }
-            }
+            // One blocking task for the folder's scrub and the record, in that order. The
+            // outcome goes in and comes back: a panic there is caught, so it is never lost.
+            let (o, record) = tokio::task::spawn_blocking(move || {
+                let written = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    write_scrubbed(dir, &mut o, &secrets, with_record)
+                }));
+                let record = written.unwrap_or_else(|_| {
+                    o.record
+                        .publication_errors
+                        .push("scrubbing the attempt folder or writing its record panicked".into());
+                    None
+                });
+                (o, record)
+            })
+            .await
+            .expect("the blocking task catches its panics");
             // With an artifact store, the supervisor uploads the (scrubbed) folder once the
             // entry is durable, and sends the outcome after.
             let upload = upload.filter(|_| with_record);
@@ -670,6 +654,43 @@ impl LaneActor {
             secrets: self.secrets(unit, cur),
             driver_records: self.config.outbox.join(crate::driver::process::RECORDS_DIR),
             spec,
+        }
+    }
+}
+
+/// Scrubs what the driver left in the attempt's folder before the outcome is recorded, then
+/// (`with_record`) writes the outcome's record under its pending name and returns its final
+/// path. Every destination is attempted on its own: a failed scrub or record is disclosed in
+/// the row, and the outbox and the coordinator still get the outcome.
+fn write_scrubbed(
+    dir: std::io::Result<std::path::PathBuf>,
+    o: &mut lanes_common::row::Outcome,
+    secrets: &Secrets,
+    with_record: bool,
+) -> Option<std::path::PathBuf> {
+    if let Ok(d) = &dir
+        && let Err(e) = crate::scrub_files::scrub_attempt_dir(d, secrets)
+    {
+        let e = secrets.scrubbed(&e.to_string());
+        tracing::warn!(error = %e, "could not scrub the driver's files in the attempt folder");
+        o.record
+            .publication_errors
+            .push(format!("scrubbing the attempt folder: {e}"));
+    }
+    if !with_record {
+        return None;
+    }
+    let json = serde_json::to_value(&*o).map_err(std::io::Error::other);
+    match write_pending_record(dir, json) {
+        Ok(path) => {
+            o.record.artifacts.push(path.display().to_string());
+            Some(path)
+        }
+        Err(e) => {
+            o.record
+                .publication_errors
+                .push(format!("attempt record: {e}"));
+            None
         }
     }
 }
