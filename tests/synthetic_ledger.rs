@@ -18,8 +18,13 @@ pub async fn append(
     let trials: Vec<_> = lanes_common::schedule::trials(campaign).collect();
     let key = format!("lanes:{{c:{}}}:results", campaign.spec.id);
     let client = redis::Client::open(redis_url).expect("a redis url");
+    // A pipeline of a thousand appends, each synced with `appendfsync always`, can take more
+    // than the client's default 500 ms to answer on a loaded machine (the suites run beside
+    // each other): this helper is setup, not a measure of latency.
+    let config = redis::AsyncConnectionConfig::new()
+        .set_response_timeout(Some(std::time::Duration::from_secs(120)));
     let mut conn = client
-        .get_multiplexed_async_connection()
+        .get_multiplexed_async_connection_with_config(&config)
         .await
         .expect("a redis connection");
     let mut seq = 0u64;
