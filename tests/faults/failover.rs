@@ -80,9 +80,7 @@ async fn redis_failovers_under_sentinel() {
         ..Layout::default()
     })
     .await;
-    let urls = cl.urls();
-    cl.add_worker(4, &urls, &[]);
-    cl.add_worker(4, &[urls[1].clone(), urls[0].clone()], &[]);
+    cl.add_workers_on_both(4);
     let mut tasks = 150;
     let mut texts = vec![campaign("fo", tasks, [0.2, 0.4], "")];
     cl.submit(0, &texts[0]).await;

@@ -305,6 +305,14 @@ impl Cluster {
         }
     }
 
+    /// Starts two workers of `lanes` lanes each: the first prefers replica 0, the second
+    /// replica 1, and each falls back to the other.
+    pub fn add_workers_on_both(&mut self, lanes: u32) {
+        let urls = self.urls();
+        self.add_worker(lanes, &urls, &[]);
+        self.add_worker(lanes, &[urls[1].clone(), urls[0].clone()], &[]);
+    }
+
     /// Starts a worker on host `h<n>` with `lanes` lanes, talking to `coordinators` (urls, in
     /// order of preference).
     pub fn add_worker(&mut self, lanes: u32, coordinators: &[String], env: &[(&str, &str)]) {

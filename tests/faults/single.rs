@@ -18,9 +18,7 @@ fn both_prefer_first(cl: &mut Cluster, lanes: u32) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn coordinator_kill9() {
     let mut cl = Cluster::start(Layout::default()).await;
-    let urls = cl.urls();
-    cl.add_worker(4, &urls, &[]);
-    cl.add_worker(4, &[urls[1].clone(), urls[0].clone()], &[]);
+    cl.add_workers_on_both(4);
     let text = campaign("ck", 60, [0.2, 0.8], "");
     cl.submit(0, &text).await;
     cl.wait_rows("ck", 20, END).await;
@@ -87,9 +85,7 @@ async fn coordinator_sigstop_past_the_ttl() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn worker_sigstop_past_the_ttl() {
     let mut cl = Cluster::start(Layout::default()).await;
-    let urls = cl.urls();
-    cl.add_worker(4, &urls, &[]);
-    cl.add_worker(4, &[urls[1].clone(), urls[0].clone()], &[]);
+    cl.add_workers_on_both(4);
     let text = campaign("ws", 40, [1.0, 2.0], "");
     cl.submit(0, &text).await;
     cl.wait_rows("ws", 8, END).await;
@@ -232,9 +228,7 @@ async fn replicas_whose_clocks_differ_by_seconds() {
         ..Layout::default()
     })
     .await;
-    let urls = cl.urls();
-    cl.add_worker(4, &urls, &[]);
-    cl.add_worker(4, &[urls[1].clone(), urls[0].clone()], &[]);
+    cl.add_workers_on_both(4);
     let text = campaign("cl", 50, [1.0, 3.0], "");
     cl.submit(0, &text).await;
     cl.wait_ended("cl", END).await;
@@ -402,9 +396,7 @@ async fn a_report_over_100k_rows() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_campaigns_sharing_ids_under_kills() {
     let mut cl = Cluster::start(Layout::default()).await;
-    let urls = cl.urls();
-    cl.add_worker(8, &urls, &[]);
-    cl.add_worker(8, &[urls[1].clone(), urls[0].clone()], &[]);
+    cl.add_workers_on_both(8);
     let a = campaign("shared-a", 10, [0.5, 1.5], "");
     let b = campaign("shared-b", 10, [0.5, 1.5], "");
     cl.submit(0, &a).await;
