@@ -16,15 +16,15 @@
 //! nothing and written again when it is closed: 7 % of a busy worker's CPU went to emptying
 //! slots that way, and more to the next write.
 //!
-//! A write torn by a crash leaves the slot empty or holding a prefix of the record, which
-//! never parses as a whole record: its reader treats it as never written (see each reader). A
-//! record is written over a slot that is empty (a free one), or one cut to one byte first (the
-//! same attempt's record written again). Records that must be
-//! durable are `fdatasync`ed, and a slot's directory entry is synced once, when the slot file
-//! is first made (and the directory once more when it is opened). Emptying a slot is not synced: an emptied record that comes back after a
-//! crash is one whose attempt was already over, and both readers handle that (a replayed
-//! outcome is acknowledged again as a duplicate; a lease journal entry names a lease that is
-//! forfeited or already gone).
+//! A record is written over a slot that is empty (a free one), or over one cut to one byte
+//! first (the same attempt's record written again). A write torn by a crash leaves the slot
+//! empty or holding a prefix of the record, which never parses as a whole record: its reader
+//! treats it as never written (see each reader). Records that must be durable are
+//! `fdatasync`ed, and a slot's directory entry is synced once, when the slot file is first made
+//! (and the directory once more when it is opened). Emptying a slot is not synced: an emptied
+//! record that comes back after a crash is one whose attempt was already over, and both
+//! readers handle that (a replayed outcome is acknowledged again as a duplicate; a lease
+//! journal entry names a lease that is forfeited or already gone).
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs::{self, File};
