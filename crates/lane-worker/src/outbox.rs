@@ -174,9 +174,8 @@ impl Outbox {
         sync_dir(&self.dir)
     }
 
-    /// How many entries are unacknowledged (`.json` files holding a record, see
-    /// [`holds_record`](crate::slots::holds_record)), without reading them: exact whichever
-    /// process wrote them.
+    /// How many entries are unacknowledged (`.json` files of more than one byte: an empty slot
+    /// keeps one), without reading them: exact whichever process wrote them.
     pub fn pending_count(&self) -> io::Result<usize> {
         let mut n = 0;
         for e in fs::read_dir(&self.dir)? {
