@@ -87,6 +87,56 @@ fn serves_on_the_embedded_store_and_logs_its_address_without_tokens() {
     assert!(!logs.contains("very-secret"), "a token reached the logs");
 }
 
+/// The `threads=` field of the coordinator's listening line when started with `args`.
+fn threads_of(args: &[&str]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Killed(
+        lanes()
+            .args(["coordinator", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(dir.path().join("data"))
+            .args(args)
+            .env("LANES_CLIENT_TOKEN", "client-token-0123456789")
+            .env("LANES_LANE_TOKEN", "lane-token-0123456789")
+            .env_remove("LANES_THREADS")
+            .env_remove("TOKIO_WORKER_THREADS")
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let rx = stderr_lines(&mut child.0);
+    let (line, _) = until_line(&rx, &mut child.0, "listening", |l| l.contains("addr="));
+    let i = line.find("threads=").expect("a threads= field");
+    line[i + 8..].split_whitespace().next().unwrap().to_owned()
+}
+
+#[test]
+fn its_runtime_runs_on_the_threads_a_flag_or_the_config_file_gives() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("coordinator.toml");
+    std::fs::write(&file, "threads = 1\n").unwrap();
+    let file = file.to_str().unwrap();
+    assert_eq!(threads_of(&["--config", file]), "1");
+    // The flag wins over the file.
+    assert_eq!(threads_of(&["--config", file, "--threads", "3"]), "3");
+    // Zero threads is bad input, refused before anything runs.
+    let out = lanes()
+        .args(["coordinator", "--threads", "0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--threads"), "{err}");
+    std::fs::write(dir.path().join("zero.toml"), "threads = 0\n").unwrap();
+    let out = lanes()
+        .args(["coordinator", "--config"])
+        .arg(dir.path().join("zero.toml"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("threads must be at least 1"), "{err}");
+}
+
 #[test]
 fn refuses_a_redis_without_fsync_always_unless_allowed() {
     if Command::new("redis-server")

@@ -87,8 +87,9 @@ fn write_token_file(path: &Path, token: &str) -> anyhow::Result<()> {
 }
 
 impl CoordinatorProc {
-    /// Starts `lanes coordinator` and waits until it listens.
-    pub(crate) async fn start(store: &StoreTarget) -> anyhow::Result<Self> {
+    /// Starts `lanes coordinator` (with `threads` runtime threads, if given) and waits until
+    /// it listens.
+    pub(crate) async fn start(store: &StoreTarget, threads: Option<u16>) -> anyhow::Result<Self> {
         let dir = tempfile::Builder::new()
             .prefix("lanes-bench-")
             .tempdir()
@@ -124,6 +125,9 @@ impl CoordinatorProc {
             // Its own process group: a Ctrl-C at the terminal reaches only the bench, which
             // then still reads the coordinator's figures before it kills it.
             .process_group(0);
+        if let Some(n) = threads {
+            cmd.arg("--threads").arg(n.to_string());
+        }
         match store {
             StoreTarget::Embedded => {
                 let data: PathBuf = dir.path().join("data");

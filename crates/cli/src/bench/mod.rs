@@ -109,6 +109,10 @@ pub(crate) struct Args {
     /// series of runs keeps them until it is over (`scripts/bench-vs-celery.sh` does).
     #[arg(long, value_name = "DIR", requires = "workers")]
     work_dir: Option<std::path::PathBuf>,
+    /// The coordinator's runtime threads (its `--threads`) [default: its own default, one
+    /// per CPU].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    coordinator_threads: Option<u16>,
     /// Print every figure as one JSON object instead of text.
     #[arg(long)]
     json: bool,
@@ -284,7 +288,7 @@ struct Ready {
 }
 
 async fn setup(args: &Args, store: &StoreTarget) -> anyhow::Result<Ready> {
-    let coord = CoordinatorProc::start(store).await?;
+    let coord = CoordinatorProc::start(store, args.coordinator_threads).await?;
     progress!(
         "lanes bench: coordinator pid {} on {}",
         coord.pid(),
@@ -438,13 +442,16 @@ async fn bench(args: &Args, store: StoreTarget) -> anyhow::Result<(Report, Code)
         renew: stats.renews.summary(),
         outcome_ack: stats.acks.summary(),
         walls,
-        coordinator: CoordinatorFigures::new(
-            coord.pid(),
-            usage.cpu.saturating_sub(cpu_before).as_secs_f64(),
-            elapsed_s,
-            usage.rss,
-            usage.peak_rss,
-        ),
+        coordinator: CoordinatorFigures {
+            threads: args.coordinator_threads,
+            ..CoordinatorFigures::new(
+                coord.pid(),
+                usage.cpu.saturating_sub(cpu_before).as_secs_f64(),
+                elapsed_s,
+                usage.rss,
+                usage.peak_rss,
+            )
+        },
         redis_memory_per_trial_bytes: match (mem_before, mem_after) {
             (Some(b), Some(a)) => Some((a as f64 - b as f64) / f64::from(args.trials)),
             _ => None,

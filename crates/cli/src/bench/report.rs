@@ -43,6 +43,8 @@ pub(crate) enum Ending {
 #[derive(Debug, Clone, Copy, Serialize)]
 pub(crate) struct CoordinatorFigures {
     pub(crate) pid: u32,
+    /// `--coordinator-threads`: its runtime's threads, if not its default.
+    pub(crate) threads: Option<u16>,
     /// CPU time (user + system) while the lanes ran.
     pub(crate) cpu_s: f64,
     /// That CPU time as a percentage of one core over the same wall time.
@@ -99,6 +101,7 @@ impl CoordinatorFigures {
     pub(crate) fn new(pid: u32, cpu_s: f64, wall_s: f64, rss: u64, peak_rss: u64) -> Self {
         Self {
             pid,
+            threads: None,
             cpu_s,
             cpu_percent: if wall_s > 0.0 {
                 100.0 * cpu_s / wall_s
@@ -156,8 +159,13 @@ impl Report {
                 format!(", claim p99 {:.1} ms", self.claim.p99_ms),
             ),
         };
+        let threads = match self.coordinator.threads {
+            Some(1) => " (1 thread)".to_owned(),
+            Some(n) => format!(" ({n} threads)"),
+            None => String::new(),
+        };
         format!(
-            "lanes bench: {}, {lanes}, {} trials: {:.0} attempts/s{ceiling}{claim}, coordinator {:.0}% CPU, {:.0} MB RSS{ending}",
+            "lanes bench: {}, {lanes}, {} trials: {:.0} attempts/s{ceiling}{claim}, coordinator{threads} {:.0}% CPU, {:.0} MB RSS{ending}",
             self.store.as_str(),
             self.trials,
             self.attempts_per_s,
@@ -239,8 +247,16 @@ impl Report {
             }
         }
         t += &format!(
-            "  coordinator       {:.1}% of one core ({:.2} s CPU), peak RSS {:.1} MB (at the end {:.1} MB), pid {}\n",
-            c.cpu_percent, c.cpu_s, c.peak_rss_mb, c.rss_mb, c.pid
+            "  coordinator       {:.1}% of one core ({:.2} s CPU), peak RSS {:.1} MB (at the end {:.1} MB), pid {}{}\n",
+            c.cpu_percent,
+            c.cpu_s,
+            c.peak_rss_mb,
+            c.rss_mb,
+            c.pid,
+            match c.threads {
+                Some(n) => format!(", {n} runtime thread(s)"),
+                None => String::new(),
+            }
         );
         if let Some(m) = self.redis_memory_per_trial_bytes {
             t += &format!(
@@ -353,6 +369,26 @@ mod tests {
         assert!(!text.contains("claim latency"), "{text}");
         let v: serde_json::Value = serde_json::from_str(&r.to_json()).unwrap();
         assert_eq!(v["workers"]["count"], 2);
+    }
+
+    #[test]
+    fn a_coordinator_on_given_threads_says_how_many() {
+        let mut r = report();
+        r.coordinator.threads = Some(1);
+        let r = r.finish();
+        assert!(
+            r.summary.contains(", coordinator (1 thread) 38% CPU,"),
+            "{}",
+            r.summary
+        );
+        assert!(r.to_text().contains(", 1 runtime thread(s)\n"));
+        let v: serde_json::Value = serde_json::from_str(&r.to_json()).unwrap();
+        assert_eq!(v["coordinator"]["threads"], 1);
+        // Its default: said nowhere but as null in the JSON.
+        let r = report().finish();
+        assert!(!r.summary.contains("thread"), "{}", r.summary);
+        let v: serde_json::Value = serde_json::from_str(&r.to_json()).unwrap();
+        assert!(v["coordinator"]["threads"].is_null());
     }
 
     #[test]
