@@ -29,7 +29,16 @@ pub enum TraceParentError {
 impl TraceParent {
     /// The context of attempt `attempt` of `trial_id`: the root (`claim`) span of its trace.
     pub fn of_attempt(campaign: &str, trial_id: &str, attempt: u32) -> Self {
-        let d = Sha256::digest(format!("{campaign}:{trial_id}:{attempt}").as_bytes());
+        // SHA-256 of `<campaign>:<trial_id>:<attempt>`, fed in pieces: no string is built
+        // (this runs for every claim, row and span).
+        let mut digits = [0u8; 10];
+        let d = Sha256::new()
+            .chain_update(campaign)
+            .chain_update(b":")
+            .chain_update(trial_id)
+            .chain_update(b":")
+            .chain_update(decimal(attempt, &mut digits))
+            .finalize();
         let mut trace_id = [0u8; 16];
         let mut span_id = [0u8; 8];
         trace_id.copy_from_slice(&d[..16]);
@@ -67,13 +76,14 @@ pub fn attempt_trace_id(campaign: &str, trial_id: &str, attempt: u32) -> Option<
 
 impl fmt::Display for TraceParent {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "00-{}-{}-{}",
-            hex(&self.trace_id),
-            hex(&self.span_id),
-            if self.sampled { "01" } else { "00" }
-        )
+        // `00-<32 hex>-<16 hex>-<flags>`, written into one buffer.
+        let mut out = *b"00-................................-................-00";
+        hex_into(&self.trace_id, &mut out[3..35]);
+        hex_into(&self.span_id, &mut out[36..52]);
+        if self.sampled {
+            out[54] = b'1';
+        }
+        f.write_str(std::str::from_utf8(&out).expect("hex digits and dashes are ASCII"))
     }
 }
 
@@ -108,12 +118,32 @@ impl std::str::FromStr for TraceParent {
     }
 }
 
+/// `n` in decimal, written at the end of `buf`: the digits.
+fn decimal(mut n: u32, buf: &mut [u8; 10]) -> &[u8] {
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return &buf[i..];
+        }
+    }
+}
+
+/// `bytes` as lowercase hex into `out` (twice as long).
+fn hex_into(bytes: &[u8], out: &mut [u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for (pair, b) in out.chunks_exact_mut(2).zip(bytes) {
+        pair[0] = DIGITS[usize::from(b >> 4)];
+        pair[1] = DIGITS[usize::from(b & 0x0f)];
+    }
+}
+
 fn hex(bytes: &[u8]) -> String {
-    use fmt::Write;
-    bytes.iter().fold(String::new(), |mut s, b| {
-        let _ = write!(s, "{b:02x}");
-        s
-    })
+    let mut out = vec![0u8; 2 * bytes.len()];
+    hex_into(bytes, &mut out);
+    String::from_utf8(out).expect("hex digits are ASCII")
 }
 
 /// Lowercase hex only, as W3C requires.
@@ -150,6 +180,25 @@ mod tests {
             Some(tp.trace_id_hex().as_str())
         );
         assert_eq!(attempt_trace_id("c1", "t.r0.a", 0), None);
+        // Pinned: rows and spans of stored campaigns name these ids (SHA-256 of
+        // `c1:t.r0.a:2`, and of `camp-x:t9.r12.b:4294967295`).
+        assert_eq!(s, "00-d3285fa541c75305d09d54c0cad4b807-2e20b4241684d335-01");
+        assert_eq!(
+            TraceParent::of_attempt("camp-x", "t9.r12.b", u32::MAX).to_string(),
+            "00-f0ef072a98999f8c37d4a7043923da8f-3e42154242a91b24-01"
+        );
+        let unsampled = TraceParent {
+            sampled: false,
+            ..tp
+        };
+        assert_eq!(
+            unsampled.to_string(),
+            "00-d3285fa541c75305d09d54c0cad4b807-2e20b4241684d335-00"
+        );
+        assert_eq!(tp.span_id_hex(), "2e20b4241684d335");
+        let mut digits = [0u8; 10];
+        assert_eq!(decimal(0, &mut digits), b"0");
+        assert_eq!(decimal(1_000_000_007, &mut digits), b"1000000007");
     }
 
     #[test]
