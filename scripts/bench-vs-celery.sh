@@ -14,12 +14,18 @@
 # and prints each figure, the median of the Lanes runs and its ratio to both Celery figures.
 # Celery is installed into a venv under the cargo target directory.
 # Usage: scripts/bench-vs-celery.sh [TRIALS] [RUNS] (defaults 20000 and 3).
+# COORDINATOR_THREADS=N in the environment runs the coordinator of both Lanes runs on N
+# runtime threads (`lanes bench --coordinator-threads N`; default: one per CPU).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TRIALS="${1:-20000}"
 RUNS="${2:-3}"
 TARGET="${CARGO_TARGET_DIR:-target}"
 VENV="$TARGET/bench-venv"
+THREADS=()
+if [ -n "${COORDINATOR_THREADS:-}" ]; then
+  THREADS=(--coordinator-threads "$COORDINATOR_THREADS")
+fi
 
 command -v redis-server >/dev/null || { echo "redis-server is missing (scripts/test.sh installs it)" >&2; exit 1; }
 if [ ! -x "$VENV/bin/celery" ]; then
@@ -39,12 +45,12 @@ for _ in $(seq 100); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; slee
 
 for run in $(seq "$RUNS"); do
   echo "== lanes bench, simulated lanes (64 lanes in 4 sessions), $TRIALS trials, run $run" >&2
-  "$LANES" bench --redis "$URL" --lanes 64 --trials "$TRIALS" --duration 120 --json >"$DIR/sim-$run.json"
+  "$LANES" bench --redis "$URL" --lanes 64 --trials "$TRIALS" --duration 120 "${THREADS[@]}" --json >"$DIR/sim-$run.json"
   echo "== lanes bench, 2 lanes workers x 32 lanes, sim driver, $TRIALS trials, run $run" >&2
   # The workers' files stay until the end (see `lanes bench --work-dir`).
   mkdir -p "$DIR/work"
   "$LANES" bench --redis "$URL" --workers 2 --lanes 64 --trials "$TRIALS" --duration 120 \
-    --work-dir "$DIR/work" --json >"$DIR/workers-$run.json"
+    --work-dir "$DIR/work" "${THREADS[@]}" --json >"$DIR/workers-$run.json"
 done
 echo "== celery harness baseline: 1 worker, prefork 2, acks_late, prefetch 1, 5000 tasks" >&2
 "$VENV/bin/python" scripts/celery_bench/run.py --redis "$URL" --tasks 5000 --workers 1 \
