@@ -108,6 +108,12 @@ impl<T> Shared<T> {
     pub(crate) fn new(value: T) -> Self {
         Self(Arc::new(value))
     }
+
+    /// Whether both share one value: then neither changed since one was cloned from the
+    /// other, and comparing them costs nothing.
+    pub(crate) fn is_same(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
 }
 
 impl<T: Clone> Shared<T> {
