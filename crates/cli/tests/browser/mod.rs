@@ -113,6 +113,17 @@ impl Browser {
     }
 
     fn send(&mut self, session: Option<&str>, method: &str, params: Value) -> Value {
+        self.try_send(session, method, params)
+            .unwrap_or_else(|e| panic!("{method} failed: {e}"))
+    }
+
+    /// A command and its result, or the error the browser answered.
+    fn try_send(
+        &mut self,
+        session: Option<&str>,
+        method: &str,
+        params: Value,
+    ) -> Result<Value, Value> {
         let id = self.next_id;
         self.next_id += 1;
         let mut msg = json!({ "id": id, "method": method, "params": params });
@@ -127,10 +138,10 @@ impl Browser {
         let reply = rx
             .recv_timeout(Duration::from_secs(30))
             .unwrap_or_else(|_| panic!("chromium did not answer {method}"));
-        if let Some(e) = reply.get("error") {
-            panic!("{method} failed: {e}");
+        match reply.get("error") {
+            Some(e) => Err(e.clone()),
+            None => Ok(reply["result"].clone()),
         }
-        reply["result"].clone()
     }
 
     fn call_browser(&mut self, method: &str, params: Value) -> Value {
@@ -153,21 +164,37 @@ impl Browser {
 
     /// The value of a JavaScript expression (awaited if a promise), as JSON.
     pub fn eval(&mut self, expression: &str) -> Value {
-        let r = self.call(
-            "Runtime.evaluate",
-            json!({ "expression": expression, "returnByValue": true, "awaitPromise": true }),
-        );
-        if let Some(e) = r.get("exceptionDetails") {
-            panic!("{expression} threw: {e}");
+        self.try_eval(expression)
+            .unwrap_or_else(|| panic!("the page navigated away while {expression} ran"))
+    }
+
+    /// As [`Self::eval`], but `None` when the page navigated or closed under the expression.
+    fn try_eval(&mut self, expression: &str) -> Option<Value> {
+        let s = self.session.clone();
+        let params =
+            json!({ "expression": expression, "returnByValue": true, "awaitPromise": true });
+        match self.try_send(Some(&s), "Runtime.evaluate", params) {
+            Ok(r) => {
+                if let Some(e) = r.get("exceptionDetails") {
+                    panic!("{expression} threw: {e}");
+                }
+                Some(r["result"]["value"].clone())
+            }
+            Err(e) if navigated(&e) => None,
+            Err(e) => panic!("Runtime.evaluate failed: {e}"),
         }
-        r["result"]["value"].clone()
     }
 
     /// Polls `expression` until it is truthy, for up to `within`; its last value otherwise.
     pub fn wait_for(&mut self, expression: &str, within: Duration) -> Value {
         let deadline = Instant::now() + within;
         loop {
-            let v = self.eval(expression);
+            let v = match self.try_eval(expression) {
+                Some(v) => v,
+                // The page navigated away under the expression (a form's redirect): it runs
+                // again on the next document.
+                None => Value::Null,
+            };
             let truthy = match &v {
                 Value::Null => false,
                 Value::Bool(b) => *b,
@@ -446,4 +473,13 @@ fn exchange(
         headers,
         body,
     }
+}
+
+/// Whether a browser error says the page's document went away (a navigation) while a command
+/// ran in it.
+fn navigated(e: &Value) -> bool {
+    let m = e["message"].as_str().unwrap_or("");
+    m.contains("navigated or closed")
+        || m.contains("Execution context was destroyed")
+        || m.contains("Cannot find context")
 }
