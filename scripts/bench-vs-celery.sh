@@ -12,6 +12,8 @@
 #      - Celery's best: 2 workers x 32 with the prefork and the threads pool, default acks
 #        and prefetch, TRIALS tasks from 8 publishing threads;
 # and prints each figure, the median of the Lanes runs and its ratio to both Celery figures.
+# Each `lanes bench` deletes its campaign from the Redis when it ends, so every run (and
+# Celery's) starts on a store without the debris of the runs before it.
 # Celery is installed into a venv under the cargo target directory.
 # Usage: scripts/bench-vs-celery.sh [TRIALS] [RUNS] (defaults 20000 and 3).
 # COORDINATOR_THREADS=N in the environment runs the coordinator of both Lanes runs on N

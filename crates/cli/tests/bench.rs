@@ -243,16 +243,19 @@ fn redis_bench_measures_memory_per_trial_and_the_lua_ceiling_and_cleans_up() {
         "--json",
         "--duration",
         "250",
+        "--keep-campaign",
     ]);
     assert!(status.success(), "{status}: {v:#}");
     check_complete_run(&v, 100.0);
     assert_eq!(v["store"], "redis");
+    assert_eq!(v["campaign_cleanup"], "kept", "{v:#}");
     assert_eq!(f(&v, &["sessions"]), 2.0);
     assert!(f(&v, &["redis_memory_per_trial_bytes"]) > 0.0, "{v:#}");
     assert_eq!(v["ceiling"]["kind"], "redis_evalsha_hsetnx_zadd");
     assert_eq!(f(&v, &["ceiling", "connections"]), 4.0);
     assert!(f(&v, &["ceiling", "ops"]) > 0.0);
-    // The ceiling's keys are gone; the campaign's stay, under its own unique id.
+    // The ceiling's keys are gone; the campaign's stay (`--keep-campaign`), under its own
+    // unique id, done.
     assert_eq!(redis.command(&["KEYS", "lanes-bench-ceiling*"]), "*0");
     let campaign = v["campaign"].as_str().unwrap();
     assert!(
@@ -260,8 +263,12 @@ fn redis_bench_measures_memory_per_trial_and_the_lua_ceiling_and_cleans_up() {
         "{campaign}"
     );
     assert_eq!(
-        redis.command(&["EXISTS", &format!("lanes:{{c:{campaign}}}:meta")]),
-        ":1"
+        campaign_state(&url, campaign),
+        lanes_common::state::CampaignState::Done
+    );
+    assert!(
+        v["summary"].as_str().is_some_and(|s| !s.is_empty()),
+        "{v:#}"
     );
 }
 
@@ -277,7 +284,7 @@ fn campaign_state(url: &str, campaign: &str) -> lanes_common::state::CampaignSta
 }
 
 #[test]
-fn a_duration_that_ends_first_still_reports_and_leaves_the_campaign_stopped() {
+fn a_duration_that_ends_first_still_reports_then_stops_and_deletes_the_campaign() {
     let redis = RedisServer::start();
     let url = redis.url();
     let (status, v) = run_json(&[
@@ -298,10 +305,18 @@ fn a_duration_that_ends_first_still_reports_and_leaves_the_campaign_stopped() {
     let summary = v["summary"].as_str().unwrap();
     assert!(summary.contains("trials final"), "{summary}");
     coordinator_is_gone(&v);
-    // Not left running in the shared store, where real workers would be served its trials.
+    // Not left running in the shared store, where real workers would be served its trials,
+    // nor left at all: stopped, then deleted once its last attempts ended.
+    assert_eq!(v["campaign_cleanup"], "deleted", "{v:#}");
+    let campaign = v["campaign"].as_str().unwrap();
     assert_eq!(
-        campaign_state(&url, v["campaign"].as_str().unwrap()),
-        lanes_common::state::CampaignState::Stopped
+        redis.command(&["KEYS", &format!("lanes:{{c:{campaign}}}*")]),
+        "*0",
+        "every key of the campaign is gone"
+    );
+    assert_eq!(
+        redis.command(&["SISMEMBER", "lanes:campaigns", campaign]),
+        ":0"
     );
 }
 
@@ -344,6 +359,7 @@ fn bad_arguments_exit_2_with_a_clear_error() {
         ),
         (&["--duration", "0"][..], "--duration"),
         (&["--allow-lossy-store"][..], "--redis"),
+        (&["--keep-campaign"][..], "--keep-campaign needs --redis"),
     ] {
         let out = lanes().arg("bench").args(args).output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);

@@ -6,6 +6,7 @@
 //! percentiles (`stats`).
 
 mod ceiling;
+mod cleanup;
 mod coordinator_proc;
 mod lanes;
 mod report;
@@ -109,6 +110,10 @@ pub(crate) struct Args {
     /// series of runs keeps them until it is over (`scripts/bench-vs-celery.sh` does).
     #[arg(long, value_name = "DIR", requires = "workers")]
     work_dir: Option<std::path::PathBuf>,
+    /// With --redis: leave the bench campaign in the store after the run (stopped, or done),
+    /// instead of deleting it with its rows.
+    #[arg(long)]
+    keep_campaign: bool,
     /// The coordinator's runtime threads (its `--threads`) [default: its own default, one
     /// per CPU].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
@@ -174,6 +179,14 @@ pub(crate) fn run(args: Args) -> anyhow::Result<Code> {
         clap::Error::raw(
             clap::error::ErrorKind::MissingRequiredArgument,
             "--allow-lossy-store and --redis-wait need --redis or --redis-sentinel\n",
+        )
+        .exit();
+    }
+    if redis.is_none() && args.keep_campaign {
+        clap::Error::raw(
+            clap::error::ErrorKind::MissingRequiredArgument,
+            "--keep-campaign needs --redis or --redis-sentinel: the embedded store is a temp \
+             directory removed after the run\n",
         )
         .exit();
     }
@@ -392,6 +405,17 @@ async fn bench(args: &Args, store: StoreTarget) -> anyhow::Result<(Report, Code)
             ending = Ending::LanesFailed;
         }
     }
+    let campaign_cleanup = match &store {
+        StoreTarget::Redis { .. } if args.keep_campaign => Some(cleanup::Cleanup::Kept),
+        StoreTarget::Redis { .. } => {
+            let c = cleanup::delete(&mut client, &campaign).await;
+            if let cleanup::Cleanup::Left(why) = &c {
+                progress!("lanes bench: the campaign {campaign} stays in the store: {why}");
+            }
+            Some(c)
+        }
+        StoreTarget::Embedded => None,
+    };
     coord.kill();
 
     let ceiling = match (&store, ending) {
@@ -456,6 +480,7 @@ async fn bench(args: &Args, store: StoreTarget) -> anyhow::Result<(Report, Code)
             (Some(b), Some(a)) => Some((a as f64 - b as f64) / f64::from(args.trials)),
             _ => None,
         },
+        campaign_cleanup,
         ceiling,
         ratio_to_ceiling_percent: None,
         summary: String::new(),

@@ -4,6 +4,7 @@
 use serde::Serialize;
 
 use super::ceiling::Ceiling;
+use super::cleanup::Cleanup;
 use super::stats::Summary;
 use super::walls::WallFigures;
 use super::workers::WorkerFigures;
@@ -86,6 +87,8 @@ pub(crate) struct Report {
     pub(crate) coordinator: CoordinatorFigures,
     /// Redis only: (`used_memory` after the submit − before) / trials.
     pub(crate) redis_memory_per_trial_bytes: Option<f64>,
+    /// Redis only: what became of the bench campaign.
+    pub(crate) campaign_cleanup: Option<Cleanup>,
     /// Absent when the run was interrupted before it was measured.
     pub(crate) ceiling: Option<Ceiling>,
     /// attempts/s as a percentage of the ceiling's ops/s.
@@ -263,6 +266,9 @@ impl Report {
                 "  redis memory      {m:.0} bytes per trial (used_memory over the submit)\n"
             );
         }
+        if let Some(c) = &self.campaign_cleanup {
+            t += &format!("  bench campaign    {}\n", c.describe(&self.campaign));
+        }
         if let Some(ceil) = &self.ceiling {
             t += &format!(
                 "  ceiling           {}, {} connection(s), {:.1} s: {:.0} ops/s; ours is {:.1}% of it\n",
@@ -317,6 +323,7 @@ mod tests {
             walls: None,
             coordinator: CoordinatorFigures::new(1, 9.5, 25.0, 58_000_000, 61_000_000),
             redis_memory_per_trial_bytes: None,
+            campaign_cleanup: None,
             ceiling: Some(Ceiling {
                 kind: CeilingKind::RedbDurableCommit,
                 connections: 1,
