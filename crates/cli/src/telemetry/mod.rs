@@ -104,7 +104,7 @@ pub(crate) fn init(
     let provider = builder.build();
     opentelemetry::global::set_tracer_provider(provider.clone());
     // Without an exporter, span contexts serve only the trace ids of JSON lines: text logs
-    // go without the layer, whose spans were ~4 % of a busy coordinator's CPU.
+    // go without the layer, whose spans were ~4 % of a busy coordinator's perf samples.
     let traces = (export.is_some() || log == LogFormat::Json).then(|| {
         tracing_opentelemetry::layer()
             .with_tracer(provider.tracer("lanes"))
