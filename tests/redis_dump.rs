@@ -230,6 +230,15 @@ pub fn migrated_v2_fixture() -> BTreeMap<String, Value> {
     keys
 }
 
+/// `keys` with the layout record `lanes:layout` set to `layout`.
+pub fn with_layout(mut keys: BTreeMap<String, Value>, layout: u32) -> BTreeMap<String, Value> {
+    keys.insert(
+        "lanes:layout".to_owned(),
+        json!({ "type": "string", "value": layout.to_string() }),
+    );
+    keys
+}
+
 /// `v` with every row's `"trace_id":"<32 hex>",` taken out of the JSON strings it holds.
 fn without_trace_ids(v: &mut Value) {
     const FIELD: &str = "\"trace_id\":\"";

@@ -31,37 +31,45 @@ pub async fn append(
     for attempt in 1..=attempts {
         let counted = last_counted && attempt == attempts;
         let mut pipe = redis::pipe();
-        for t in &trials {
-            let status = if counted {
-                Status::Completed
-            } else {
-                Status::Cancelled
-            };
-            let mut row = Row::bare(
-                &campaign.spec.id,
-                t,
-                attempt,
-                status,
-                None,
-                StoreFields {
-                    seq,
-                    spec_hash: spec_hash.to_owned(),
-                    is_final: counted,
-                    counted,
-                    ..StoreFields::default()
-                },
-            );
-            if counted {
-                row.result.score = Some(1.0);
-                row.result.passed = Some(true);
+        // As a commit writes them (layout 3): an entry holds up to a thousand rows, each under
+        // its seq, and its id is its last row's.
+        for chunk in trials.chunks(1000) {
+            let mut fields = Vec::with_capacity(chunk.len());
+            for t in chunk {
+                let status = if counted {
+                    Status::Completed
+                } else {
+                    Status::Cancelled
+                };
+                let mut row = Row::bare(
+                    &campaign.spec.id,
+                    t,
+                    attempt,
+                    status,
+                    None,
+                    StoreFields {
+                        seq,
+                        spec_hash: spec_hash.to_owned(),
+                        is_final: counted,
+                        counted,
+                        ..StoreFields::default()
+                    },
+                );
+                if counted {
+                    row.result.score = Some(1.0);
+                    row.result.passed = Some(true);
+                }
+                fields.push((
+                    seq.to_string(),
+                    serde_json::to_vec(&row).expect("a row serializes"),
+                ));
+                seq += 1;
             }
             pipe.cmd("XADD")
                 .arg(&key)
-                .arg(format!("0-{}", seq + 1))
-                .arg("j")
-                .arg(serde_json::to_vec(&row).expect("a row serializes"))
+                .arg(format!("0-{seq}"))
+                .arg(&fields)
                 .ignore();
-            seq += 1;
         }
         pipe.query_async::<()>(&mut conn)
             .await

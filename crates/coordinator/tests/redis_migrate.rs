@@ -1,7 +1,10 @@
 //! The Redis store's layout record and `lanes store migrate` (the library side): a store of
 //! layout 1 (the fixture the layout 1 code wrote) is refused at connect, migrated in place into
-//! exactly what the layout 2 code writes, and then served; an empty store is stamped; a newer
-//! layout is refused; the migration is idempotent, and a dry run writes nothing.
+//! exactly what the layout 2 code writes (recorded as the current layout, since the step from
+//! 2 rewrites nothing), and then served; a layout 2 store is served after the migration with
+//! its ledger read back whole beside what the current layout appends; an empty store is
+//! stamped; a newer layout is refused; the migration is idempotent, and a dry run writes
+//! nothing.
 
 mod support;
 
@@ -12,21 +15,33 @@ use serde_json::Value;
 use lanes_common::state::CampaignState;
 use lanes_coordinator::store::layout::{REDIS_LAYOUT, Recorded};
 use lanes_coordinator::store::{LayoutError, RedisOptions, RedisStore, Store, StoreError};
-use lanes_tests::redis_dump::{dump, fixture_keys, layout_fixture, load, migrated_v2_fixture};
+use lanes_tests::redis_dump::{
+    dump, fixture_keys, layout_fixture, load, migrated_v2_fixture, with_layout,
+};
 use lanes_tests::redis_server::RedisServer;
 use support::{T0, cid};
 
-/// A fresh server holding the layout 1 fixture.
-async fn v1_store() -> (RedisServer, BTreeMap<String, Value>) {
+/// A fresh server holding the fixture of `layout`.
+async fn store_of(layout: u32) -> (RedisServer, BTreeMap<String, Value>) {
     let server = RedisServer::start();
-    let v1 = fixture_keys(&layout_fixture(1));
-    load(&server.url(), &v1).await;
+    let keys = fixture_keys(&layout_fixture(layout));
+    load(&server.url(), &keys).await;
     assert_eq!(
         dump(&server.url()).await,
-        v1,
+        keys,
         "the loader writes the dump back exactly"
     );
-    (server, v1)
+    (server, keys)
+}
+
+/// A fresh server holding the layout 1 fixture.
+async fn v1_store() -> (RedisServer, BTreeMap<String, Value>) {
+    store_of(1).await
+}
+
+/// What the layout 1 fixture migrated to the current layout holds.
+fn migrated_v1() -> BTreeMap<String, Value> {
+    with_layout(migrated_v2_fixture(), REDIS_LAYOUT)
 }
 
 async fn migrate(url: &str, dry_run: bool) -> lanes_coordinator::store::MigrationReport {
@@ -40,7 +55,7 @@ async fn connect(url: &str) -> Result<RedisStore, StoreError> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_layout_1_store_migrates_into_exactly_what_layout_2_writes() {
+async fn a_layout_1_store_migrates_into_exactly_what_layout_2_writes_recorded_as_current() {
     let (server, _) = v1_store().await;
     let url = server.url();
     let report = migrate(&url, false).await;
@@ -49,8 +64,8 @@ async fn a_layout_1_store_migrates_into_exactly_what_layout_2_writes() {
     assert_eq!(report.migrated, ["fix-group", "fix-single"]);
     assert_eq!(report.already, 0);
     assert!(
-        dump(&url).await == migrated_v2_fixture(),
-        "the migrated store differs from the layout 2 fixture (versions bumped)"
+        dump(&url).await == migrated_v1(),
+        "the migrated store differs from the layout 2 fixture (versions bumped, layout current)"
     );
 
     // A coordinator uses it: status, the ledger, and a claim of the work left.
@@ -76,6 +91,125 @@ async fn a_layout_1_store_migrates_into_exactly_what_layout_2_writes() {
     assert_eq!(g.trials_total, 4);
 }
 
+/// Seqs read back whole, then one at a time from each seq: each read gives exactly the item
+/// asked for, across entries of one item (layout 2) and of several (layout 3).
+async fn read_back(store: &RedisStore, c: &lanes_common::ids::CampaignId) -> (usize, usize) {
+    let rows = store.rows(c, 0, usize::MAX).await.expect("rows");
+    let seqs: Vec<u64> = rows.iter().map(|r| r.seq).collect();
+    assert_eq!(seqs, (0..rows.len() as u64).collect::<Vec<_>>(), "row seqs");
+    for s in 0..=rows.len() as u64 {
+        let one: Vec<u64> = store
+            .rows(c, s, 1)
+            .await
+            .expect("a row")
+            .iter()
+            .map(|r| r.seq)
+            .collect();
+        let want: Vec<u64> = (s..rows.len() as u64).take(1).collect();
+        assert_eq!(one, want, "the row from seq {s}");
+    }
+    let events = store.events(c, 0, usize::MAX).await.expect("events");
+    let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
+    assert_eq!(
+        seqs,
+        (0..events.len() as u64).collect::<Vec<_>>(),
+        "event seqs"
+    );
+    for s in 0..=events.len() as u64 {
+        let two: Vec<u64> = store
+            .events(c, s, 2)
+            .await
+            .expect("events")
+            .iter()
+            .map(|e| e.seq)
+            .collect();
+        let want: Vec<u64> = (s..events.len() as u64).take(2).collect();
+        assert_eq!(two, want, "the events from seq {s}");
+    }
+    (rows.len(), events.len())
+}
+
+/// Layout 2 wrote a stream entry per row or event; layout 3 writes one per commit and stream.
+/// The step rewrites nothing: the old entries are read as they are, beside the new ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_layout_2_store_is_stamped_and_its_ledger_reads_whole_beside_new_entries() {
+    let (server, v2) = store_of(2).await;
+    let url = server.url();
+    let err = connect(&url).await.expect_err("a layout 2 store");
+    assert!(
+        matches!(
+            &err,
+            StoreError::Layout(LayoutError::Older { found: 2, .. })
+        ),
+        "{err:?}"
+    );
+    let report = migrate(&url, false).await;
+    assert_eq!(report.recorded, Recorded::Layout(2));
+    assert!(
+        report.migrated.is_empty() && report.already == 0,
+        "{report:?}"
+    );
+    assert!(
+        report.to_string().contains(&format!(
+            "layout 2 -> {REDIS_LAYOUT}: no campaign to rewrite, stamped with layout {REDIS_LAYOUT}"
+        )),
+        "{report}"
+    );
+    assert!(
+        dump(&url).await == with_layout(v2, REDIS_LAYOUT),
+        "only the layout record changes"
+    );
+
+    let store = connect(&url).await.expect("a migrated store is served");
+    let c = cid("fix-single");
+    let (rows, events) = read_back(&store, &c).await;
+    assert_eq!(rows, 4, "the layout 2 ledger");
+
+    // Claims, then their outcomes at once: an outcome's events share one entry, and outcomes
+    // in one round share their rows' entry.
+    let now = T0 + 60_000;
+    let mut assigned = Vec::new();
+    for lane in ["lane-7", "lane-8", "lane-9"] {
+        match store
+            .claim(&c, support::request(lane, "host-9", 1), now)
+            .await
+            .expect("claim")
+        {
+            lanes_coordinator::store::ClaimOutcome::Assigned(a) => assigned.extend(a),
+            // The rest waits for phase 1 to end.
+            lanes_coordinator::store::ClaimOutcome::NoWork { .. } => break,
+        }
+    }
+    assert!(!assigned.is_empty(), "the fixture holds work to claim");
+    let mut done = tokio::task::JoinSet::new();
+    for a in &assigned {
+        let (store, c) = (store.clone(), c.clone());
+        let outcome = support::scored(
+            &a.trials[0].token,
+            "lane-9",
+            "host-9",
+            lanes_common::row::Status::Completed,
+            1.0,
+        );
+        done.spawn(async move { store.complete(&c, outcome, now).await });
+    }
+    for d in done.join_all().await {
+        d.expect("complete");
+    }
+    let stream = server.command(&["XLEN", "lanes:{c:fix-single}:events"]);
+    let (rows_after, events_after) = read_back(&store, &c).await;
+    assert_eq!(rows_after, rows + assigned.len());
+    assert!(
+        events_after > events + assigned.len(),
+        "{events} -> {events_after}"
+    );
+    let entries: usize = stream.trim_start_matches(':').parse().expect("XLEN");
+    assert!(
+        entries < events_after,
+        "some new entry holds several events: {entries} entries, {events_after} events"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_layout_1_store_is_refused_naming_both_layouts_and_left_as_it_is() {
     let (server, v1) = v1_store().await;
@@ -85,7 +219,7 @@ async fn a_layout_1_store_is_refused_naming_both_layouts_and_left_as_it_is() {
             &err,
             StoreError::Layout(LayoutError::Older {
                 found: 1,
-                current: 2,
+                current: REDIS_LAYOUT,
                 ..
             })
         ),
@@ -94,7 +228,7 @@ async fn a_layout_1_store_is_refused_naming_both_layouts_and_left_as_it_is() {
     let text = err.to_string();
     for want in [
         "has layout 1",
-        "uses layout 2",
+        &format!("uses layout {REDIS_LAYOUT}"),
         &format!("lanes store migrate --redis {}", server.url()),
     ] {
         assert!(text.contains(want), "{want:?} not in {text:?}");
@@ -109,23 +243,25 @@ async fn a_layout_1_store_is_refused_naming_both_layouts_and_left_as_it_is() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_newer_layout_is_refused_by_connect_and_by_migrate() {
     let server = RedisServer::start();
-    assert_eq!(server.command(&["SET", "lanes:layout", "3"]), "+OK");
-    let err = connect(&server.url()).await.expect_err("a layout 3 store");
+    let newer = REDIS_LAYOUT + 1;
+    assert_eq!(
+        server.command(&["SET", "lanes:layout", &newer.to_string()]),
+        "+OK"
+    );
+    let err = connect(&server.url()).await.expect_err("a newer store");
     assert!(
         matches!(
             &err,
-            StoreError::Layout(LayoutError::Newer {
-                found: 3,
-                current: 2,
-                ..
-            })
+            StoreError::Layout(LayoutError::Newer { found, current, .. })
+                if *found == newer && *current == REDIS_LAYOUT
         ),
         "{err:?}"
     );
     let text = err.to_string();
     assert!(
-        text.contains("layout 3, which is newer than this coordinator's layout 2")
-            && text.contains("upgrade the coordinator"),
+        text.contains(&format!(
+            "layout {newer}, which is newer than this coordinator's layout {REDIS_LAYOUT}"
+        )) && text.contains("upgrade the coordinator"),
         "{text}"
     );
     let err = RedisStore::migrate(&server.url(), RedisOptions::default(), false)
@@ -135,7 +271,7 @@ async fn a_newer_layout_is_refused_by_connect_and_by_migrate() {
         matches!(err, StoreError::Layout(LayoutError::Newer { .. })),
         "{err:?}"
     );
-    assert_eq!(server.command(&["GET", "lanes:layout"]), "3");
+    assert_eq!(server.command(&["GET", "lanes:layout"]), newer.to_string());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -143,7 +279,10 @@ async fn an_empty_store_is_stamped_with_the_current_layout() {
     let server = RedisServer::start();
     assert_eq!(server.command(&["GET", "lanes:layout"]), "$-1");
     connect(&server.url()).await.expect("an empty store");
-    assert_eq!(server.command(&["GET", "lanes:layout"]), "2");
+    assert_eq!(
+        server.command(&["GET", "lanes:layout"]),
+        REDIS_LAYOUT.to_string()
+    );
     // A second replica finds it stamped.
     connect(&server.url()).await.expect("a stamped store");
 
@@ -151,7 +290,10 @@ async fn an_empty_store_is_stamped_with_the_current_layout() {
     let other = RedisServer::start();
     let report = migrate(&other.url(), false).await;
     assert_eq!(report.recorded, Recorded::Empty);
-    assert_eq!(other.command(&["GET", "lanes:layout"]), "2");
+    assert_eq!(
+        other.command(&["GET", "lanes:layout"]),
+        REDIS_LAYOUT.to_string()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -171,9 +313,14 @@ async fn migrate_is_idempotent_and_a_dry_run_writes_nothing() {
     let after = dump(&url).await;
     let again = migrate(&url, false).await;
     assert!(!again.changes(), "{again:?}");
-    assert_eq!(again.recorded, Recorded::Layout(2));
+    assert_eq!(again.recorded, Recorded::Layout(REDIS_LAYOUT));
     assert!(again.migrated.is_empty());
-    assert!(again.to_string().contains("already at layout 2"), "{again}");
+    assert!(
+        again
+            .to_string()
+            .contains(&format!("already at layout {REDIS_LAYOUT}")),
+        "{again}"
+    );
     assert_eq!(dump(&url).await, after, "a second migration writes nothing");
 }
 
@@ -216,5 +363,5 @@ async fn a_held_campaign_lock_stops_the_migration_and_a_rerun_finishes_it() {
     let report = migrate(&url, false).await;
     assert_eq!(report.migrated, ["fix-single"]);
     assert_eq!(report.already, 1, "fix-group was migrated by the first run");
-    assert!(dump(&url).await == migrated_v2_fixture());
+    assert!(dump(&url).await == migrated_v1());
 }

@@ -9,8 +9,9 @@
 use std::fmt;
 use std::path::PathBuf;
 
-/// The layout the Redis backend writes: 2 since the campaign meta is stored in parts.
-pub const REDIS_LAYOUT: u32 = 2;
+/// The layout the Redis backend writes: 2 since the campaign meta is stored in parts, 3 since
+/// a stream entry holds every item one commit wrote to its stream.
+pub const REDIS_LAYOUT: u32 = 3;
 /// The layout the embedded backend writes.
 pub const EMBEDDED_LAYOUT: u32 = 1;
 /// The layout of a store with data but no layout record (both backends).
@@ -194,6 +195,17 @@ impl fmt::Display for MigrationReport {
                 "{}: layout {from} without a record, {stamped} with layout {}",
                 self.store, self.to
             ),
+            Some(from) if self.migrated.is_empty() && self.already == 0 => {
+                write!(
+                    f,
+                    "{}: layout {from} -> {}: no campaign to rewrite, {stamped} with layout {}",
+                    self.store, self.to, self.to
+                )?;
+                if self.dry_run {
+                    write!(f, " (dry run: nothing written)")?;
+                }
+                Ok(())
+            }
             Some(from) => {
                 write!(
                     f,

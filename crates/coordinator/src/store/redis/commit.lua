@@ -20,7 +20,9 @@
 --   Z k n s1 m1 ..      ZADD            z k n m1 ..   ZREM
 --   A k n m1 ..         SADD
 --   L k keep n v1 ..    RPUSH k v1 .., then keep its last `keep` items (0: DEL k)
---   X k id body         XADD k id j body
+--   X k n id s1 b1 ..   XADD k id s1 b1 ..: one stream entry holding n of a round's items
+--                       of that stream, each under its seq (id: that of the last,
+--                       `0-<seq+1>`); one command, not sliced: the committer keeps n <= 1000
 --   M k staging         merge a staged hash into k (a rename if k does not exist), then
 --                       delete it
 --   U k staging         merge a staged sorted set into k with ZADD's meaning (a rename if
@@ -123,7 +125,8 @@ while i <= #ARGV do
     end
     i = i + 4 + n
   elseif op == 'X' then
-    redis.call('XADD', k, ARGV[i + 2], 'j', ARGV[i + 3]); i = i + 4
+    local n = tonumber(ARGV[i + 2])
+    redis.call('XADD', k, ARGV[i + 3], unpack(ARGV, i + 4, i + 3 + 2 * n)); i = i + 4 + 2 * n
   elseif op == 'M' then
     -- Merge a staged hash (a large submit's tasks): moved into place for a new campaign, else
     -- copied in slices that fit Lua's unpack (it holds only the amendment's new tasks).

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use redis::{ErrorKind, ServerErrorKind};
 
 use super::conn::Conn;
-use super::keys::Keys;
+use super::keys::{Keys, stream_id};
 use super::meta::{Part, parts};
 use super::redis_err;
 use super::writes::Writes;
@@ -18,6 +18,9 @@ use crate::store::tx::R;
 pub(crate) const STAGE_ABOVE: usize = 1000;
 /// Fields or members per chunked write.
 const CHUNK: usize = 5000;
+/// Stream items per entry at most (the script passes an entry's fields to one `XADD`, within
+/// Lua's stack limit).
+const ENTRY_ITEMS: usize = 1000;
 /// Staging keys expire on their own if the process that wrote them dies before its commit.
 const STAGING_TTL_MS: u64 = 3_600_000;
 
@@ -59,6 +62,31 @@ async fn drop_staging(conn: &mut Conn, keys: Vec<String>) {
         return;
     }
     let _ = redis::cmd("DEL").arg(&keys).query_async::<()>(conn).await;
+}
+
+/// A stream entry's items: `(seq, body)`.
+type Entry<'a> = Vec<(u64, &'a [u8])>;
+
+/// A round's stream items as entries: per stream (in the order first written), its items in
+/// seq order, at most [`ENTRY_ITEMS`] to an entry. An entry's id is that of its last item, so
+/// ids rise with the seqs, entry after entry and round after round.
+fn stream_entries(items: &[(String, u64, Vec<u8>)]) -> Vec<(&str, Entry<'_>)> {
+    let mut streams: Vec<(&str, Entry<'_>)> = Vec::new();
+    for (key, seq, body) in items {
+        match streams.iter_mut().find(|(k, _)| k == key) {
+            Some((_, its)) => its.push((*seq, body)),
+            None => streams.push((key, vec![(*seq, body)])),
+        }
+    }
+    let mut entries = Vec::new();
+    for (key, mut its) in streams {
+        its.sort_by_key(|(seq, _)| *seq);
+        let mut its = its.into_iter().peekable();
+        while its.peek().is_some() {
+            entries.push((key, its.by_ref().take(ENTRY_ITEMS).collect()));
+        }
+    }
+    entries
 }
 
 /// A field write of a hash: its name and value (`None` deletes it).
@@ -386,8 +414,18 @@ fn build(
             .map(|q| Arg::Own(q.to_string().into_bytes()));
         call.op("A", &keys.queues(), Some(writes.queues_added.len()), names);
     }
-    for (key, id, v) in &writes.streams {
-        call.op("X", key, None, [Arg::Ref(id.as_bytes()), Arg::Ref(v)]);
+    for (key, items) in stream_entries(&writes.streams) {
+        let id = stream_id(items.last().map_or(0, |(seq, _)| *seq));
+        let n = items.len();
+        let fields = items
+            .into_iter()
+            .flat_map(|(seq, v)| [Arg::Own(seq.to_string().into_bytes()), Arg::Ref(v)]);
+        call.op(
+            "X",
+            key,
+            Some(n),
+            std::iter::once(Arg::Own(id.into_bytes())).chain(fields),
+        );
     }
     let wrote = call.ops > 0;
     let cmd = call.command(script);
@@ -550,5 +588,65 @@ mod tests {
             server.command(&["GET", "lanes:{c:chain}:ver"]),
             foreign.leaves
         );
+    }
+
+    /// A round's stream items land as one entry per stream, in seq order whatever order they
+    /// were written in, split into entries of at most [`ENTRY_ITEMS`] (each one `XADD` of the
+    /// script, within Lua's stack), each entry's id its last item's.
+    #[tokio::test]
+    async fn stream_items_land_as_one_entry_per_stream_and_slice() {
+        let server = RedisServer::start();
+        let client = redis::Client::open(server.url()).expect("client");
+        let link = Link::fixed(client, Requirements::default(), None, Arc::default())
+            .await
+            .expect("connect");
+        let mut conn = Conn::new(link);
+        let (keys, script) = (
+            Keys::new("streams"),
+            redis::Script::new(include_str!("commit.lua")),
+        );
+        let (rows, events) = ("lanes:{c:streams}:results", "lanes:{c:streams}:events");
+        let mut w = Writes::default();
+        let n = 2 * ENTRY_ITEMS as u64 + 100;
+        for seq in (0..n).rev() {
+            w.push_stream(rows.to_owned(), seq, format!("row {seq}").into_bytes());
+            if seq < 3 {
+                w.push_stream(events.to_owned(), seq, format!("event {seq}").into_bytes());
+            }
+        }
+        let call = prepare(&keys, &script, "0", "", &w, None)
+            .expect("build")
+            .expect("nothing to stage");
+        assert!(matches!(
+            send(&mut conn, &script, &call).await,
+            Ok(Committed::Yes { wrote: true, .. })
+        ));
+        assert_eq!(server.command(&["XLEN", rows]), ":3");
+        assert_eq!(server.command(&["XLEN", events]), ":1");
+        let mut plain = redis::Client::open(server.url())
+            .expect("client")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("a connection");
+        let mut ids = async |key: &str| -> Vec<String> {
+            let reply: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
+                .arg(key)
+                .arg("-")
+                .arg("+")
+                .query_async(&mut plain)
+                .await
+                .expect("xrange");
+            reply.ids.into_iter().map(|e| e.id).collect()
+        };
+        let last = |i: u64| stream_id(i - 1);
+        assert_eq!(
+            ids(rows).await,
+            [
+                last(ENTRY_ITEMS as u64),
+                last(2 * ENTRY_ITEMS as u64),
+                last(n)
+            ]
+        );
+        assert_eq!(ids(events).await, [last(3)]);
     }
 }

@@ -5,6 +5,11 @@
 //! parts layout 2 stores (see `meta.rs`): the meta's remaining fields, `spec`, the
 //! `stat:*` lists and `seen`, written exactly as a layout 2 commit writes them.
 //!
+//! Layout 2 -> 3: nothing is rewritten. Layout 3 writes one stream entry per commit and stream
+//! (its items under their seqs) where layout 2 wrote one per item; a layout 3 coordinator
+//! reads layout 2's entries as they are (`stream.rs`). The step only records the layout, so
+//! that a layout 2 coordinator, which cannot read the new entries, refuses the store.
+//!
 //! # A coordinator running meanwhile
 //! Coordinators must be stopped first: an old one cannot read the new layout, and a new one
 //! refuses the store until the migration recorded its layout, which is written last. What
@@ -89,6 +94,8 @@ pub(crate) async fn run(conn: &mut Conn, at: StoreAt, dry_run: bool) -> R<Migrat
     while layout < REDIS_LAYOUT {
         match layout {
             1 => v1_to_v2(conn, &mut report).await?,
+            // Layout 2's stream entries stay readable: nothing to rewrite.
+            2 => {}
             other => {
                 return Err(StoreError::Corrupt(format!(
                     "{LAYOUT_KEY} is {other}, a layout no migration starts from"

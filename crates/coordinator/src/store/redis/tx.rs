@@ -21,7 +21,7 @@ use lanes_common::utc::EpochMs;
 use super::cache::{Cache, Known, Score, ZKnown};
 use super::commit::{Committed, Prepared, commit, prepare};
 use super::conn::Conn;
-use super::keys::{Keys, stream_id};
+use super::keys::Keys;
 use super::redis_err;
 use super::writes::{Savepoint, Writes};
 use crate::store::api::{Event, StoreError};
@@ -695,12 +695,12 @@ impl Tx for RedisTx {
                 .push_scored(row.trial_id.to_string(), row.attempt.to_string());
         }
         self.writes
-            .push_stream(self.keys.results(), stream_id(row.seq), json(row)?);
+            .push_stream(self.keys.results(), row.seq, json(row)?);
         Ok(())
     }
     async fn put_event(&mut self, event: &Event) -> R<()> {
         self.writes
-            .push_stream(self.keys.events(), stream_id(event.seq), json(event)?);
+            .push_stream(self.keys.events(), event.seq, json(event)?);
         self.writes.push_event(event.clone());
         Ok(())
     }

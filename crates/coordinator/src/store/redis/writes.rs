@@ -56,8 +56,9 @@ pub(crate) struct Writes {
     pub(crate) hashes: HashMap<String, HashMap<String, Option<Vec<u8>>>>,
     pub(crate) zsets: HashMap<String, ZOverlay>,
     pub(crate) queues_added: BTreeSet<Queue>,
-    /// (stream key, entry id, body).
-    pub(crate) streams: Vec<(String, String, Vec<u8>)>,
+    /// (stream key, item seq, body): the commit writes each stream's items of a round as one
+    /// entry (see `commit.rs`).
+    pub(crate) streams: Vec<(String, u64, Vec<u8>)>,
     /// (trial, attempt) of counted rows: first scored wins, checked by the commit script.
     pub(crate) scored: Vec<(String, String)>,
     /// New tasks (position, JSON, id), staged in chunks before the commit and merged by the
@@ -256,10 +257,10 @@ impl Writes {
         }
     }
 
-    pub(crate) fn push_stream(&mut self, key: String, id: String, body: Vec<u8>) {
+    pub(crate) fn push_stream(&mut self, key: String, seq: u64, body: Vec<u8>) {
         let n = self.streams.len();
         self.log(|| Undo::Streams(n));
-        self.streams.push((key, id, body));
+        self.streams.push((key, seq, body));
     }
 
     pub(crate) fn push_scored(&mut self, trial: String, attempt: String) {
@@ -293,7 +294,7 @@ mod tests {
         w.zadd("z".into(), 1.0, "a".into());
         w.zrem("z".into(), "gone".into());
         w.add_queue(&Queue::Groups);
-        w.push_stream("s".into(), "0-1".into(), b"x".to_vec());
+        w.push_stream("s".into(), 0, b"x".to_vec());
         let sp = w.savepoint();
         w.hset("h".into(), "f".into(), None);
         w.hset("h".into(), "g".into(), Some(b"2".to_vec()));
@@ -301,7 +302,7 @@ mod tests {
         w.zrem("z".into(), "a".into());
         w.add_queue(&Queue::Groups);
         w.add_queue(&Queue::provider("p"));
-        w.push_stream("s".into(), "0-2".into(), b"y".to_vec());
+        w.push_stream("s".into(), 1, b"y".to_vec());
         w.push_scored("t".into(), "1".into());
         w.push_task(0, b"{}".to_vec(), "T0".into());
         w.push_event(Event {
