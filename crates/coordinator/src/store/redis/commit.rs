@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use redis::{ErrorKind, ServerErrorKind};
 
 use super::conn::Conn;
-use super::keys::{Keys, stream_id};
+use super::keys::{ENTRY_ITEMS, Keys, stream_id};
 use super::meta::{Part, parts};
 use super::redis_err;
 use super::writes::Writes;
@@ -18,9 +18,6 @@ use crate::store::tx::R;
 pub(crate) const STAGE_ABOVE: usize = 1000;
 /// Fields or members per chunked write.
 const CHUNK: usize = 5000;
-/// Stream items per entry at most (the script passes an entry's fields to one `XADD`, within
-/// Lua's stack limit).
-const ENTRY_ITEMS: usize = 1000;
 /// Staging keys expire on their own if the process that wrote them dies before its commit.
 const STAGING_TTL_MS: u64 = 3_600_000;
 

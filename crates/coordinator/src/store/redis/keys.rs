@@ -107,7 +107,8 @@ impl Keys {
     pub(crate) fn scored(&self) -> String {
         self.key("scored")
     }
-    /// The ledger, a stream with ids `0-<seq + 1>`.
+    /// The ledger, a stream whose entries hold a commit's rows, each under its seq, with the
+    /// id of the last (see [`stream_id`]).
     pub(crate) fn results(&self) -> String {
         self.key("results")
     }
@@ -136,7 +137,12 @@ pub(crate) fn login_code(digest: &[u8; 32]) -> String {
     format!("lanes:login_code:{hex}")
 }
 
-/// A stream id for a sequence number: `0-<seq + 1>` (stream ids must be above `0-0`).
+/// Items of one stream a stream entry holds at most: a commit writes more as several
+/// entries (each one `XADD` of its script, with two arguments per item within Lua's stack).
+pub(crate) const ENTRY_ITEMS: usize = 1000;
+
+/// A stream id for a sequence number: `0-<seq + 1>` (stream ids must be above `0-0`). An
+/// entry's id is that of the last item it holds.
 pub(crate) fn stream_id(seq: u64) -> String {
     format!("0-{}", seq + 1)
 }

@@ -8,7 +8,9 @@
 //! Layout 2 -> 3: nothing is rewritten. Layout 3 writes one stream entry per commit and stream
 //! (its items under their seqs) where layout 2 wrote one per item; a layout 3 coordinator
 //! reads layout 2's entries as they are (`stream.rs`). The step only records the layout, so
-//! that a layout 2 coordinator, which cannot read the new entries, refuses the store.
+//! that a layout 2 coordinator started afterwards, which cannot read the new entries, refuses
+//! the store. Unlike step 1 -> 2 it does not detect one left running: that one's writes stay
+//! in order, but its ledger reads fail as corrupt once new entries exist.
 //!
 //! # A coordinator running meanwhile
 //! Coordinators must be stopped first: an old one cannot read the new layout, and a new one

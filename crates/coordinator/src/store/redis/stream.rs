@@ -7,11 +7,11 @@
 
 use redis::streams::StreamId;
 
-use super::keys::{self, stream_id};
+use super::keys::{self, ENTRY_ITEMS};
 use super::{RedisStore, redis_err};
 use crate::store::api::StoreError;
 
-/// Stream entries per XRANGE call.
+/// Items a page reads at most (with the rest of the entry that holds its last).
 const STREAM_PAGE: usize = 10_000;
 
 /// The field of a layout 2 entry's body.
@@ -41,8 +41,9 @@ fn items(entry: StreamId) -> Result<Vec<(u64, Vec<u8>)>, StoreError> {
 }
 
 impl RedisStore {
-    /// Reads up to `limit` items with a seq of `from` or more, in seq order, in pages of
-    /// [`STREAM_PAGE`] entries at most: a large `limit` is honoured in full, never silently capped.
+    /// Reads up to `limit` items with a seq of `from` or more, in seq order, a page of at most
+    /// [`STREAM_PAGE`] items (and the rest of an entry) per `XRANGE`: a large `limit` is
+    /// honoured in full, never silently capped.
     pub(super) async fn read_stream<T: serde::de::DeserializeOwned>(
         &self,
         key: String,
@@ -53,19 +54,34 @@ impl RedisStore {
         let mut out = Vec::new();
         let mut next = from;
         while out.len() < limit {
-            // The entry holding `next` has an id of `next`'s or above (its last item's), and
-            // every entry from there holds at least one item to take: `want` entries suffice.
+            // No item has the seq u64::MAX: its id would be past the last one.
+            let Some(first) = next.checked_add(1) else {
+                break;
+            };
+            // Seqs have no gaps, and an entry holds at most ENTRY_ITEMS consecutive ones under
+            // the id of its last: the entries that hold seqs `next ..= next + want - 1` have
+            // ids from `next`'s to that of `next + want - 1 + ENTRY_ITEMS - 1`. Bounding the
+            // range there, not at `+`, keeps a page within `want + ENTRY_ITEMS` items however
+            // many items the entries hold.
             let want = (limit - out.len()).min(STREAM_PAGE);
+            let last = next
+                .saturating_add(want as u64 - 1)
+                .saturating_add(ENTRY_ITEMS as u64 - 1)
+                .saturating_add(1);
             let reply: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
                 .arg(&key)
-                .arg(stream_id(next))
-                .arg("+")
+                .arg(format!("0-{first}"))
+                .arg(format!("0-{last}"))
                 .arg("COUNT")
                 .arg(want)
                 .query_async(&mut conn)
                 .await
                 .map_err(redis_err)?;
-            let got = reply.ids.len();
+            if reply.ids.is_empty() {
+                // Nothing holds `next`: the stream ends before it.
+                break;
+            }
+            let (taken, from_id) = (out.len(), reply.ids[0].id.clone());
             for entry in reply.ids {
                 for (seq, body) in items(entry)? {
                     if seq < next || out.len() == limit {
@@ -78,10 +94,105 @@ impl RedisStore {
                     next = seq + 1;
                 }
             }
-            if got < want {
-                break;
+            if out.len() == taken {
+                // An entry's id is that of its last item: one at or past `next`'s id holds
+                // an item to take. Stop rather than ask for the same page again.
+                return Err(StoreError::Corrupt(format!(
+                    "{key}: the entries from {from_id} hold no item from seq {next} on"
+                )));
             }
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use lanes_common::ids::CampaignId;
+    use lanes_tests::redis_server::RedisServer;
+
+    use crate::store::api::{Event, EventKind};
+    use crate::store::{RedisOptions, RedisStore, Store, StoreError};
+
+    const KEY: &str = "lanes:{c:s}:events";
+
+    fn body(seq: u64) -> String {
+        let event = Event {
+            seq,
+            at_ms: 0,
+            kind: EventKind::CampaignDone,
+        };
+        serde_json::to_string(&event).expect("an event serializes")
+    }
+
+    /// Writes an entry holding `seqs` under the id `0-<id>`.
+    fn xadd(server: &RedisServer, id: u64, seqs: impl Iterator<Item = u64>) {
+        let fields: Vec<(String, String)> = seqs.map(|s| (s.to_string(), body(s))).collect();
+        let mut args = vec!["XADD".to_owned(), KEY.to_owned(), format!("0-{id}")];
+        for (f, v) in fields {
+            args.extend([f, v]);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let reply = server.command(&args);
+        assert!(!reply.starts_with('-'), "XADD {id}: {reply}");
+    }
+
+    async fn seqs(store: &RedisStore, from: u64, limit: usize) -> Result<Vec<u64>, StoreError> {
+        let c = CampaignId::new("s").expect("an id");
+        Ok(store
+            .events(&c, from, limit)
+            .await?
+            .into_iter()
+            .map(|e| e.seq)
+            .collect())
+    }
+
+    /// Entries of a thousand items are read from any seq, a page at a time, and a read from
+    /// the largest seq (whose id would be past the last one) reads nothing instead of
+    /// wrapping around to the start.
+    #[tokio::test]
+    async fn full_entries_read_from_any_seq_and_the_largest_seq_reads_nothing() {
+        let server = RedisServer::start();
+        for e in 0..3u64 {
+            xadd(&server, (e + 1) * 1000, e * 1000..(e + 1) * 1000);
+        }
+        let store = RedisStore::connect(&server.url(), RedisOptions::default())
+            .await
+            .expect("connect");
+        assert_eq!(
+            seqs(&store, 0, usize::MAX).await.expect("all"),
+            (0..3000).collect::<Vec<_>>()
+        );
+        assert_eq!(
+            seqs(&store, 1500, 10).await.expect("ten"),
+            (1500..1510).collect::<Vec<_>>()
+        );
+        assert_eq!(
+            seqs(&store, 999, 2).await.expect("across entries"),
+            [999, 1000]
+        );
+        let none: [u64; 0] = [];
+        assert_eq!(seqs(&store, 3000, 10).await.expect("past the end"), none);
+        assert_eq!(seqs(&store, u64::MAX, 10).await.expect("the largest"), none);
+        assert_eq!(
+            seqs(&store, u64::MAX - 1, 10).await.expect("next to it"),
+            none
+        );
+    }
+
+    /// An entry whose id says it holds a seq it does not hold is corrupt: the read says so
+    /// rather than asking for the same page again.
+    #[tokio::test]
+    async fn an_entry_without_the_seqs_its_id_names_is_corrupt() {
+        let server = RedisServer::start();
+        xadd(&server, 10, [3].into_iter());
+        let store = RedisStore::connect(&server.url(), RedisOptions::default())
+            .await
+            .expect("connect");
+        let err = seqs(&store, 5, 10).await.expect_err("corrupt");
+        assert!(
+            matches!(&err, StoreError::Corrupt(m) if m.contains("hold no item from seq 5")),
+            "{err:?}"
+        );
     }
 }
