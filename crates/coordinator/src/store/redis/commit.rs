@@ -540,6 +540,18 @@ mod tests {
         w
     }
 
+    /// A fresh durable server, a connection to it, and the keys of campaign `c` with the
+    /// commit script.
+    async fn committer(c: &str) -> (RedisServer, Conn, Keys, redis::Script) {
+        let server = RedisServer::start();
+        let client = redis::Client::open(server.url()).expect("client");
+        let link = Link::fixed(client, Requirements::default(), None, Arc::default())
+            .await
+            .expect("connect");
+        let script = redis::Script::new(include_str!("commit.lua"));
+        (server, Conn::new(link), Keys::new(c), script)
+    }
+
     /// A commit built on another one (expecting the version it leaves), as a replica chains
     /// its rounds, lands only if that one did: here a foreign commit from the same version
     /// lands first, so ours conflicts, and the one built on ours must conflict too, although
@@ -547,16 +559,7 @@ mod tests {
     /// it never read).
     #[tokio::test]
     async fn a_commit_built_on_one_that_did_not_land_never_lands() {
-        let server = RedisServer::start();
-        let client = redis::Client::open(server.url()).expect("client");
-        let link = Link::fixed(client, Requirements::default(), None, Arc::default())
-            .await
-            .expect("connect");
-        let mut conn = Conn::new(link);
-        let (keys, script) = (
-            Keys::new("chain"),
-            redis::Script::new(include_str!("commit.lua")),
-        );
+        let (server, mut conn, keys, script) = committer("chain").await;
         let call = |version: &str, field: &str| {
             prepare(&keys, &script, version, "", &one_write(field), None)
                 .expect("build")
@@ -592,16 +595,7 @@ mod tests {
     /// script, within Lua's stack), each entry's id its last item's.
     #[tokio::test]
     async fn stream_items_land_as_one_entry_per_stream_and_slice() {
-        let server = RedisServer::start();
-        let client = redis::Client::open(server.url()).expect("client");
-        let link = Link::fixed(client, Requirements::default(), None, Arc::default())
-            .await
-            .expect("connect");
-        let mut conn = Conn::new(link);
-        let (keys, script) = (
-            Keys::new("streams"),
-            redis::Script::new(include_str!("commit.lua")),
-        );
+        let (server, mut conn, keys, script) = committer("streams").await;
         let (rows, events) = ("lanes:{c:streams}:results", "lanes:{c:streams}:events");
         let mut w = Writes::default();
         let n = 2 * ENTRY_ITEMS as u64 + 100;
