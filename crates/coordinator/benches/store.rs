@@ -29,6 +29,10 @@ use lanes_coordinator::store::{
     SystemClock,
 };
 
+/// The allocator of the `lanes` binary, whose coordinator this bench measures.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const RUN: Duration = Duration::from_secs(3);
 
 fn campaign(id: &str, tasks: usize) -> lanes_common::spec::Campaign {
