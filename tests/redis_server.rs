@@ -57,7 +57,7 @@ impl RedisServer {
             paused: false,
             _tmp: Some(tmp),
         };
-        s.spawn();
+        s.start_fresh();
         s
     }
 
@@ -76,7 +76,7 @@ impl RedisServer {
             paused: false,
             _tmp: Some(tmp),
         };
-        s.spawn();
+        s.start_fresh();
         s
     }
 
@@ -90,7 +90,37 @@ impl RedisServer {
         format!("redis://127.0.0.1:{}/", self.port)
     }
 
+    /// Starts a new server. Another process may take a free port between [`free_port`] and
+    /// the server's bind (the suites run beside each other, each starting servers): then the
+    /// child exits and another server answers on that port, so this moves to fresh ports and
+    /// starts again rather than hand out another server's URL.
+    fn start_fresh(&mut self) {
+        for _ in 0..10 {
+            match self.spawn_once() {
+                Ok(()) => return,
+                Err(lost) => {
+                    self.port = free_port();
+                    if let Some((tls, ..)) = &mut self.tls {
+                        *tls = free_port();
+                    }
+                    eprintln!("{lost}; trying port {}", self.port);
+                }
+            }
+        }
+        panic!("redis-server lost its port to another process ten times in a row");
+    }
+
+    /// Starts the server again on its port, which its clients know: one taken meanwhile
+    /// fails the test, saying so.
     fn spawn(&mut self) {
+        if let Err(lost) = self.spawn_once() {
+            panic!("{lost}");
+        }
+    }
+
+    /// Starts the child and waits until it is the one answering on its port; `Err` if it
+    /// exited first (its port was taken).
+    fn spawn_once(&mut self) -> Result<(), String> {
         let mut cmd = Command::new("redis-server");
         if let Some((port, cert, key, ca)) = &self.tls {
             cmd.args(["--tls-port", &port.to_string()])
@@ -129,7 +159,8 @@ impl RedisServer {
                 )
             });
         self.child = Some(child);
-        wait_until_ready(self.port, &self.dir);
+        let child = self.child.as_mut().expect("just started");
+        wait_until_ready(child, self.port, &self.dir).inspect_err(|_| self.child = None)
     }
 
     /// Sends several commands on one connection (so `SELECT` applies to the next ones) and
@@ -268,26 +299,94 @@ impl Drop for RedisServer {
 }
 
 /// Polls PING until the server answers, with a deadline and a clear failure.
-fn wait_until_ready(port: u16, dir: &Path) {
-    use std::io::{Read, Write};
+/// Waits until `child` answers on `port`: a `PONG` from another process that holds the
+/// port does not count. `Err` if the child exited first.
+fn wait_until_ready(child: &mut Child, port: u16, dir: &Path) -> Result<(), String> {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) {
-            let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
-            if s.write_all(b"PING\r\n").is_ok() {
-                let mut buf = [0u8; 64];
-                if let Ok(n) = s.read(&mut buf)
-                    && buf[..n].starts_with(b"+PONG")
-                {
-                    return;
-                }
-            }
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(format!(
+                "redis-server on port {port} (dir {}) exited ({status}): another process took \
+                 the port",
+                dir.display()
+            ));
+        }
+        // Ours, and done loading its data (`PING` answers `-LOADING` until then).
+        if answering_pid(port) == Some(child.id()) && pongs(port) {
+            return Ok(());
         }
         assert!(
             Instant::now() < deadline,
-            "redis-server on port {port} (dir {}) did not answer PING within 20 s",
+            "redis-server on port {port} (dir {}) did not answer within 20 s",
             dir.display()
         );
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Whether the server on `port` answers `PING` with `PONG`.
+fn pongs(port: u16) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+    let mut buf = [0u8; 64];
+    s.write_all(b"PING\r\n").is_ok()
+        && s.read(&mut buf)
+            .is_ok_and(|n| buf[..n].starts_with(b"+PONG"))
+}
+
+/// The `process_id` of the Redis server answering on `port`, if one answers.
+fn answering_pid(port: u16) -> Option<u32> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_millis(500))).ok()?;
+    s.write_all(b"INFO server\r\n").ok()?;
+    let mut reply = Vec::new();
+    let mut buf = [0u8; 4096];
+    // The `process_id` line comes early in the section; read until it is whole.
+    while reply.len() < 64 * 1024 {
+        let n = s.read(&mut buf).ok()?;
+        if n == 0 {
+            break;
+        }
+        reply.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&reply);
+        if let Some(rest) = text.split("process_id:").nth(1)
+            && let Some((pid, _)) = rest.split_once("\r\n")
+        {
+            return pid.trim().parse().ok();
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fresh server whose port another server took before it could bind moves to another
+    /// port and is itself the one answering there; the other server is left alone.
+    #[test]
+    fn a_fresh_server_whose_port_was_taken_moves_to_another() {
+        let taken = RedisServer::start();
+        let tmp = tempfile::tempdir().expect("temp dir");
+        let mut s = RedisServer {
+            child: None,
+            port: taken.port,
+            dir: tmp.path().to_owned(),
+            fsync: "always",
+            tls: None,
+            extra: Vec::new(),
+            paused: false,
+            _tmp: Some(tmp),
+        };
+        s.start_fresh();
+        assert_ne!(s.port, taken.port);
+        assert_eq!(answering_pid(s.port), Some(s.pid()));
+        assert_eq!(answering_pid(taken.port), Some(taken.pid()));
+        assert_eq!(s.command(&["SET", "k", "v"]), "+OK");
+        assert_eq!(taken.command(&["EXISTS", "k"]), ":0");
     }
 }
