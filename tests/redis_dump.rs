@@ -5,11 +5,16 @@
 //!
 //! Values are as Redis answers them: strings, hashes as field -> value, sets and lists as
 //! arrays, sorted sets as `[member, score]` pairs with the score as Redis prints it, streams
-//! as `[id, [[field, value], ...]]`. Expiry times are not kept.
+//! as `[id, [[field, value], ...]]`, a packed field's value as the items it holds. Expiry
+//! times are not kept.
 
 use std::collections::BTreeMap;
 
+use lanes_coordinator::store::redis::packed;
 use serde_json::{Value, json};
+
+/// A stream entry as `XRANGE` answers it: its id and its fields' raw values.
+type StreamEntry = (String, Vec<(String, Vec<u8>)>);
 
 async fn connect(url: &str) -> redis::aio::MultiplexedConnection {
     redis::Client::open(url)
@@ -84,20 +89,57 @@ pub async fn dump(url: &str) -> BTreeMap<String, Value> {
                 json!(v)
             }
             "stream" => {
-                let v: Vec<(String, Vec<(String, String)>)> = redis::cmd("XRANGE")
+                let v: Vec<StreamEntry> = redis::cmd("XRANGE")
                     .arg(&key)
                     .arg("-")
                     .arg("+")
                     .query_async(&mut conn)
                     .await
                     .expect("xrange");
-                json!(v)
+                let entries: Vec<Value> = v
+                    .into_iter()
+                    .map(|(id, fields)| {
+                        let fields: Vec<Value> = fields
+                            .into_iter()
+                            .map(|(f, v)| json!([f, stream_value(&key, &f, &v)]))
+                            .collect();
+                        json!([id, fields])
+                    })
+                    .collect();
+                json!(entries)
             }
             other => panic!("{key}: a {other} key the dump does not know"),
         };
         out.insert(key, json!({ "type": kind, "value": value }));
     }
     out
+}
+
+/// A stream field's value in a dump: packed items (layout 4) as `{ "packed": [[seq, body],
+/// ...] }`, so a fixture shows the rows and events it holds; anything else as its text.
+fn stream_value(key: &str, field: &str, value: &[u8]) -> Value {
+    let utf8 = |b: &[u8]| {
+        String::from_utf8(b.to_vec()).unwrap_or_else(|e| panic!("{key}: not UTF-8: {e}"))
+    };
+    if field != packed::FIELD {
+        return json!(utf8(value));
+    }
+    let items = packed::unpack(value).unwrap_or_else(|e| panic!("{key}: packed items: {e}"));
+    let items: Vec<Value> = items
+        .into_iter()
+        .map(|(seq, body)| json!([seq, utf8(&body)]))
+        .collect();
+    json!({ "packed": items })
+}
+
+/// The bytes of a stream field's value in a dump (see [`stream_value`]).
+fn stream_bytes(key: &str, v: &Value) -> Vec<u8> {
+    let Some(packed) = v.get("packed") else {
+        return text(v, key).into_bytes();
+    };
+    let items: Vec<(u64, String)> =
+        serde_json::from_value(packed.clone()).unwrap_or_else(|e| panic!("{key}: {e}"));
+    packed::pack(items.iter().map(|(seq, body)| (*seq, body.as_bytes())))
 }
 
 fn text(v: &Value, what: &str) -> String {
@@ -154,7 +196,8 @@ pub async fn load(url: &str, keys: &BTreeMap<String, Value>) {
                     let cmd = pipe.cmd("XADD").arg(key).arg(text(&entry[0], key));
                     for field in items(&entry[1], key) {
                         let field = items(field, key);
-                        cmd.arg(text(&field[0], key)).arg(text(&field[1], key));
+                        cmd.arg(text(&field[0], key))
+                            .arg(stream_bytes(key, &field[1]));
                     }
                     cmd.ignore();
                 }

@@ -4,6 +4,7 @@
 
 use lanes_common::row::{Row, Status, StoreFields};
 use lanes_common::spec::Campaign;
+use lanes_coordinator::store::redis::packed;
 
 /// Appends `attempts` rows per trial of `campaign`, attempt by attempt, with seqs from 0: every
 /// row `cancelled`, except that with `last_counted` each trial's last attempt is a counted,
@@ -31,8 +32,8 @@ pub async fn append(
     for attempt in 1..=attempts {
         let counted = last_counted && attempt == attempts;
         let mut pipe = redis::pipe();
-        // As a commit writes them (layout 3): an entry holds up to a thousand rows, each under
-        // its seq, and its id is its last row's.
+        // As a commit writes them (layout 4): an entry holds up to a thousand rows, packed
+        // into one field, and its id is its last row's.
         for chunk in trials.chunks(1000) {
             let mut fields = Vec::with_capacity(chunk.len());
             for t in chunk {
@@ -59,16 +60,15 @@ pub async fn append(
                     row.result.score = Some(1.0);
                     row.result.passed = Some(true);
                 }
-                fields.push((
-                    seq.to_string(),
-                    serde_json::to_vec(&row).expect("a row serializes"),
-                ));
+                fields.push((seq, serde_json::to_vec(&row).expect("a row serializes")));
                 seq += 1;
             }
+            let block = packed::pack(fields.iter().map(|(seq, body)| (*seq, body.as_slice())));
             pipe.cmd("XADD")
                 .arg(&key)
                 .arg(format!("0-{seq}"))
-                .arg(&fields)
+                .arg(packed::FIELD)
+                .arg(block)
                 .ignore();
         }
         pipe.query_async::<()>(&mut conn)

@@ -1,7 +1,7 @@
 //! `lanes store migrate` and the layout refusals as a user meets them, through the real
 //! binary: `lanes coordinator` refuses a layout 1 Redis store naming both layouts and the
 //! command to run; the migration (dry run first) turns it into exactly what layout 2 writes,
-//! recorded as layout 3 (the step from 2 to 3 rewrites nothing); a second run changes nothing.
+//! recorded as layout 4 (the steps from 2 on rewrite nothing); a second run changes nothing.
 //! `lanes run` and `lanes coordinator` refuse an embedded store of a newer layout. Bad input
 //! gets exit 2, an unreachable Redis exit 1, each with a message.
 
@@ -57,7 +57,7 @@ fn a_layout_1_redis_store_is_refused_then_migrated_by_the_command() {
     let (_, err) = text(&out);
     assert_eq!(out.status.code(), Some(3), "refused: {err}");
     assert!(
-        err.contains("has layout 1, this coordinator uses layout 3")
+        err.contains("has layout 1, this coordinator uses layout 4")
             && err.contains(&format!("lanes store migrate --redis {url}")),
         "{err}"
     );
@@ -67,7 +67,7 @@ fn a_layout_1_redis_store_is_refused_then_migrated_by_the_command() {
     let (stdout, err) = text(&out);
     assert!(out.status.success(), "{stdout}{err}");
     assert!(
-        stdout.contains("layout 1 -> 3: would migrate 2 campaign(s)"),
+        stdout.contains("layout 1 -> 4: would migrate 2 campaign(s)"),
         "{stdout}"
     );
     assert_eq!(rt().block_on(dump(&url)), v1, "a dry run writes nothing");
@@ -76,19 +76,19 @@ fn a_layout_1_redis_store_is_refused_then_migrated_by_the_command() {
     let (stdout, err) = text(&out);
     assert!(out.status.success(), "{stdout}{err}");
     assert!(
-        stdout.contains("layout 1 -> 3: migrated 2 campaign(s)"),
+        stdout.contains("layout 1 -> 4: migrated 2 campaign(s)"),
         "{stdout}"
     );
     assert!(
-        rt().block_on(dump(&url)) == with_layout(migrated_v2_fixture(), 3),
-        "the migrated store differs from the layout 2 fixture (versions bumped, layout 3)"
+        rt().block_on(dump(&url)) == with_layout(migrated_v2_fixture(), 4),
+        "the migrated store differs from the layout 2 fixture (versions bumped, layout 4)"
     );
 
     let out = migrate(&["--redis", &url]);
     let (stdout, err) = text(&out);
     assert!(out.status.success(), "{stdout}{err}");
     assert!(
-        stdout.contains("already at layout 3: nothing to do"),
+        stdout.contains("already at layout 4: nothing to do"),
         "{stdout}"
     );
 }

@@ -1,8 +1,8 @@
 //! The Redis store's layout record and `lanes store migrate` (the library side): a store of
 //! layout 1 (the fixture the layout 1 code wrote) is refused at connect, migrated in place into
-//! exactly what the layout 2 code writes (recorded as the current layout, since the step from
-//! 2 rewrites nothing), and then served; a layout 2 store is served after the migration with
-//! its ledger read back whole beside what the current layout appends; an empty store is
+//! exactly what the layout 2 code writes (recorded as the current layout, since the steps from
+//! 2 on rewrite nothing), and then served; layout 2 and 3 stores are served after the migration
+//! with their ledgers read back whole beside what the current layout appends; an empty store is
 //! stamped; a newer layout is refused; the migration is idempotent, and a dry run writes
 //! nothing.
 
@@ -92,7 +92,8 @@ async fn a_layout_1_store_migrates_into_exactly_what_layout_2_writes_recorded_as
 }
 
 /// Seqs read back whole, then one at a time from each seq: each read gives exactly the item
-/// asked for, across entries of one item (layout 2) and of several (layout 3).
+/// asked for, across entries of one item (layout 2), of several under their seqs (layout 3)
+/// and packed (layout 4).
 async fn read_back(store: &RedisStore, c: &lanes_common::ids::CampaignId) -> (usize, usize) {
     let rows = store.rows(c, 0, usize::MAX).await.expect("rows");
     let seqs: Vec<u64> = rows.iter().map(|r| r.seq).collect();
@@ -129,41 +130,52 @@ async fn read_back(store: &RedisStore, c: &lanes_common::ids::CampaignId) -> (us
     (rows.len(), events.len())
 }
 
-/// Layout 2 wrote a stream entry per row or event; layout 3 writes one per commit and stream.
-/// The step rewrites nothing: the old entries are read as they are, beside the new ones.
+/// Layout 2 wrote a stream entry per row or event; layout 3 writes one per commit and stream,
+/// its items under their seqs; layout 4 packs them into one compressed field.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_layout_2_store_is_stamped_and_its_ledger_reads_whole_beside_new_entries() {
-    let (server, v2) = store_of(2).await;
+    an_older_store_is_stamped_and_its_ledger_reads_whole_beside_new_entries(2).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_layout_3_store_is_stamped_and_its_ledger_reads_whole_beside_new_entries() {
+    an_older_store_is_stamped_and_its_ledger_reads_whole_beside_new_entries(3).await;
+}
+
+/// The steps from layouts 2 and 3 rewrite nothing: the old entries are read as they are,
+/// beside the new ones.
+async fn an_older_store_is_stamped_and_its_ledger_reads_whole_beside_new_entries(from: u32) {
+    let (server, old) = store_of(from).await;
     let url = server.url();
-    let err = connect(&url).await.expect_err("a layout 2 store");
+    let err = connect(&url).await.expect_err("an older store");
     assert!(
         matches!(
             &err,
-            StoreError::Layout(LayoutError::Older { found: 2, .. })
+            StoreError::Layout(LayoutError::Older { found, .. }) if *found == from
         ),
         "{err:?}"
     );
     let report = migrate(&url, false).await;
-    assert_eq!(report.recorded, Recorded::Layout(2));
+    assert_eq!(report.recorded, Recorded::Layout(from));
     assert!(
         report.migrated.is_empty() && report.already == 0,
         "{report:?}"
     );
     assert!(
         report.to_string().contains(&format!(
-            "layout 2 -> {REDIS_LAYOUT}: no campaign to rewrite, stamped with layout {REDIS_LAYOUT}"
+            "layout {from} -> {REDIS_LAYOUT}: no campaign to rewrite, stamped with layout {REDIS_LAYOUT}"
         )),
         "{report}"
     );
     assert!(
-        dump(&url).await == with_layout(v2, REDIS_LAYOUT),
+        dump(&url).await == with_layout(old, REDIS_LAYOUT),
         "only the layout record changes"
     );
 
     let store = connect(&url).await.expect("a migrated store is served");
     let c = cid("fix-single");
     let (rows, events) = read_back(&store, &c).await;
-    assert_eq!(rows, 4, "the layout 2 ledger");
+    assert_eq!(rows, 4, "the layout {from} ledger");
 
     // Claims, then their outcomes at once: an outcome's events share one entry, and outcomes
     // in one round share their rows' entry.

@@ -20,9 +20,10 @@
 --   Z k n s1 m1 ..      ZADD            z k n m1 ..   ZREM
 --   A k n m1 ..         SADD
 --   L k keep n v1 ..    RPUSH k v1 .., then keep its last `keep` items (0: DEL k)
---   X k n id s1 b1 ..   XADD k id s1 b1 ..: one stream entry holding n of a round's items
---                       of that stream, each under its seq (id: that of the last,
---                       `0-<seq+1>`); one command, not sliced: the committer keeps n <= 1000
+--   X k n id f1 v1 ..   XADD k id f1 v1 ..: one stream entry of n fields, holding up to
+--                       1000 of a round's items of that stream (id: that of the last,
+--                       `0-<seq+1>`); one command, not sliced. The committer writes one
+--                       field, `z`: the items packed into one compressed block
 --   M k staging         merge a staged hash into k (a rename if k does not exist), then
 --                       delete it
 --   U k staging         merge a staged sorted set into k with ZADD's meaning (a rename if

@@ -9,6 +9,7 @@ use redis::{ErrorKind, ServerErrorKind};
 use super::conn::Conn;
 use super::keys::{ENTRY_ITEMS, Keys, stream_id};
 use super::meta::{Part, parts};
+use super::packed;
 use super::redis_err;
 use super::writes::Writes;
 use crate::store::model::Meta;
@@ -413,15 +414,16 @@ fn build(
     }
     for (key, items) in stream_entries(&writes.streams) {
         let id = stream_id(items.last().map_or(0, |(seq, _)| *seq));
-        let n = items.len();
-        let fields = items
-            .into_iter()
-            .flat_map(|(seq, v)| [Arg::Own(seq.to_string().into_bytes()), Arg::Ref(v)]);
+        let block = packed::pack(items);
         call.op(
             "X",
             key,
-            Some(n),
-            std::iter::once(Arg::Own(id.into_bytes())).chain(fields),
+            Some(1),
+            [
+                Arg::Own(id.into_bytes()),
+                Arg::Ref(packed::FIELD.as_bytes()),
+                Arg::Own(block),
+            ],
         );
     }
     let wrote = call.ops > 0;
@@ -592,7 +594,7 @@ mod tests {
 
     /// A round's stream items land as one entry per stream, in seq order whatever order they
     /// were written in, split into entries of at most [`ENTRY_ITEMS`] (each one `XADD` of the
-    /// script, within Lua's stack), each entry's id its last item's.
+    /// script), each entry's id its last item's and its items packed in one field.
     #[tokio::test]
     async fn stream_items_land_as_one_entry_per_stream_and_slice() {
         let (server, mut conn, keys, script) = committer("streams").await;
@@ -639,5 +641,30 @@ mod tests {
             ]
         );
         assert_eq!(ids(events).await, [last(3)]);
+        // Each entry holds its slice of items packed in one field, in seq order.
+        let entries: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
+            .arg(rows)
+            .arg("-")
+            .arg("+")
+            .query_async(&mut plain)
+            .await
+            .expect("xrange");
+        let mut unpacked = Vec::new();
+        for e in &entries.ids {
+            assert_eq!(
+                e.map.keys().collect::<Vec<_>>(),
+                [packed::FIELD],
+                "{}",
+                e.id
+            );
+            let block: Vec<u8> = e.get(packed::FIELD).expect("a packed field");
+            let items = packed::unpack(&block).expect("unpacks");
+            assert!(items.len() <= ENTRY_ITEMS);
+            unpacked.extend(items);
+        }
+        let want: Vec<(u64, Vec<u8>)> = (0..n)
+            .map(|seq| (seq, format!("row {seq}").into_bytes()))
+            .collect();
+        assert_eq!(unpacked, want);
     }
 }

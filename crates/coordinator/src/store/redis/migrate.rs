@@ -12,6 +12,11 @@
 //! the store. Unlike step 1 -> 2 it does not detect one left running: that one's writes stay
 //! in order, but its ledger reads fail as corrupt once new entries exist.
 //!
+//! Layout 3 -> 4: nothing is rewritten either. Layout 4 packs a stream entry's items into one
+//! compressed field (`packed.rs`) where layout 3 stored each under its seq; a layout 4
+//! coordinator reads layout 3's entries as they are, and the step records the layout so that
+//! a layout 3 coordinator refuses the store. It does not detect one left running either.
+//!
 //! # A coordinator running meanwhile
 //! Coordinators must be stopped first: an old one cannot read the new layout, and a new one
 //! refuses the store until the migration recorded its layout, which is written last. What
@@ -96,8 +101,8 @@ pub(crate) async fn run(conn: &mut Conn, at: StoreAt, dry_run: bool) -> R<Migrat
     while layout < REDIS_LAYOUT {
         match layout {
             1 => v1_to_v2(conn, &mut report).await?,
-            // Layout 2's stream entries stay readable: nothing to rewrite.
-            2 => {}
+            // Older stream entries stay readable: nothing to rewrite.
+            2 | 3 => {}
             other => {
                 return Err(StoreError::Corrupt(format!(
                     "{LAYOUT_KEY} is {other}, a layout no migration starts from"

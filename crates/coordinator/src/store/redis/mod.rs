@@ -66,6 +66,7 @@ mod layout;
 mod link;
 mod meta;
 mod migrate;
+pub mod packed;
 mod sentinel;
 mod stats;
 mod store_wide;

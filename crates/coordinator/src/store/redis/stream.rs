@@ -1,13 +1,15 @@
 //! Reading a campaign's streams (rows, events) in pages.
 //!
-//! Since layout 3 an entry holds every item one commit wrote to its stream, each under its
-//! seq in decimal, and its id is `0-<seq+1>` of its last item. Layout 2 wrote one entry per
-//! item, its body under the field `j` and its seq in the id; a store migrated from layout 2
-//! keeps those entries, and they are read as they are.
+//! Since layout 3 an entry holds every item one commit wrote to its stream (up to a
+//! thousand), and its id is `0-<seq+1>` of its last item. Layout 4 packs them into one
+//! compressed field (`packed.rs`); layout 3 stored each under its seq in decimal. Layout 2
+//! wrote one entry per item, its body under the field `j` and its seq in the id. A store
+//! migrated from an older layout keeps its entries, and they are read as they are.
 
 use redis::streams::StreamId;
 
 use super::keys::{self, ENTRY_ITEMS};
+use super::packed;
 use super::{RedisStore, redis_err};
 use crate::store::api::StoreError;
 
@@ -22,6 +24,14 @@ fn items(entry: StreamId) -> Result<Vec<(u64, Vec<u8>)>, StoreError> {
     let corrupt = |what: &str| StoreError::Corrupt(format!("stream entry {}: {what}", entry.id));
     let mut out = Vec::with_capacity(entry.map.len());
     for (field, value) in &entry.map {
+        if field == packed::FIELD {
+            let block: Vec<u8> = redis::from_redis_value_ref(value)
+                .map_err(|e| corrupt(&format!("its packed items: {e}")))?;
+            out.extend(
+                packed::unpack(&block).map_err(|e| corrupt(&format!("its packed items: {e}")))?,
+            );
+            continue;
+        }
         let seq = if field == V2_BODY {
             keys::seq_of(&entry.id).ok_or_else(|| corrupt("its id is not a seq"))?
         } else {
@@ -137,6 +147,25 @@ mod tests {
         assert!(!reply.starts_with('-'), "XADD {id}: {reply}");
     }
 
+    /// Writes an entry holding `seqs` packed (layout 4) under the id `0-<id>`.
+    async fn xadd_packed(server: &RedisServer, id: u64, seqs: impl Iterator<Item = u64>) {
+        let bodies: Vec<(u64, String)> = seqs.map(|s| (s, body(s))).collect();
+        let block = super::packed::pack(bodies.iter().map(|(s, b)| (*s, b.as_bytes())));
+        let mut conn = redis::Client::open(server.url())
+            .expect("a client")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("a connection");
+        let _: String = redis::cmd("XADD")
+            .arg(KEY)
+            .arg(format!("0-{id}"))
+            .arg(super::packed::FIELD)
+            .arg(block)
+            .query_async(&mut conn)
+            .await
+            .expect("XADD");
+    }
+
     async fn seqs(store: &RedisStore, from: u64, limit: usize) -> Result<Vec<u64>, StoreError> {
         let c = CampaignId::new("s").expect("an id");
         Ok(store
@@ -177,6 +206,35 @@ mod tests {
         assert_eq!(
             seqs(&store, u64::MAX - 1, 10).await.expect("next to it"),
             none
+        );
+    }
+
+    /// Packed entries (layout 4) read like any other, from any seq, beside entries of the
+    /// layouts before (a migrated store keeps those), and one that does not unpack is
+    /// corrupt, named by its id.
+    #[tokio::test]
+    async fn packed_entries_read_from_any_seq_beside_older_ones() {
+        let server = RedisServer::start();
+        xadd(&server, 1000, 0..1000);
+        xadd_packed(&server, 2000, 1000..2000).await;
+        xadd_packed(&server, 2003, 2000..2003).await;
+        let store = RedisStore::connect(&server.url(), RedisOptions::default())
+            .await
+            .expect("connect");
+        assert_eq!(
+            seqs(&store, 0, usize::MAX).await.expect("all"),
+            (0..2003).collect::<Vec<_>>()
+        );
+        assert_eq!(
+            seqs(&store, 998, 4).await.expect("across layouts"),
+            [998, 999, 1000, 1001]
+        );
+        assert_eq!(seqs(&store, 2002, 10).await.expect("the last"), [2002]);
+        server.command(&["XADD", KEY, "0-2004", super::packed::FIELD, "not lz4"]);
+        let err = seqs(&store, 2003, 1).await.expect_err("corrupt");
+        assert!(
+            matches!(&err, StoreError::Corrupt(m) if m.contains("stream entry 0-2004: its packed items")),
+            "{err:?}"
         );
     }
 
