@@ -96,30 +96,44 @@ impl RedisServer {
     /// starts again rather than hand out another server's URL.
     fn start_fresh(&mut self) {
         for _ in 0..10 {
+            let _ = std::fs::remove_file(self.log());
             match self.spawn_once() {
                 Ok(()) => return,
-                Err(lost) => {
+                Err(exited) if self.log_tail().contains("Address already in use") => {
                     self.port = free_port();
                     if let Some((tls, ..)) = &mut self.tls {
                         *tls = free_port();
                     }
-                    eprintln!("{lost}; trying port {}", self.port);
+                    eprintln!("{exited}: its port was taken; trying port {}", self.port);
                 }
+                Err(exited) => panic!("{exited}; its log ends:\n{}", self.log_tail()),
             }
         }
         panic!("redis-server lost its port to another process ten times in a row");
     }
 
+    /// The server's log, in its data directory.
+    fn log(&self) -> PathBuf {
+        self.dir.join("redis.log")
+    }
+
+    /// The last lines of the server's log.
+    fn log_tail(&self) -> String {
+        let log = std::fs::read_to_string(self.log()).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(20)..].join("\n")
+    }
+
     /// Starts the server again on its port, which its clients know: one taken meanwhile
     /// fails the test, saying so.
     fn spawn(&mut self) {
-        if let Err(lost) = self.spawn_once() {
-            panic!("{lost}");
+        if let Err(exited) = self.spawn_once() {
+            panic!("{exited}; its log ends:\n{}", self.log_tail());
         }
     }
 
     /// Starts the child and waits until it is the one answering on its port; `Err` if it
-    /// exited first (its port was taken).
+    /// exited first (its port taken, say, which its log tells).
     fn spawn_once(&mut self) -> Result<(), String> {
         let mut cmd = Command::new("redis-server");
         if let Some((port, cert, key, ca)) = &self.tls {
@@ -145,6 +159,8 @@ impl RedisServer {
                 self.fsync,
             ])
             .args(["--protected-mode", "no", "--daemonize", "no"])
+            .arg("--logfile")
+            .arg(self.log())
             // DEBUG (for POPULATE in the fault suite), from loopback only.
             .args(["--enable-debug-command", "local"])
             .args(&self.extra)
@@ -298,7 +314,6 @@ impl Drop for RedisServer {
     }
 }
 
-/// Polls PING until the server answers, with a deadline and a clear failure.
 /// Waits until `child` answers on `port`: a `PONG` from another process that holds the
 /// port does not count. `Err` if the child exited first.
 fn wait_until_ready(child: &mut Child, port: u16, dir: &Path) -> Result<(), String> {
@@ -306,8 +321,7 @@ fn wait_until_ready(child: &mut Child, port: u16, dir: &Path) -> Result<(), Stri
     loop {
         if let Ok(Some(status)) = child.try_wait() {
             return Err(format!(
-                "redis-server on port {port} (dir {}) exited ({status}): another process took \
-                 the port",
+                "redis-server on port {port} (dir {}) exited ({status})",
                 dir.display()
             ));
         }
@@ -366,27 +380,51 @@ fn answering_pid(port: u16) -> Option<u32> {
 mod tests {
     use super::*;
 
+    impl RedisServer {
+        /// A server not started yet, in a directory of its own, to start on `port`.
+        fn unstarted(port: u16) -> Self {
+            let tmp = tempfile::tempdir().expect("temp dir");
+            RedisServer {
+                child: None,
+                port,
+                dir: tmp.path().to_owned(),
+                fsync: "always",
+                tls: None,
+                extra: Vec::new(),
+                paused: false,
+                _tmp: Some(tmp),
+            }
+        }
+    }
+
     /// A fresh server whose port another server took before it could bind moves to another
-    /// port and is itself the one answering there; the other server is left alone.
+    /// port and is itself the one answering there; the other server is left alone. A restart
+    /// cannot move, and fails instead.
     #[test]
     fn a_fresh_server_whose_port_was_taken_moves_to_another() {
         let taken = RedisServer::start();
-        let tmp = tempfile::tempdir().expect("temp dir");
-        let mut s = RedisServer {
-            child: None,
-            port: taken.port,
-            dir: tmp.path().to_owned(),
-            fsync: "always",
-            tls: None,
-            extra: Vec::new(),
-            paused: false,
-            _tmp: Some(tmp),
-        };
+        let mut s = RedisServer::unstarted(taken.port);
         s.start_fresh();
         assert_ne!(s.port, taken.port);
         assert_eq!(answering_pid(s.port), Some(s.pid()));
         assert_eq!(answering_pid(taken.port), Some(taken.pid()));
         assert_eq!(s.command(&["SET", "k", "v"]), "+OK");
         assert_eq!(taken.command(&["EXISTS", "k"]), ":0");
+
+        // A restart keeps its port, which its clients know: taken meanwhile, it fails
+        // saying why, and the server holding the port is left alone.
+        let mut restarted = RedisServer::start();
+        restarted.kill9();
+        let mut thief = RedisServer::unstarted(restarted.port);
+        thief.start_fresh();
+        assert_eq!(thief.port, restarted.port);
+        let err = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| restarted.restart()))
+            .expect_err("a restart on a taken port fails");
+        let msg = err
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .unwrap_or_default();
+        assert!(msg.contains("Address already in use"), "{msg}");
+        assert_eq!(answering_pid(thief.port), Some(thief.pid()));
     }
 }
