@@ -92,13 +92,59 @@ fn outcome() -> Outcome {
     o
 }
 
+/// A campaign `c` of two tasks and one arm.
+fn small_campaign() -> lanes_common::spec::Campaign {
+    lanes_common::spec::load_str(
+        "id = \"c\"\nphase1_runs = 1\nschedule_seed = 1\n[[arms]]\nid = \"a\"\n\
+         [tasks]\nitems = [{ id = \"t1\", payload = { q = 1 } }, { id = \"t2\" }]\n\
+         [driver]\nsim = {}\n",
+        Path::new("c.toml"),
+        Path::new("."),
+    )
+    .unwrap()
+}
+
 fn write(dir: &Path, name: &str, bytes: &[u8]) {
     std::fs::write(dir.join(name), bytes).unwrap();
+}
+
+/// Packed stream entries: a commit's rows and events as a layout 4 commit packs them, the
+/// smallest block, and blocks cut short or with a size no entry may have.
+fn write_packed_entries() {
+    let dir = corpus("packed_entry");
+    let campaign = small_campaign();
+    let trials: Vec<_> = lanes_common::schedule::trials(&campaign).collect();
+    let rows: Vec<(u64, Vec<u8>)> = (7..10)
+        .map(|seq| {
+            let row = Row::bare(
+                &CampaignId::new("c").unwrap(),
+                &trials[seq as usize % trials.len()],
+                1,
+                Status::Completed,
+                None,
+                StoreFields {
+                    seq,
+                    ..StoreFields::default()
+                },
+            );
+            (seq, serde_json::to_vec(&row).unwrap())
+        })
+        .collect();
+    let rows =
+        lanes_coordinator::store::redis::packed::pack(rows.iter().map(|(s, b)| (*s, b.as_slice())));
+    write(&dir, "rows", &rows);
+    write(&dir, "rows_cut", &rows[..rows.len() / 2]);
+    let one = lanes_coordinator::store::redis::packed::pack([(0, &b"{}"[..])]);
+    write(&dir, "one", &one);
+    let mut huge = one.clone();
+    huge[..4].copy_from_slice(&u32::MAX.to_le_bytes());
+    write(&dir, "size_too_large", &huge);
 }
 
 #[test]
 #[ignore = "writes the generated seed inputs into fuzz/corpus"]
 fn write_generated_seeds() {
+    write_packed_entries();
     let dir = corpus("lane_messages");
     let mut infra = outcome();
     infra.status = Status::InfraError;
@@ -202,14 +248,7 @@ fn write_generated_seeds() {
     }
 
     let dir = corpus("archive_reader");
-    let campaign = lanes_common::spec::load_str(
-        "id = \"c\"\nphase1_runs = 1\nschedule_seed = 1\n[[arms]]\nid = \"a\"\n\
-         [tasks]\nitems = [{ id = \"t1\", payload = { q = 1 } }, { id = \"t2\" }]\n\
-         [driver]\nsim = {}\n",
-        Path::new("c.toml"),
-        Path::new("."),
-    )
-    .unwrap();
+    let campaign = small_campaign();
     let id = CampaignId::new("c").unwrap();
     let trials: Vec<_> = lanes_common::schedule::trials(&campaign).collect();
     let rows = [

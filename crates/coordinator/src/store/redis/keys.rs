@@ -107,8 +107,8 @@ impl Keys {
     pub(crate) fn scored(&self) -> String {
         self.key("scored")
     }
-    /// The ledger, a stream whose entries hold a commit's rows, each under its seq, with the
-    /// id of the last (see [`stream_id`]).
+    /// The ledger, a stream whose entries hold a commit's rows, packed (`packed.rs`), with
+    /// the id of the last (see [`stream_id`]).
     pub(crate) fn results(&self) -> String {
         self.key("results")
     }
@@ -138,7 +138,8 @@ pub(crate) fn login_code(digest: &[u8; 32]) -> String {
 }
 
 /// Items of one stream a stream entry holds at most: a commit writes more as several
-/// entries (each one `XADD` of its script, with two arguments per item within Lua's stack).
+/// entries. Readers rely on it (an `XRANGE` for some seqs is bounded by it, and an entry of
+/// more is corrupt), so it can only grow with a new layout.
 pub(crate) const ENTRY_ITEMS: usize = 1000;
 
 /// A stream id for a sequence number: `0-<seq + 1>` (stream ids must be above `0-0`). An

@@ -43,10 +43,23 @@ fn items(entry: StreamId) -> Result<Vec<(u64, Vec<u8>)>, StoreError> {
             redis::from_redis_value_ref(value).map_err(|e| corrupt(&format!("item {seq}: {e}")))?;
         out.push((seq, body));
     }
-    if out.is_empty() {
-        return Err(corrupt("it holds no item"));
-    }
     out.sort_unstable_by_key(|(seq, _)| *seq);
+    // What the reader's range bound relies on: at most ENTRY_ITEMS items, each once, the
+    // last the one the id names.
+    let Some(&(last, _)) = out.last() else {
+        return Err(corrupt("it holds no item"));
+    };
+    if out.len() > ENTRY_ITEMS {
+        return Err(corrupt(&format!("it holds more than {ENTRY_ITEMS} items")));
+    }
+    if let Some(w) = out.windows(2).find(|w| w[0].0 == w[1].0) {
+        return Err(corrupt(&format!("it holds seq {} twice", w[0].0)));
+    }
+    if keys::seq_of(&entry.id) != Some(last) {
+        return Err(corrupt(&format!(
+            "its last item is seq {last}, not the one its id names"
+        )));
+    }
     Ok(out)
 }
 
@@ -92,16 +105,20 @@ impl RedisStore {
                 break;
             }
             let (taken, from_id) = (out.len(), reply.ids[0].id.clone());
-            for entry in reply.ids {
+            'entries: for entry in reply.ids {
                 for (seq, body) in items(entry)? {
-                    if seq < next || out.len() == limit {
+                    if seq < next {
                         continue;
                     }
                     out.push(
                         serde_json::from_slice(&body)
                             .map_err(|e| StoreError::Corrupt(e.to_string()))?,
                     );
+                    // No item has the seq u64::MAX (its entry's id would be past the last).
                     next = seq + 1;
+                    if out.len() == limit {
+                        break 'entries;
+                    }
                 }
             }
             if out.len() == taken {
@@ -238,19 +255,28 @@ mod tests {
         );
     }
 
-    /// An entry whose id says it holds a seq it does not hold is corrupt: the read says so
-    /// rather than asking for the same page again.
+    /// An entry the reader's range bound cannot rely on is corrupt, and the read says which:
+    /// one whose last item is not the seq its id names (the reader would skip seqs or ask
+    /// for the same page again), one holding a seq twice, one of more than ENTRY_ITEMS.
     #[tokio::test]
     async fn an_entry_without_the_seqs_its_id_names_is_corrupt() {
         let server = RedisServer::start();
-        xadd(&server, 10, [3].into_iter());
         let store = RedisStore::connect(&server.url(), RedisOptions::default())
             .await
             .expect("connect");
-        let err = seqs(&store, 5, 10).await.expect_err("corrupt");
-        assert!(
-            matches!(&err, StoreError::Corrupt(m) if m.contains("hold no item from seq 5")),
-            "{err:?}"
-        );
+        let corrupt = async |what: &str| {
+            let err = seqs(&store, 0, 10).await.expect_err("corrupt");
+            assert!(
+                matches!(&err, StoreError::Corrupt(m) if m.contains(what)),
+                "{err:?}"
+            );
+            server.command(&["DEL", KEY]);
+        };
+        xadd(&server, 10, [3].into_iter());
+        corrupt("stream entry 0-10: its last item is seq 3, not the one its id names").await;
+        xadd_packed(&server, 6, [4, 4, 5].into_iter()).await;
+        corrupt("stream entry 0-6: it holds seq 4 twice").await;
+        xadd(&server, 1002, 0..1002);
+        corrupt("stream entry 0-1002: it holds more than 1000 items").await;
     }
 }
