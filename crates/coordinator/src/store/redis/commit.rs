@@ -621,7 +621,7 @@ mod tests {
             .get_multiplexed_async_connection()
             .await
             .expect("a connection");
-        let mut ids = async |key: &str| -> Vec<String> {
+        let mut entries = async |key: &str| -> Vec<redis::streams::StreamId> {
             let reply: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
                 .arg(key)
                 .arg("-")
@@ -629,28 +629,25 @@ mod tests {
                 .query_async(&mut plain)
                 .await
                 .expect("xrange");
-            reply.ids.into_iter().map(|e| e.id).collect()
+            reply.ids
+        };
+        let ids = |entries: &[redis::streams::StreamId]| -> Vec<String> {
+            entries.iter().map(|e| e.id.clone()).collect()
         };
         let last = |i: u64| stream_id(i - 1);
+        let row_entries = entries(rows).await;
         assert_eq!(
-            ids(rows).await,
+            ids(&row_entries),
             [
                 last(ENTRY_ITEMS as u64),
                 last(2 * ENTRY_ITEMS as u64),
                 last(n)
             ]
         );
-        assert_eq!(ids(events).await, [last(3)]);
+        assert_eq!(ids(&entries(events).await), [last(3)]);
         // Each entry holds its slice of items packed in one field, in seq order.
-        let entries: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
-            .arg(rows)
-            .arg("-")
-            .arg("+")
-            .query_async(&mut plain)
-            .await
-            .expect("xrange");
         let mut unpacked = Vec::new();
-        for e in &entries.ids {
+        for e in &row_entries {
             assert_eq!(
                 e.map.keys().collect::<Vec<_>>(),
                 [packed::FIELD],
