@@ -201,6 +201,10 @@ fn assert_uploaded(s3: &S3Server, prefix: &str, campaign: &str, rows: &[Row], tr
             );
             assert_eq!(sha(&object), file["sha256"].as_str().unwrap(), "{path}");
             let text = String::from_utf8_lossy(&object);
+            // The driver's last stderr line was written just before it answered `evaluate`.
+            if path == "driver.stderr" {
+                assert!(text.contains("evaluated with "), "{base}: {text:?}");
+            }
             for secret in [SECRET, S3Server::SECRET_KEY] {
                 assert!(!text.contains(secret), "{base}/{path} holds {secret}");
             }

@@ -9,6 +9,7 @@
 //!   or oversized line, an unknown id, a request from the driver) kills the child;
 //! - a **stderr copier** appends the child's stderr, scrubbed of its secrets, to the file of
 //!   [`DriverProcess::set_stderr_file`] and keeps its last [`STDERR_TAIL_BYTES`] in memory;
+//!   [`DriverProcess::flush_stderr`] waits until what the pipe holds is copied;
 //! - a **supervisor** owns the child, kills it on demand and reaps it.
 //!
 //! The child starts from a clean environment ([`env`]) and leads its own process group: every
@@ -59,17 +60,22 @@ use crate::secrets::Secrets;
 use command::resolve;
 use group::Group;
 use state::{Dead, Shared, State, StderrState, lock};
-use stderr::copy_stderr;
+use stderr::{Flush, copy_stderr};
 use supervise::supervise;
 use wire::{read_stdout, write_stdin};
 
 /// How long `kill` and a passed deadline wait for the child to be reaped.
 const REAP_WAIT: Duration = Duration::from_secs(2);
 
+/// How long [`DriverProcess::flush_stderr`] waits for the copier (which only waits on its
+/// own file writes) before the attempt goes on without it.
+const FLUSH_WAIT: Duration = Duration::from_secs(2);
+
 /// A running driver child. Dropping it kills the child.
 pub struct DriverProcess {
     shared: Arc<Shared>,
     writer: Mutex<Option<mpsc::UnboundedSender<String>>>,
+    flushes: mpsc::UnboundedSender<Flush>,
     notifications: Mutex<Option<mpsc::UnboundedReceiver<Notification>>>,
     exited: watch::Receiver<bool>,
     next_id: AtomicU64,
@@ -149,10 +155,11 @@ impl DriverProcess {
         let (line_tx, line_rx) = mpsc::unbounded_channel();
         let (note_tx, note_rx) = mpsc::unbounded_channel();
         let (exited_tx, exited_rx) = watch::channel(false);
+        let (flushes, flush_rx) = mpsc::unbounded_channel();
 
         tokio::spawn(write_stdin(stdin, line_rx));
         let stdout_task = tokio::spawn(read_stdout(shared.clone(), stdout, note_tx));
-        let stderr_task = tokio::spawn(copy_stderr(shared.clone(), stderr));
+        let stderr_task = tokio::spawn(copy_stderr(shared.clone(), stderr, flush_rx));
         tokio::spawn(supervise(
             shared.clone(),
             child,
@@ -165,6 +172,7 @@ impl DriverProcess {
         Ok(DriverProcess {
             shared,
             writer: Mutex::new(Some(line_tx)),
+            flushes,
             notifications: Mutex::new(Some(note_rx)),
             exited: exited_rx,
             next_id: AtomicU64::new(1),
@@ -278,6 +286,19 @@ impl DriverProcess {
         let mut st = lock(&self.shared.stderr);
         st.path = path;
         st.generation += 1;
+    }
+
+    /// Waits until what the child has written to stderr so far is in the file (and the tail).
+    /// The lane calls it once an attempt's last answer is in, before it reads the attempt's
+    /// folder: the answer on stdout can overtake the stderr written before it.
+    pub async fn flush_stderr(&self) {
+        let (done, copied) = oneshot::channel();
+        if self.flushes.send(done).is_err() {
+            return; // the copier has finished: the pipe closed and all of it is copied
+        }
+        if tokio::time::timeout(FLUSH_WAIT, copied).await.is_err() {
+            tracing::warn!(driver = %self.shared.program, "the driver's stderr was not copied in time");
+        }
     }
 
     /// The last [`STDERR_TAIL_BYTES`] of the child's stderr, scrubbed (lossy UTF-8, trailing

@@ -3,14 +3,16 @@
 //! error messages.
 
 use std::io;
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::ChildStderr;
+use tokio::sync::{mpsc, oneshot};
 
 use super::state::{Shared, lock};
-use crate::secrets::StreamScrubber;
+use crate::secrets::{Secrets, StreamScrubber};
 
 /// How much of the child's stderr is kept in memory for error messages.
 pub const STDERR_TAIL_BYTES: usize = 4096;
@@ -95,44 +97,111 @@ impl Sink {
     }
 }
 
-/// The stderr copier task: runs until the child's stderr closes.
-pub(super) async fn copy_stderr(shared: Arc<Shared>, mut stderr: ChildStderr) {
+/// A request to copy what the child's stderr pipe holds now; answered once it is in the file.
+pub(super) type Flush = oneshot::Sender<()>;
+
+/// The stderr copier task: runs until the child's stderr closes. A [`Flush`] makes it copy
+/// whatever the pipe holds at that moment before answering, so the bytes the child wrote
+/// before its last answer are in the file when the lane collects the attempt's folder (the
+/// pipe's readiness alone may lag the answer on stdout).
+pub(super) async fn copy_stderr(
+    shared: Arc<Shared>,
+    mut stderr: ChildStderr,
+    mut flushes: mpsc::UnboundedReceiver<Flush>,
+) {
     let mut buf = vec![0u8; 8192];
-    let mut generation = 0;
-    let mut sink = Sink::default();
-    let mut scrubber = StreamScrubber::default();
-    let mut secrets = shared.secrets();
+    let mut copier = Copier::new(shared);
     loop {
-        let n = match stderr.read(&mut buf).await {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) => {
-                tracing::debug!(driver = %shared.program, "cannot read the driver's stderr: {e}");
-                break;
+        tokio::select! {
+            read = stderr.read(&mut buf) => match read {
+                Ok(0) => break,
+                Ok(n) => copier.take(&buf[..n]).await,
+                Err(e) => {
+                    tracing::debug!(driver = %copier.shared.program, "cannot read the driver's stderr: {e}");
+                    break;
+                }
+            },
+            Some(done) = flushes.recv() => {
+                let closed = drain(&stderr, &mut buf, &mut copier).await;
+                let _ = done.send(());
+                if closed {
+                    break;
+                }
             }
-        };
+        }
+    }
+    copier.finish().await;
+    // Flushes that arrived after the last read are answered when `flushes` drops: nothing
+    // more will come.
+}
+
+/// Copies what the pipe holds now, reading around tokio's readiness (the pipe is
+/// non-blocking, so an empty one answers `EAGAIN`). Answers whether the pipe has closed.
+async fn drain(stderr: &ChildStderr, buf: &mut [u8], copier: &mut Copier) -> bool {
+    loop {
+        match nix::unistd::read(stderr.as_fd(), buf) {
+            Ok(0) => return true,
+            Ok(n) => copier.take(&buf[..n]).await,
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(nix::errno::Errno::EAGAIN) => return false,
+            Err(e) => {
+                tracing::debug!(driver = %copier.shared.program, "cannot read the driver's stderr: {e}");
+                return true;
+            }
+        }
+    }
+}
+
+/// What the copier keeps between reads: the file, the secrets and the bytes held back.
+struct Copier {
+    shared: Arc<Shared>,
+    generation: u64,
+    sink: Sink,
+    scrubber: StreamScrubber,
+    secrets: Secrets,
+}
+
+impl Copier {
+    fn new(shared: Arc<Shared>) -> Self {
+        let secrets = shared.secrets();
+        Self {
+            shared,
+            generation: 0,
+            sink: Sink::default(),
+            scrubber: StreamScrubber::default(),
+            secrets,
+        }
+    }
+
+    /// Scrubs `bytes` and appends them to the file set last.
+    async fn take(&mut self, bytes: &[u8]) {
         let (switch_to, max) = {
-            let st = lock(&shared.stderr);
-            let switch = (st.generation != generation).then(|| (st.generation, st.path.clone()));
+            let st = lock(&self.shared.stderr);
+            let switch =
+                (st.generation != self.generation).then(|| (st.generation, st.path.clone()));
             (switch, st.max_file_bytes)
         };
         if let Some((new_generation, path)) = switch_to {
-            generation = new_generation;
-            sink.switch(path).await;
+            self.generation = new_generation;
+            self.sink.switch(path).await;
         }
         // Bytes held back under the previous attempt's secrets are checked against both.
-        let now = shared.secrets();
-        let scrub_with = if now == secrets {
+        let now = self.shared.secrets();
+        let scrub_with = if now == self.secrets {
             now
         } else {
-            std::mem::replace(&mut secrets, now).union(&secrets)
+            std::mem::replace(&mut self.secrets, now).union(&self.secrets)
         };
-        let out = scrubber.feed(&scrub_with, &buf[..n]);
-        emit(&shared, &mut sink, &out, max).await;
+        let out = self.scrubber.feed(&scrub_with, bytes);
+        emit(&self.shared, &mut self.sink, &out, max).await;
     }
-    let out = scrubber.finish(&secrets);
-    let max = lock(&shared.stderr).max_file_bytes;
-    emit(&shared, &mut sink, &out, max).await;
+
+    /// Writes the bytes held back once the pipe has closed.
+    async fn finish(mut self) {
+        let out = self.scrubber.finish(&self.secrets);
+        let max = lock(&self.shared.stderr).max_file_bytes;
+        emit(&self.shared, &mut self.sink, &out, max).await;
+    }
 }
 
 /// Keeps the tail and writes the file.

@@ -513,39 +513,65 @@ async fn stderr_goes_to_the_file_set_last() {
     let dir = tempfile::tempdir().unwrap();
     let first = dir.path().join("a1").join("driver.stderr");
     let second = dir.path().join("a2").join("driver.stderr");
+    let say = |text: &'static str| {
+        let d = &d;
+        async move {
+            d.call::<_, Value>("say", &json!({ "text": text }), CALL)
+                .await
+                .unwrap();
+            d.flush_stderr().await;
+        }
+    };
 
-    d.call::<_, Value>("say", &json!({"text": "before any file\n"}), CALL)
-        .await
-        .unwrap();
-    eventually("the tail", || async {
-        d.stderr_tail().contains("before any file")
-    })
-    .await;
-
+    say("before any file\n").await;
+    assert_eq!(d.stderr_tail(), "before any file");
     d.set_stderr_file(Some(first.clone()), &Secrets::default());
-    d.call::<_, Value>("say", &json!({"text": "one\n"}), CALL)
-        .await
-        .unwrap();
-    eventually("the first file", || async { read(&first).contains("one") }).await;
-
+    say("one\n").await;
     d.set_stderr_file(Some(second.clone()), &Secrets::default());
-    d.call::<_, Value>("say", &json!({"text": "two\n"}), CALL)
-        .await
-        .unwrap();
-    eventually("the second file", || async {
-        read(&second).contains("two")
-    })
-    .await;
-
+    say("two\n").await;
     d.set_stderr_file(None, &Secrets::default());
-    d.call::<_, Value>("say", &json!({"text": "three\n"}), CALL)
-        .await
-        .unwrap();
-    eventually("the tail", || async { d.stderr_tail().ends_with("three") }).await;
+    say("three\n").await;
 
     assert_eq!(read(&first), "one\n");
     assert_eq!(read(&second), "two\n");
     assert_eq!(d.stderr_tail(), "before any file\none\ntwo\nthree");
+}
+
+/// The answer on stdout can overtake the stderr the driver wrote before it (the pipes are
+/// read by different tasks): once `flush_stderr` returns, all of it is in the attempt's file,
+/// and none of it spills into the next attempt's.
+#[tokio::test]
+async fn stderr_written_before_an_answer_is_in_its_file_after_a_flush() {
+    let d = driver(
+        r#"
+for msg in requests():
+    n = msg["params"]["round"]
+    for i in range(20000):
+        sys.stderr.write("round %d line %05d\n" % (n, i))
+    sys.stderr.flush()
+    ok(msg, None)
+"#,
+    )
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    for round in 0..3 {
+        let file = dir.path().join(format!("a{round}")).join("driver.stderr");
+        d.set_stderr_file(Some(file.clone()), &Secrets::default());
+        d.call::<_, Value>("spew", &json!({ "round": round }), CALL)
+            .await
+            .unwrap();
+        d.flush_stderr().await;
+        let want: String = (0..20000)
+            .map(|i| format!("round {round} line {i:05}\n"))
+            .collect();
+        let got = read(&file);
+        assert!(
+            got == want,
+            "round {round}: {} of {} bytes",
+            got.len(),
+            want.len()
+        );
+    }
 }
 
 #[tokio::test]

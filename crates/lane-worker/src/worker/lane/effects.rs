@@ -371,7 +371,17 @@ impl LaneActor {
                     tracing::info!(status = %o.status, failure_kind = o.failure_kind.map(|k| k.as_str()), score = o.result.score, "attempt finished");
                 });
                 record_outcome(&attempt_span, &o);
-                self.hand_off(myself, span, tag, o, true, secrets);
+                self.hand_off(
+                    myself,
+                    span,
+                    tag,
+                    Ended {
+                        outcome: o,
+                        with_record: true,
+                        secrets,
+                        driver,
+                    },
+                );
             }
             Effect::Release { kind, reason, gate } => {
                 let secrets = self.secrets(unit, cur);
@@ -390,7 +400,17 @@ impl LaneActor {
                 ctx.walls = Default::default();
                 let o = outcome::released(&ctx, kind, reason, gate, &secrets);
                 record_outcome(&attempt_span, &o);
-                self.hand_off(myself, span, tag, o, false, secrets);
+                self.hand_off(
+                    myself,
+                    span,
+                    tag,
+                    Ended {
+                        outcome: o,
+                        with_record: false,
+                        secrets,
+                        driver,
+                    },
+                );
             }
             Effect::RestartDriver => state.slot.restart().await,
             Effect::Finish { published } => self.finish(myself, state, published),
@@ -485,15 +505,22 @@ impl LaneActor {
     /// record is written first under a pending name, and the supervisor gives it its final
     /// name once the outbox entry is durable, so no crash leaves a score on disk that nothing
     /// replays. The attempt hears `Published` when the outbox has it.
+    ///
+    /// The driver's stderr is flushed into the folder first: its last lines may still be in
+    /// the pipe when its answer arrives.
     fn hand_off(
         &self,
         myself: &ActorRef<LaneMsg>,
         span: tracing::Span,
         tag: AttemptTag,
-        mut o: lanes_common::row::Outcome,
-        with_record: bool,
-        secrets: Secrets,
+        ended: Ended,
     ) {
+        let Ended {
+            outcome: mut o,
+            with_record,
+            secrets,
+            driver,
+        } = ended;
         let artifacts_root = self.config.artifacts.clone();
         let supervisor = self.supervisor.clone();
         let dir = artifacts::attempt_dir(&artifacts_root, &tag);
@@ -503,6 +530,9 @@ impl LaneActor {
         };
         let campaign = tag.campaign.clone();
         self.spawn_event(myself, span, tag, async move {
+            if let Some(driver) = driver {
+                driver.flush_stderr().await;
+            }
             // One blocking task for the folder's scrub and the record, in that order. The
             // outcome goes in and comes back: a panic there is caught, so it is never lost.
             let (o, record) = tokio::task::spawn_blocking(move || {
@@ -656,6 +686,17 @@ impl LaneActor {
             spec,
         }
     }
+}
+
+/// An ended attempt, as the lane hands it to the supervisor.
+struct Ended {
+    outcome: lanes_common::row::Outcome,
+    /// Published, so its record is written and its folder kept; not a release.
+    with_record: bool,
+    /// Scrubbed from its folder.
+    secrets: Secrets,
+    /// Whose stderr is flushed into the folder first.
+    driver: Option<Arc<DriverProcess>>,
 }
 
 /// Scrubs what the driver left in the attempt's folder before the outcome is recorded, then
