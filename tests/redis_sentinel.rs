@@ -244,44 +244,62 @@ fn replication(node: &RedisServer) -> Option<String> {
     }
 }
 
-/// Starts a Sentinel watching the master on `master_port`.
+/// Starts a Sentinel watching the master on `master_port`. As with a fresh
+/// [`RedisServer`], another process may take the free port before the Sentinel binds it: its
+/// log then says so and it starts again on another port, and only the Sentinel's own
+/// `process_id` answering counts as started.
 fn start_sentinel(master_port: u16) -> Sentinel {
+    start_sentinel_on(master_port, free_port)
+}
+
+/// [`start_sentinel`] on the first port of `ports` it can bind.
+fn start_sentinel_on(master_port: u16, mut ports: impl FnMut() -> u16) -> Sentinel {
     let dir = tempfile::tempdir().expect("temp dir");
-    let port = free_port();
-    let conf: PathBuf = dir.path().join("sentinel.conf");
-    // Sentinel rewrites its own config file, so it gets a writable one of its own.
-    std::fs::write(
-        &conf,
-        format!(
-            "port {port}\nbind 127.0.0.1\nprotected-mode no\ndir {dir}\n\
-             sentinel monitor {MASTER_NAME} 127.0.0.1 {master_port} 2\n\
-             sentinel down-after-milliseconds {MASTER_NAME} {DOWN_AFTER_MS}\n\
-             sentinel failover-timeout {MASTER_NAME} {FAILOVER_TIMEOUT_MS}\n\
-             sentinel parallel-syncs {MASTER_NAME} 2\n",
-            dir = dir.path().display()
-        ),
-    )
-    .expect("write sentinel.conf");
-    let child = Command::new("redis-server")
-        .arg(&conf)
-        .arg("--sentinel")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start redis-server --sentinel (install redis-server)");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while ask(port, &["PING"]).is_none() {
-        assert!(
-            Instant::now() < deadline,
-            "sentinel on port {port} did not answer"
-        );
-        std::thread::sleep(Duration::from_millis(20));
+    let log = dir.path().join("sentinel.log");
+    for _ in 0..10 {
+        let port = ports();
+        let conf: PathBuf = dir.path().join("sentinel.conf");
+        let _ = std::fs::remove_file(&log);
+        // Sentinel rewrites its own config file, so it gets a writable one of its own.
+        std::fs::write(
+            &conf,
+            format!(
+                "port {port}\nbind 127.0.0.1\nprotected-mode no\ndir {dir}\nlogfile {log}\n\
+                 sentinel monitor {MASTER_NAME} 127.0.0.1 {master_port} 2\n\
+                 sentinel down-after-milliseconds {MASTER_NAME} {DOWN_AFTER_MS}\n\
+                 sentinel failover-timeout {MASTER_NAME} {FAILOVER_TIMEOUT_MS}\n\
+                 sentinel parallel-syncs {MASTER_NAME} 2\n",
+                dir = dir.path().display(),
+                log = log.display(),
+            ),
+        )
+        .expect("write sentinel.conf");
+        let mut child = Command::new("redis-server")
+            .arg(&conf)
+            .arg("--sentinel")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start redis-server --sentinel (install redis-server)");
+        match crate::redis_server::wait_until_ready(&mut child, port, dir.path()) {
+            Ok(()) => {
+                return Sentinel {
+                    child: Some(child),
+                    port,
+                    _dir: dir,
+                };
+            }
+            Err(exited) => {
+                let text = std::fs::read_to_string(&log).unwrap_or_default();
+                assert!(
+                    text.contains("Address already in use"),
+                    "{exited}; its log:\n{text}"
+                );
+                eprintln!("sentinel {exited}: its port was taken; trying another");
+            }
+        }
     }
-    Sentinel {
-        child: Some(child),
-        port,
-        _dir: dir,
-    }
+    panic!("a Sentinel lost its port to another process ten times in a row");
 }
 
 /// A RESP2 reply.
@@ -355,4 +373,26 @@ fn read_reply(r: &mut impl std::io::BufRead) -> Option<Reply> {
         },
         _ => return None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A Sentinel whose port a Redis server took before it could bind moves to another port
+    /// and is itself the one answering there, not the server that answers `PING` too.
+    #[test]
+    fn a_sentinel_whose_port_was_taken_moves_to_another() {
+        let master = RedisServer::start();
+        let thief = RedisServer::start();
+        let mut ports = [thief.port, free_port()].into_iter();
+        let sentinel = start_sentinel_on(master.port, || ports.next().expect("two ports"));
+        assert_ne!(sentinel.port, thief.port);
+        let pid = sentinel.child.as_ref().map(Child::id);
+        assert_eq!(crate::redis_server::answering_pid(sentinel.port), pid);
+        assert_eq!(
+            crate::redis_server::answering_pid(thief.port),
+            Some(thief.pid())
+        );
+    }
 }

@@ -316,7 +316,7 @@ impl Drop for RedisServer {
 
 /// Waits until `child` answers on `port`: a `PONG` from another process that holds the
 /// port does not count. `Err` if the child exited first.
-fn wait_until_ready(child: &mut Child, port: u16, dir: &Path) -> Result<(), String> {
+pub(crate) fn wait_until_ready(child: &mut Child, port: u16, dir: &Path) -> Result<(), String> {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         if let Ok(Some(status)) = child.try_wait() {
@@ -352,7 +352,7 @@ fn pongs(port: u16) -> bool {
 }
 
 /// The `process_id` of the Redis server answering on `port`, if one answers.
-fn answering_pid(port: u16) -> Option<u32> {
+pub(crate) fn answering_pid(port: u16) -> Option<u32> {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
     s.set_read_timeout(Some(Duration::from_millis(500))).ok()?;

@@ -46,6 +46,8 @@ pub struct Proc {
     args: Vec<String>,
     env: Vec<(String, String)>,
     log: PathBuf,
+    /// The log's length when the child was last started: what it wrote since begins there.
+    log_from: usize,
     child: Option<Child>,
     stopped: bool,
 }
@@ -57,6 +59,7 @@ impl Proc {
             args,
             env,
             log,
+            log_from: 0,
             child: None,
             stopped: false,
         };
@@ -65,6 +68,7 @@ impl Proc {
     }
 
     fn spawn(&mut self) {
+        self.log_from = self.log_text().len();
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -116,6 +120,21 @@ impl Proc {
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
+
+    /// What the child wrote to its log since it was last started.
+    fn log_since_start(&self) -> String {
+        self.log_text()
+            .get(self.log_from..)
+            .unwrap_or_default()
+            .to_owned()
+    }
+
+    /// How the child ended, if it has (it is reaped then).
+    fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        let status = self.child.as_mut()?.try_wait().ok()??;
+        self.child = None;
+        Some(status)
+    }
 }
 
 impl Drop for Proc {
@@ -135,10 +154,69 @@ impl Coord {
         format!("http://127.0.0.1:{}", self.port)
     }
 
-    /// Waits (bounded) until it accepts connections.
-    pub fn wait_ready(&self) {
+    /// Starts coordinator `i` on the first port of `ports` it can bind. Another suite may
+    /// take a free port before the coordinator binds it: a fresh coordinator then moves to
+    /// the next port (its clients are not told the port yet).
+    fn start_fresh(
+        i: usize,
+        store_args: &[String],
+        env: Vec<(String, String)>,
+        log: PathBuf,
+        mut ports: impl FnMut() -> u16,
+    ) -> Coord {
+        for _ in 0..10 {
+            let port = ports();
+            let args = [
+                "coordinator".into(),
+                "--listen".into(),
+                format!("127.0.0.1:{port}"),
+                "--reaper-delay-s".into(),
+                TTL_S.to_string(),
+            ]
+            .into_iter()
+            .chain(store_args.iter().cloned())
+            .collect();
+            let proc = Proc::start(&format!("coordinator-{i}"), args, env.clone(), log.clone());
+            let mut c = Coord { proc, port };
+            match c.ready() {
+                Ok(()) => return c,
+                Err(why) if why.contains("Address already in use") => {
+                    eprintln!("{why}\nits port was taken; trying another");
+                }
+                Err(why) => panic!("{why}"),
+            }
+        }
+        panic!("coordinator {i} lost its port to another process ten times in a row");
+    }
+
+    /// Waits (bounded) until it accepts connections; panics with its log if it exited.
+    pub fn wait_ready(&mut self) {
+        if let Err(why) = self.ready() {
+            panic!("{why}");
+        }
+    }
+
+    /// Waits (bounded) until this very process listens: its log since it started says so
+    /// and its port accepts, so another process that took the port does not count. `Err`
+    /// with its log if it exited first.
+    fn ready(&mut self) -> Result<(), String> {
         let deadline = Instant::now() + Duration::from_secs(30);
-        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+        loop {
+            if let Some(status) = self.proc.exited() {
+                return Err(format!(
+                    "coordinator on {} exited ({status}):\n{}",
+                    self.port,
+                    self.proc.log_since_start()
+                ));
+            }
+            if self
+                .proc
+                .log_since_start()
+                .contains("coordinator listening")
+                && std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok()
+            {
+                return Ok(());
+            }
             assert!(
                 Instant::now() < deadline,
                 "coordinator on {} never listened:\n{}",
@@ -245,7 +323,6 @@ impl Cluster {
                     "1".into(),
                 ],
             };
-            let port = free_port();
             let mut env = vec![
                 ("LANES_CLIENT_TOKEN".to_owned(), CLIENT_TOKEN.to_owned()),
                 ("LANES_LANE_TOKEN".to_owned(), LANE_TOKEN.to_owned()),
@@ -253,23 +330,8 @@ impl Cluster {
             if let Some(off) = layout.clock_offsets_ms.get(i) {
                 env.push(("LANES_TEST_CLOCK_OFFSET_MS".to_owned(), off.to_string()));
             }
-            let proc = Proc::start(
-                &format!("coordinator-{i}"),
-                [
-                    "coordinator".into(),
-                    "--listen".into(),
-                    format!("127.0.0.1:{port}"),
-                    "--reaper-delay-s".into(),
-                    TTL_S.to_string(),
-                ]
-                .into_iter()
-                .chain(store_args)
-                .collect(),
-                env,
-                dir.path().join(format!("coordinator-{i}.log")),
-            );
-            let c = Coord { proc, port };
-            c.wait_ready();
+            let log = dir.path().join(format!("coordinator-{i}.log"));
+            let c = Coord::start_fresh(i, &store_args, env, log, free_port);
             coords.push(c);
         }
         Self {
@@ -563,4 +625,38 @@ pub fn campaign(id: &str, tasks: usize, agent_s: [f64; 2], extra: &str) -> Strin
     }
     t.push_str("]\n");
     t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fresh coordinator whose port another process took before it could bind (here a
+    /// listener that accepts connections, as a coordinator would) moves to another port, and
+    /// it is its own log that says it listens there.
+    #[test]
+    fn a_fresh_coordinator_whose_port_was_taken_moves_to_another() {
+        let redis = RedisServer::start();
+        let dir = tempfile::tempdir().expect("temp dir");
+        let thief = TcpListener::bind("127.0.0.1:0").expect("a listener");
+        let taken = thief.local_addr().expect("its address").port();
+        let mut ports = [taken, free_port()].into_iter();
+        let c = Coord::start_fresh(
+            0,
+            &["--redis".into(), redis.url()],
+            vec![
+                ("LANES_CLIENT_TOKEN".into(), CLIENT_TOKEN.into()),
+                ("LANES_LANE_TOKEN".into(), LANE_TOKEN.into()),
+            ],
+            dir.path().join("coordinator.log"),
+            || ports.next().expect("two ports"),
+        );
+        assert_ne!(c.port, taken);
+        let log = c.proc.log_text();
+        assert!(log.contains("Address already in use"), "{log}");
+        assert!(
+            log.contains(&format!("127.0.0.1:{}", c.port)),
+            "it listens on its new port: {log}"
+        );
+    }
 }
