@@ -280,8 +280,51 @@ pub(crate) struct BlockState {
     pub finals: u64,
     pub wall_s: f64,
     pub complete: bool,
-    /// The phase-2 rule's verdict, once taken: `None` = started, `Some(why)` = refused.
-    pub phase2: Option<Option<String>>,
+    /// The phase-2 rule's verdict, once taken.
+    pub phase2: Option<Phase2Verdict>,
+}
+
+/// What the phase-2 rule decided for a block, the first time a claim reached it.
+///
+/// Stored as the string `"started"` or the refusal's exclusion reason
+/// (`phase2_refused:...`): a verdict must read back as taken, and JSON `null` (what
+/// `Some(None)` of an `Option<Option<_>>` became) reads back as no verdict at all.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Phase2Verdict {
+    /// The block started.
+    Started,
+    /// The block was refused, for this exclusion reason.
+    Refused(String),
+}
+
+impl Phase2Verdict {
+    const STARTED: &str = "started";
+
+    pub(crate) fn as_str(&self) -> &str {
+        match self {
+            Phase2Verdict::Started => Self::STARTED,
+            Phase2Verdict::Refused(why) => why,
+        }
+    }
+
+    pub(crate) fn from_stored(s: &str) -> Self {
+        match s {
+            Self::STARTED => Phase2Verdict::Started,
+            why => Phase2Verdict::Refused(why.to_owned()),
+        }
+    }
+}
+
+impl Serialize for Phase2Verdict {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for Phase2Verdict {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d).map(|s| Phase2Verdict::from_stored(&s))
+    }
 }
 
 #[cfg(test)]

@@ -153,6 +153,41 @@ pub(super) async fn phase2_block_refused_gets_not_started_rows_and_ends_done(h: 
     );
 }
 
+/// The phase-2 verdict is taken once per block: a block that started is never refused by a
+/// later claim of its other trials, whatever the cutoff says by then.
+pub(super) async fn a_started_phase2_block_is_not_refused_later(h: &mut Harness) {
+    let c = cid("started");
+    let cutoff = lanes_common::utc::format_rfc3339(T0 + 3 * 3_600_000);
+    h.submit(campaign(
+        "started",
+        &[("a", "pa"), ("b", "pb")],
+        1,
+        &format!("pairing = \"none\"\nphase1_runs = 1\nphase2_runs = 1\ncutoff_utc = \"{cutoff}\""),
+        "",
+    ))
+    .await;
+    // The phase-1 block takes two hours (two trials of an hour): a phase-2 block started now
+    // ends before the cutoff ...
+    for lane in ["l1", "l2"] {
+        let t = h.claim_tokens(&c, lane, "h").await.remove(0);
+        let mut o = scored(&t, lane, "h", Status::Completed, 1.0);
+        o.result.walls.agent_s = 3600.0;
+        h.store.complete(&c, o, h.now()).await.unwrap();
+    }
+    let first = h.claim_tokens(&c, "l1", "h").await.remove(0);
+    assert!(first.trial_id.as_str().starts_with("T0.r1."), "{first:?}");
+    // ... one started an hour later would not, but this one has started already.
+    h.advance_s(3600 + 60);
+    let second = h.claim_tokens(&c, "l2", "h").await.remove(0);
+    assert!(second.trial_id.as_str().starts_with("T0.r1."), "{second:?}");
+    assert_ne!(first.trial_id, second.trial_id);
+    let rows = h.rows(&c).await;
+    assert!(
+        rows.iter().all(|r| r.status != Status::NotStarted),
+        "{rows:?}"
+    );
+}
+
 pub(super) async fn lane_arms_filter_claims(h: &mut Harness) {
     let c = cid("arms");
     h.submit(campaign(

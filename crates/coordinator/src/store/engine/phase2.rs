@@ -26,8 +26,8 @@ pub(super) async fn phase2_allows(
     let block = schedule::block_name(SchedulePhase::Second, &task.id);
     let mut state = tx.block(&block).await?;
     match &state.phase2 {
-        Some(None) => return Ok(true),
-        Some(Some(refused)) => {
+        Some(Phase2Verdict::Started) => return Ok(true),
+        Some(Phase2Verdict::Refused(refused)) => {
             // Refused before: trials an amendment added since get their rows now, once (the
             // rest are final already), so that no claim meets their entries again.
             let why = match refused.parse::<ExcludedReason>() {
@@ -73,12 +73,14 @@ pub(super) async fn phase2_allows(
     });
     match verdict {
         Ok(()) => {
-            state.phase2 = Some(None);
+            state.phase2 = Some(Phase2Verdict::Started);
             tx.put_block(&block, &state).await?;
             Ok(true)
         }
         Err(why) => {
-            state.phase2 = Some(Some(ExcludedReason::Phase2Refused(why.clone()).to_string()));
+            state.phase2 = Some(Phase2Verdict::Refused(
+                ExcludedReason::Phase2Refused(why.clone()).to_string(),
+            ));
             tx.put_block(&block, &state).await?;
             refuse_block(tx, meta, task_pos, why, now).await?;
             Ok(false)
