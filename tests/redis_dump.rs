@@ -5,12 +5,13 @@
 //!
 //! Values are as Redis answers them: strings, hashes as field -> value, sets and lists as
 //! arrays, sorted sets as `[member, score]` pairs with the score as Redis prints it, streams
-//! as `[id, [[field, value], ...]]`, a packed field's value as the items it holds. Expiry
+//! as `[id, [[field, value], ...]]`, a packed field's value as the items it holds, a binary
+//! record (a trial state, lease, token record or block state) as its kind and JSON. Expiry
 //! times are not kept.
 
 use std::collections::BTreeMap;
 
-use lanes_coordinator::store::redis::packed;
+use lanes_coordinator::store::redis::{hot_record as record, packed};
 use serde_json::{Value, json};
 
 /// A stream entry as `XRANGE` answers it: its id and its fields' raw values.
@@ -50,11 +51,15 @@ pub async fn dump(url: &str) -> BTreeMap<String, Value> {
                 json!(v)
             }
             "hash" => {
-                let v: BTreeMap<String, String> = redis::cmd("HGETALL")
+                let v: BTreeMap<String, Vec<u8>> = redis::cmd("HGETALL")
                     .arg(&key)
                     .query_async(&mut conn)
                     .await
                     .expect("hgetall");
+                let v: BTreeMap<String, Value> = v
+                    .into_iter()
+                    .map(|(f, v)| (f, hash_value(&key, &v)))
+                    .collect();
                 json!(v)
             }
             "set" => {
@@ -132,6 +137,24 @@ fn stream_value(key: &str, field: &str, value: &[u8]) -> Value {
     json!({ "packed": items })
 }
 
+/// A hash field's value in a dump: a binary record (layout 5) as `{ "record": kind, "json":
+/// value }`, so a fixture shows what it holds; anything else as its text.
+fn hash_value(key: &str, value: &[u8]) -> Value {
+    if record::is_binary(value) {
+        let (kind, json) = record::to_json(value).unwrap_or_else(|e| panic!("{key}: {e}"));
+        return json!({ "record": kind, "json": json });
+    }
+    json!(String::from_utf8(value.to_vec()).unwrap_or_else(|e| panic!("{key}: not UTF-8: {e}")))
+}
+
+/// The bytes of a hash field's value in a dump (see [`hash_value`]).
+fn hash_bytes(key: &str, v: &Value) -> Vec<u8> {
+    let Some(kind) = v.get("record") else {
+        return text(v, key).into_bytes();
+    };
+    record::from_json(&text(kind, key), &v["json"]).unwrap_or_else(|e| panic!("{key}: {e}"))
+}
+
 /// The bytes of a stream field's value in a dump (see [`stream_value`]).
 fn stream_bytes(key: &str, v: &Value) -> Vec<u8> {
     let Some(packed) = v.get("packed") else {
@@ -169,7 +192,7 @@ pub async fn load(url: &str, keys: &BTreeMap<String, Value>) {
                 let fields = value.as_object().expect("a hash is an object");
                 let cmd = pipe.cmd("HSET").arg(key);
                 for (f, v) in fields {
-                    cmd.arg(f).arg(text(v, key));
+                    cmd.arg(f).arg(hash_bytes(key, v));
                 }
                 cmd.ignore();
             }

@@ -142,7 +142,14 @@ async fn a_layout_3_store_is_stamped_and_its_ledger_reads_whole_beside_new_entri
     an_older_store_is_stamped_and_its_ledger_reads_whole_beside_new_entries(3).await;
 }
 
-/// The steps from layouts 2 and 3 rewrite nothing: the old entries are read as they are,
+/// Layout 5 stores trial states, leases, token records and block states in binary; layout 4
+/// stored them as JSON, read as they are until a commit writes them again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_layout_4_store_is_stamped_and_its_json_records_read_beside_binary_ones() {
+    an_older_store_is_stamped_and_its_ledger_reads_whole_beside_new_entries(4).await;
+}
+
+/// The steps from layouts 2, 3 and 4 rewrite nothing: the old entries are read as they are,
 /// beside the new ones.
 async fn an_older_store_is_stamped_and_its_ledger_reads_whole_beside_new_entries(from: u32) {
     let (server, old) = store_of(from).await;
@@ -220,6 +227,19 @@ async fn an_older_store_is_stamped_and_its_ledger_reads_whole_beside_new_entries
         entries < events_after,
         "some new entry holds several events: {entries} entries, {events_after} events"
     );
+    // The trials written since are binary records, the others still JSON, and the store
+    // reads both: its status counts every trial.
+    let trials = &dump(&url).await["lanes:{c:fix-single}:trials"]["value"];
+    let forms: Vec<bool> = trials
+        .as_object()
+        .expect("a hash")
+        .values()
+        .map(|v| v.get("record").is_some())
+        .collect();
+    assert!(forms.contains(&true), "{trials}");
+    assert!(forms.contains(&false), "{trials}");
+    let st = store.status(&c, now).await.expect("status");
+    assert_eq!(st.trials_total, 12);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -10,6 +10,7 @@ pub mod archive_reader;
 pub mod campaign_toml;
 pub mod dashboard_paths;
 pub mod driver_codec;
+pub mod hot_record;
 pub mod lane_messages;
 pub mod packed_entry;
 pub mod submit_spec_json;
@@ -25,6 +26,7 @@ pub const TARGETS: &[(&str, FuzzOne)] = &[
     ("campaign_toml", campaign_toml::fuzz_one),
     ("dashboard_paths", dashboard_paths::fuzz_one),
     ("driver_codec", driver_codec::fuzz_one),
+    ("hot_record", hot_record::fuzz_one),
     ("lane_messages", lane_messages::fuzz_one),
     ("packed_entry", packed_entry::fuzz_one),
     ("submit_spec_json", submit_spec_json::fuzz_one),

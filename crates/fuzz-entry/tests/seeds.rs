@@ -141,10 +141,60 @@ fn write_packed_entries() {
     write(&dir, "size_too_large", &huge);
 }
 
+/// Hot records as a layout 5 commit writes them (one of each kind, every option set), one
+/// cut short, one with a byte too many, and one in the JSON form of older layouts.
+fn write_hot_records() {
+    use lanes_coordinator::store::redis::hot_record::from_json;
+    use serde_json::json;
+    let dir = corpus("hot_record");
+    let trial = from_json(
+        "trial state",
+        &json!({
+            "attempts": 2,
+            "history": { "winner": null, "is_final": true, "infra_used": 1,
+                         "overloaded_used": 0, "blocked_streak": 3 },
+            "final_mark": { "counted": false, "excluded_reason": "infra_failure:guest_lost" },
+            "queued": { "delayed_until": 1791302400000i64, "placement": { "OtherHost": "host-1" },
+                        "since_ms": 1791302300000i64 },
+            "rows": 2,
+            "retry_pass": 1
+        }),
+    )
+    .unwrap();
+    let lease = json!({
+        "attempt": 1, "lane": "w-0", "host": "host-1", "worker": "w", "phase": "agent",
+        "deadline_ms": 1791302400000i64, "hard_deadline_ms": 1791306000000i64,
+        "heartbeat_seen": true, "claimed_ms": 1791302300000i64, "reserved_usd": 0.25,
+        "paired": false, "cancel_requested": false, "revoked": false, "grace_until_ms": null
+    });
+    let token = from_json(
+        "token record",
+        &json!({ "rows": 1, "ack": { "token": { "trial_id": "t1.r0.a", "attempt": 1 },
+                 "counted": true, "duplicate": false, "late": false, "winner_attempt": 1,
+                 "seq": 7 } }),
+    )
+    .unwrap();
+    let block = from_json(
+        "block state",
+        &json!({ "finals": 2, "wall_s": 12.5, "complete": true, "phase2": "started" }),
+    )
+    .unwrap();
+    write(&dir, "trial", &trial);
+    write(&dir, "lease", &from_json("lease", &lease).unwrap());
+    write(&dir, "token", &token);
+    write(&dir, "block", &block);
+    write(&dir, "trial_cut", &trial[..trial.len() / 2]);
+    let mut long = block.clone();
+    long.push(0);
+    write(&dir, "block_trailing", &long);
+    write(&dir, "lease_json", lease.to_string().as_bytes());
+}
+
 #[test]
 #[ignore = "writes the generated seed inputs into fuzz/corpus"]
 fn write_generated_seeds() {
     write_packed_entries();
+    write_hot_records();
     let dir = corpus("lane_messages");
     let mut infra = outcome();
     infra.status = Status::InfraError;

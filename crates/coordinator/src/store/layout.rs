@@ -11,8 +11,9 @@ use std::path::PathBuf;
 
 /// The layout the Redis backend writes: 2 since the campaign meta is stored in parts, 3 since
 /// a stream entry holds every item one commit wrote to its stream, 4 since those items are
-/// packed into one compressed field.
-pub const REDIS_LAYOUT: u32 = 4;
+/// packed into one compressed field, 5 since trial states, leases, token records and block
+/// states are stored in a binary encoding instead of JSON.
+pub const REDIS_LAYOUT: u32 = 5;
 /// The layout the embedded backend writes.
 pub const EMBEDDED_LAYOUT: u32 = 1;
 /// The layout of a store with data but no layout record (both backends).

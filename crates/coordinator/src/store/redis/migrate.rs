@@ -17,6 +17,13 @@
 //! coordinator reads layout 3's entries as they are, and the step records the layout so that
 //! a layout 3 coordinator refuses the store. It does not detect one left running either.
 //!
+//! Layout 4 -> 5: nothing is rewritten either. Layout 5 stores trial states, leases, token
+//! records and block states in a binary encoding (`hot_record.rs`) where layout 4 stored JSON; a
+//! layout 5 coordinator reads both, so records stay JSON until a commit writes them again.
+//! The step records the layout so that a layout 4 coordinator refuses the store; one left
+//! running fails (`corrupt`) on the first binary record it reads, and writes only JSON, which
+//! a layout 5 coordinator reads.
+//!
 //! # A coordinator running meanwhile
 //! Coordinators must be stopped first: an old one cannot read the new layout, and a new one
 //! refuses the store until the migration recorded its layout, which is written last. What
@@ -101,8 +108,8 @@ pub(crate) async fn run(conn: &mut Conn, at: StoreAt, dry_run: bool) -> R<Migrat
     while layout < REDIS_LAYOUT {
         match layout {
             1 => v1_to_v2(conn, &mut report).await?,
-            // Older stream entries stay readable: nothing to rewrite.
-            2 | 3 => {}
+            // Older stream entries and JSON records stay readable: nothing to rewrite.
+            2..=4 => {}
             other => {
                 return Err(StoreError::Corrupt(format!(
                     "{LAYOUT_KEY} is {other}, a layout no migration starts from"

@@ -61,6 +61,7 @@ mod commit;
 mod conn;
 mod delete;
 mod durability;
+pub mod hot_record;
 mod keys;
 mod layout;
 mod link;

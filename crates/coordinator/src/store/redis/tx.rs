@@ -21,6 +21,7 @@ use lanes_common::utc::EpochMs;
 use super::cache::{Cache, Known, Score, ZKnown};
 use super::commit::{Committed, Prepared, commit, prepare};
 use super::conn::Conn;
+use super::hot_record::{Record, decode, encode};
 use super::keys::Keys;
 use super::redis_err;
 use super::writes::{Savepoint, Writes};
@@ -42,6 +43,11 @@ fn json<T: Serialize>(v: &T) -> R<Vec<u8>> {
 
 fn parse<T: DeserializeOwned>(b: &[u8]) -> R<T> {
     serde_json::from_slice(b).map_err(corrupt)
+}
+
+/// A hot record as stored (binary since layout 5, JSON before).
+fn record<T: Record>(b: &[u8]) -> R<T> {
+    decode(b).map_err(corrupt)
 }
 
 /// A stored trial id, checked as it is read back.
@@ -530,11 +536,11 @@ impl Tx for RedisTx {
     async fn trial(&mut self, id: &TrialId) -> R<Option<TrialState>> {
         let id = id.as_str();
         let key = self.keys.trials();
-        self.hget_with(&key, id, parse).await
+        self.hget_with(&key, id, record).await
     }
     async fn put_trial(&mut self, id: &TrialId, state: &TrialState) -> R<()> {
         let id = id.as_str();
-        let v = json(state)?;
+        let v = encode(state);
         self.writes.hset(self.keys.trials(), id.to_owned(), Some(v));
         Ok(())
     }
@@ -550,11 +556,11 @@ impl Tx for RedisTx {
     async fn lease(&mut self, trial: &TrialId) -> R<Option<Lease>> {
         let trial = trial.as_str();
         let key = self.keys.leases();
-        self.hget_with(&key, trial, parse).await
+        self.hget_with(&key, trial, record).await
     }
     async fn put_lease(&mut self, trial: &TrialId, lease: &Lease) -> R<()> {
         let trial = trial.as_str();
-        let v = json(lease)?;
+        let v = encode(lease);
         self.writes
             .hset(self.keys.leases(), trial.to_owned(), Some(v));
         Ok(())
@@ -569,7 +575,7 @@ impl Tx for RedisTx {
         self.hgetall(&key)
             .await?
             .into_iter()
-            .map(|(f, v)| Ok((trial_id(f)?, parse(&v)?)))
+            .map(|(f, v)| Ok((trial_id(f)?, record(&v)?)))
             .collect()
     }
 
@@ -678,12 +684,12 @@ impl Tx for RedisTx {
     async fn token(&mut self, trial: &TrialId, attempt: u32) -> R<Option<TokenRecord>> {
         let trial = trial.as_str();
         let key = self.keys.tokens();
-        self.hget_with(&key, &token_field(trial, attempt), parse)
+        self.hget_with(&key, &token_field(trial, attempt), record)
             .await
     }
     async fn put_token(&mut self, trial: &TrialId, attempt: u32, record: &TokenRecord) -> R<()> {
         let trial = trial.as_str();
-        let v = json(record)?;
+        let v = encode(record);
         self.writes
             .hset(self.keys.tokens(), token_field(trial, attempt), Some(v));
         Ok(())
@@ -708,11 +714,14 @@ impl Tx for RedisTx {
     async fn block(&mut self, name: &BlockName) -> R<BlockState> {
         let name = name.as_str();
         let key = self.keys.blocks();
-        Ok(self.hget_with(&key, name, parse).await?.unwrap_or_default())
+        Ok(self
+            .hget_with(&key, name, record)
+            .await?
+            .unwrap_or_default())
     }
     async fn put_block(&mut self, name: &BlockName, block: &BlockState) -> R<()> {
         let name = name.as_str();
-        let v = json(block)?;
+        let v = encode(block);
         self.writes
             .hset(self.keys.blocks(), name.to_owned(), Some(v));
         Ok(())
