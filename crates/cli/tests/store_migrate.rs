@@ -1,13 +1,15 @@
 //! `lanes store migrate` and the layout refusals as a user meets them, through the real
 //! binary: `lanes coordinator` refuses a layout 1 Redis store naming both layouts and the
 //! command to run; the migration (dry run first) turns it into exactly what layout 2 writes,
-//! recorded as layout 4 (the steps from 2 on rewrite nothing); a second run changes nothing.
+//! recorded as the current layout (the steps from 2 on rewrite nothing); a second run changes
+//! nothing.
 //! `lanes run` and `lanes coordinator` refuse an embedded store of a newer layout. Bad input
 //! gets exit 2, an unreachable Redis exit 1, each with a message.
 
 use std::path::Path;
 use std::process::{Command, Output};
 
+use lanes_coordinator::store::layout::{EMBEDDED_LAYOUT, REDIS_LAYOUT};
 use lanes_tests::redis_dump::{
     dump, fixture_keys, layout_fixture, load, migrated_v2_fixture, with_layout,
 };
@@ -57,8 +59,9 @@ fn a_layout_1_redis_store_is_refused_then_migrated_by_the_command() {
     let (_, err) = text(&out);
     assert_eq!(out.status.code(), Some(3), "refused: {err}");
     assert!(
-        err.contains("has layout 1, this coordinator uses layout 4")
-            && err.contains(&format!("lanes store migrate --redis {url}")),
+        err.contains(&format!(
+            "has layout 1, this coordinator uses layout {REDIS_LAYOUT}"
+        )) && err.contains(&format!("lanes store migrate --redis {url}")),
         "{err}"
     );
     assert!(!err.contains("panicked"), "{err}");
@@ -67,7 +70,9 @@ fn a_layout_1_redis_store_is_refused_then_migrated_by_the_command() {
     let (stdout, err) = text(&out);
     assert!(out.status.success(), "{stdout}{err}");
     assert!(
-        stdout.contains("layout 1 -> 4: would migrate 2 campaign(s)"),
+        stdout.contains(&format!(
+            "layout 1 -> {REDIS_LAYOUT}: would migrate 2 campaign(s)"
+        )),
         "{stdout}"
     );
     assert_eq!(rt().block_on(dump(&url)), v1, "a dry run writes nothing");
@@ -76,19 +81,21 @@ fn a_layout_1_redis_store_is_refused_then_migrated_by_the_command() {
     let (stdout, err) = text(&out);
     assert!(out.status.success(), "{stdout}{err}");
     assert!(
-        stdout.contains("layout 1 -> 4: migrated 2 campaign(s)"),
+        stdout.contains(&format!(
+            "layout 1 -> {REDIS_LAYOUT}: migrated 2 campaign(s)"
+        )),
         "{stdout}"
     );
     assert!(
-        rt().block_on(dump(&url)) == with_layout(migrated_v2_fixture(), 4),
-        "the migrated store differs from the layout 2 fixture (versions bumped, layout 4)"
+        rt().block_on(dump(&url)) == with_layout(migrated_v2_fixture(), REDIS_LAYOUT),
+        "the migrated store differs from the layout 2 fixture (versions bumped, layout current)"
     );
 
     let out = migrate(&["--redis", &url]);
     let (stdout, err) = text(&out);
     assert!(out.status.success(), "{stdout}{err}");
     assert!(
-        stdout.contains("already at layout 4: nothing to do"),
+        stdout.contains(&format!("already at layout {REDIS_LAYOUT}: nothing to do")),
         "{stdout}"
     );
 }
@@ -114,8 +121,10 @@ fn a_newer_embedded_store_is_refused_by_run_coordinator_and_migrate() {
     embedded_with_layout(&data, 9);
     let quickstart =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/quickstart/campaign.toml");
-    let want =
-        "has layout 9, which is newer than this coordinator's layout 1: upgrade the coordinator";
+    let want = format!(
+        "has layout 9, which is newer than this coordinator's layout {EMBEDDED_LAYOUT}: upgrade \
+         the coordinator"
+    );
 
     let out = lanes()
         .arg("run")
@@ -126,7 +135,7 @@ fn a_newer_embedded_store_is_refused_by_run_coordinator_and_migrate() {
         .unwrap();
     let (_, err) = text(&out);
     assert_eq!(out.status.code(), Some(3), "{err}");
-    assert!(err.contains(want), "{err}");
+    assert!(err.contains(&want), "{err}");
 
     let out = lanes()
         .args(["coordinator", "--listen", "127.0.0.1:0", "--data-dir"])
@@ -137,7 +146,7 @@ fn a_newer_embedded_store_is_refused_by_run_coordinator_and_migrate() {
         .unwrap();
     let (_, err) = text(&out);
     assert_eq!(out.status.code(), Some(3), "{err}");
-    assert!(err.contains(want), "{err}");
+    assert!(err.contains(&want), "{err}");
 
     let out = lanes()
         .args(["store", "migrate", "--data-dir"])

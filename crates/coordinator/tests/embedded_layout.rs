@@ -72,7 +72,7 @@ fn a_newer_layout_is_refused_by_open_and_by_migrate_and_left_as_it_is() {
             &err,
             StoreError::Layout(LayoutError::Newer {
                 found: 7,
-                current: 1,
+                current: EMBEDDED_LAYOUT,
                 ..
             })
         ),
@@ -81,7 +81,9 @@ fn a_newer_layout_is_refused_by_open_and_by_migrate_and_left_as_it_is() {
     let text = err.to_string();
     assert!(
         text.contains(&format!("the embedded store in {}", dir.path().display()))
-            && text.contains("layout 7, which is newer than this coordinator's layout 1")
+            && text.contains(&format!(
+                "layout 7, which is newer than this coordinator's layout {EMBEDDED_LAYOUT}"
+            ))
             && text.contains("upgrade the coordinator"),
         "{text}"
     );
@@ -109,7 +111,34 @@ fn migrate_stamps_an_unversioned_store_once_and_a_dry_run_writes_nothing() {
     assert_eq!(recorded(dir.path()), Some(EMBEDDED_LAYOUT));
     let again = EmbeddedStore::migrate(dir.path(), false).expect("migrate again");
     assert!(!again.changes(), "{again:?}");
-    assert!(again.to_string().contains("already at layout 1"), "{again}");
+    assert!(
+        again
+            .to_string()
+            .contains(&format!("already at layout {EMBEDDED_LAYOUT}")),
+        "{again}"
+    );
+}
+
+/// Layout 2 changed only how a started phase-2 verdict is written, so a layout 1 file is read
+/// as it is: opening it stamps it, as `lanes store migrate` does (a dry run writes nothing).
+#[test]
+fn a_layout_1_file_is_stamped_by_open_and_by_migrate() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(EmbeddedStore::open(dir.path()).expect("a fresh store"));
+    set_layout(dir.path(), 1);
+    let dry = EmbeddedStore::migrate(dir.path(), true).expect("dry run");
+    assert!(
+        dry.changes() && dry.recorded == Recorded::Layout(1),
+        "{dry:?}"
+    );
+    assert_eq!(recorded(dir.path()), Some(1), "a dry run writes nothing");
+    let done = EmbeddedStore::migrate(dir.path(), false).expect("migrate");
+    assert_eq!(done.recorded, Recorded::Layout(1));
+    assert_eq!(recorded(dir.path()), Some(EMBEDDED_LAYOUT));
+
+    set_layout(dir.path(), 1);
+    drop(EmbeddedStore::open(dir.path()).expect("a layout 1 store opens"));
+    assert_eq!(recorded(dir.path()), Some(EMBEDDED_LAYOUT));
 }
 
 #[test]

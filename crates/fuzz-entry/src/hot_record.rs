@@ -6,6 +6,7 @@
 //!   strict, so no two stored forms mean one record.
 //! - A record shown as JSON (the layout fixtures' form) turns back into the same bytes, when
 //!   JSON can hold it (not a NaN or infinite float).
+//! - A record stored as JSON by an older layout, read and written in binary, reads back.
 
 use lanes_coordinator::store::redis::hot_record as record;
 
@@ -20,5 +21,12 @@ pub fn fuzz_one(data: &[u8]) {
         && let Ok(bytes) = record::from_json(kind, &json)
     {
         assert_eq!(bytes, data, "a {kind} changed through its JSON");
+    }
+    for binary in record::from_older_json(data) {
+        assert_eq!(
+            record::reencode(&binary).as_ref(),
+            Ok(&binary),
+            "an older JSON record written in binary does not read back"
+        );
     }
 }

@@ -14,8 +14,10 @@ use std::path::PathBuf;
 /// packed into one compressed field, 5 since trial states, leases, token records and block
 /// states are stored in a binary encoding instead of JSON.
 pub const REDIS_LAYOUT: u32 = 5;
-/// The layout the embedded backend writes.
-pub const EMBEDDED_LAYOUT: u32 = 1;
+/// The layout the embedded backend writes: 2 since a block's started phase-2 verdict is
+/// stored as `"started"` (layout 1 wrote `null`, which read back as no verdict). Layout 1
+/// files are read as they are and stamped 2 when opened.
+pub const EMBEDDED_LAYOUT: u32 = 2;
 /// The layout of a store with data but no layout record (both backends).
 pub const UNVERSIONED_LAYOUT: u32 = 1;
 

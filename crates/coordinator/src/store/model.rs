@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use lanes_common::ids::{ArmId, HostName, LaneName};
 use lanes_common::policy::{Placement, TrialHistory};
-use lanes_common::row::{ExcludedReason, Phase, QuotaReading, Status};
+use lanes_common::row::{ExcludedReason, Phase, Phase2Refusal, QuotaReading, Status};
 use lanes_common::spec::CampaignSpec;
 use lanes_common::state::{CampaignState, StopMode, StopReason};
 use lanes_common::utc::EpochMs;
@@ -286,44 +286,59 @@ pub(crate) struct BlockState {
 
 /// What the phase-2 rule decided for a block, the first time a claim reached it.
 ///
-/// Stored as the string `"started"` or the refusal's exclusion reason
-/// (`phase2_refused:...`): a verdict must read back as taken, and JSON `null` (what
-/// `Some(None)` of an `Option<Option<_>>` became) reads back as no verdict at all.
+/// Stored as the string `"started"` or the refusal as an exclusion reason
+/// (`phase2_refused:cutoff`, `phase2_refused:quota:<provider>`): a verdict must read back as
+/// taken, and JSON `null` (what the started verdict became when it was an
+/// `Option<Option<String>>`) reads back as no verdict at all.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Phase2Verdict {
     /// The block started.
     Started,
-    /// The block was refused, for this exclusion reason.
-    Refused(String),
+    /// The block was refused: its trials got `not_started` rows.
+    Refused(Phase2Refusal),
 }
 
-impl Phase2Verdict {
-    const STARTED: &str = "started";
+const STARTED: &str = "started";
 
-    pub(crate) fn as_str(&self) -> &str {
+impl std::fmt::Display for Phase2Verdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Phase2Verdict::Started => Self::STARTED,
-            Phase2Verdict::Refused(why) => why,
+            Phase2Verdict::Started => f.write_str(STARTED),
+            Phase2Verdict::Refused(why) => ExcludedReason::Phase2Refused(why.clone()).fmt(f),
         }
     }
+}
 
-    pub(crate) fn from_stored(s: &str) -> Self {
-        match s {
-            Self::STARTED => Phase2Verdict::Started,
-            why => Phase2Verdict::Refused(why.to_owned()),
+/// A stored phase-2 verdict that is neither `started` nor a phase-2 refusal.
+#[derive(Debug, thiserror::Error)]
+#[error("{0:?} is not a phase-2 verdict")]
+pub(crate) struct UnknownVerdict(String);
+
+impl FromStr for Phase2Verdict {
+    type Err = UnknownVerdict;
+
+    fn from_str(s: &str) -> Result<Self, UnknownVerdict> {
+        if s == STARTED {
+            return Ok(Phase2Verdict::Started);
+        }
+        match s.parse::<ExcludedReason>() {
+            Ok(ExcludedReason::Phase2Refused(why)) => Ok(Phase2Verdict::Refused(why)),
+            _ => Err(UnknownVerdict(s.to_owned())),
         }
     }
 }
 
 impl Serialize for Phase2Verdict {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.as_str())
+        s.collect_str(self)
     }
 }
 
 impl<'de> Deserialize<'de> for Phase2Verdict {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        String::deserialize(d).map(|s| Phase2Verdict::from_stored(&s))
+        String::deserialize(d)?
+            .parse()
+            .map_err(serde::de::Error::custom)
     }
 }
 

@@ -42,11 +42,14 @@ fn stamp(txn: &WriteTransaction, layout: u32) -> R<()> {
     Ok(())
 }
 
-/// When the store opens, in its first write transaction: stamps a fresh or unversioned file
-/// with [`EMBEDDED_LAYOUT`]; refuses any other layout.
+/// When the store opens, in its first write transaction: stamps a fresh, unversioned or older
+/// file with [`EMBEDDED_LAYOUT`]; refuses a newer layout.
 pub(super) fn check(txn: &WriteTransaction, at: &StoreAt) -> R<()> {
     match recorded(txn)? {
         Recorded::Empty | Recorded::Unversioned => stamp(txn, EMBEDDED_LAYOUT),
+        // Older layouts are read as they are (nothing to rewrite); the stamp makes an older
+        // coordinator refuse the file from now on.
+        Recorded::Layout(n) if n < EMBEDDED_LAYOUT => stamp(txn, EMBEDDED_LAYOUT),
         Recorded::Layout(n) => match LayoutError::check(at, n, EMBEDDED_LAYOUT) {
             None => Ok(()),
             Some(e) => Err(e.into()),
@@ -54,8 +57,8 @@ pub(super) fn check(txn: &WriteTransaction, at: &StoreAt) -> R<()> {
     }
 }
 
-/// Upgrades the store in `dir` to [`EMBEDDED_LAYOUT`]. Every layout so far is layout 1, so
-/// this only records it. redb locks an open file, so a coordinator or `lanes run` using the
+/// Upgrades the store in `dir` to [`EMBEDDED_LAYOUT`]. No layout so far needs its data
+/// rewritten (layout 2 reads layout 1's), so this only records it, as opening the store does. redb locks an open file, so a coordinator or `lanes run` using the
 /// store makes this fail instead of racing it.
 pub(crate) fn migrate(dir: &Path, dry_run: bool) -> R<MigrationReport> {
     if !dir.is_dir() {
@@ -99,16 +102,10 @@ pub(crate) fn migrate(dir: &Path, dry_run: bool) -> R<MigrationReport> {
             }
             .into());
         }
-        Recorded::Layout(n) => {
-            txn.abort().map_err(backend)?;
-            return Err(StoreError::Corrupt(format!(
-                "{store} records layout {n}, a layout no migration starts from"
-            )));
-        }
-        Recorded::Empty | Recorded::Unversioned if dry_run => {
+        Recorded::Empty | Recorded::Unversioned | Recorded::Layout(_) if dry_run => {
             txn.abort().map_err(backend)?;
         }
-        Recorded::Empty | Recorded::Unversioned => {
+        Recorded::Empty | Recorded::Unversioned | Recorded::Layout(_) => {
             stamp(&txn, EMBEDDED_LAYOUT)?;
             txn.commit().map_err(backend)?;
         }

@@ -10,7 +10,6 @@ use lanes_common::utc::{EpochMs, UtcTime};
 
 use super::record::{append_row, dequeue, mark_final};
 use super::{trial_key, trial_queue, ttl_ms};
-use crate::store::api::*;
 use crate::store::model::*;
 use crate::store::tx::{R, Tx};
 
@@ -27,17 +26,10 @@ pub(super) async fn phase2_allows(
     let mut state = tx.block(&block).await?;
     match &state.phase2 {
         Some(Phase2Verdict::Started) => return Ok(true),
-        Some(Phase2Verdict::Refused(refused)) => {
+        Some(Phase2Verdict::Refused(why)) => {
             // Refused before: trials an amendment added since get their rows now, once (the
             // rest are final already), so that no claim meets their entries again.
-            let why = match refused.parse::<ExcludedReason>() {
-                Ok(ExcludedReason::Phase2Refused(why)) => why,
-                _ => {
-                    return Err(StoreError::Corrupt(format!(
-                        "block {block} has refusal {refused:?}"
-                    )));
-                }
-            };
+            let why = why.clone();
             refuse_block(tx, meta, task_pos, why, now).await?;
             return Ok(false);
         }
@@ -78,9 +70,7 @@ pub(super) async fn phase2_allows(
             Ok(true)
         }
         Err(why) => {
-            state.phase2 = Some(Phase2Verdict::Refused(
-                ExcludedReason::Phase2Refused(why.clone()).to_string(),
-            ));
+            state.phase2 = Some(Phase2Verdict::Refused(why.clone()));
             tx.put_block(&block, &state).await?;
             refuse_block(tx, meta, task_pos, why, now).await?;
             Ok(false)

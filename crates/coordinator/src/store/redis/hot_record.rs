@@ -12,10 +12,13 @@
 //! (`i64` zigzag-encoded first), `f64` as 8 bytes little-endian, `bool` as one byte `0` or
 //! `1`, an `Option` as a byte `0` (none) or `1` followed by the value, strings as a varint
 //! length and UTF-8 bytes, and names (phases, exclusion reasons) as their ledger spelling.
-//! A placement is a byte (`0` any, `1` another lane, `2` another host) and then the name.
-//! Decoding is strict: every byte used, every varint in its shortest form, every name in its
-//! one spelling, so bytes that decode are exactly what encoding the record gives back
-//! ([`reencode`], which the `hot_record` fuzz target checks).
+//! Two fields have a byte of their own instead: a placement (`0` any, `1` another lane, `2`
+//! another host, then the name) and a block's phase-2 verdict (`0` none yet, `1` started, `2`
+//! refused, then the refusal as its exclusion reason). Decoding is strict: every byte used,
+//! every varint in its shortest form and within its field's type, every marker byte one the
+//! encoding writes, every string UTF-8, every name and id in its one valid spelling. So bytes
+//! that decode are exactly what encoding the record gives back ([`reencode`], which the
+//! `hot_record` fuzz target checks).
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -109,6 +112,26 @@ pub fn reencode(bytes: &[u8]) -> Result<Vec<u8>, RecordError> {
         Some(&tag) => Err(RecordError::Tag { kind: "hot", tag }),
         None => Err(RecordError::Empty),
     }
+}
+
+/// What stored JSON (layout 4 or older) reads as, in binary: one encoding for each kind of
+/// record the bytes decode as. For the fuzz target.
+pub fn from_older_json(bytes: &[u8]) -> Vec<Vec<u8>> {
+    fn binary<T: Record>(bytes: &[u8]) -> Option<Vec<u8>> {
+        decode::<T>(bytes).ok().map(|r| encode(&r))
+    }
+    if bytes.first() != Some(&b'{') {
+        return Vec::new();
+    }
+    [
+        binary::<TrialState>(bytes),
+        binary::<Lease>(bytes),
+        binary::<TokenRecord>(bytes),
+        binary::<BlockState>(bytes),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
 }
 
 /// A binary record as `(kind, JSON)`, for dumps a reader can follow (the layout fixtures).
@@ -490,9 +513,9 @@ impl Record for BlockState {
         match &self.phase2 {
             None => w.0.push(0),
             Some(Phase2Verdict::Started) => w.0.push(1),
-            Some(Phase2Verdict::Refused(why)) => {
+            Some(v @ Phase2Verdict::Refused(_)) => {
                 w.0.push(2);
-                w.str(why);
+                w.str(&v.to_string());
             }
         }
     }
@@ -507,7 +530,11 @@ impl Record for BlockState {
                 match r.byte()? {
                     0 => None,
                     1 => Some(Phase2Verdict::Started),
-                    2 => Some(Phase2Verdict::Refused(r.str()?.to_owned())),
+                    // A refusal, spelled as its exclusion reason ("started" has its own byte).
+                    2 => match r.name::<Phase2Verdict>("phase-2 verdict")? {
+                        v @ Phase2Verdict::Refused(_) => Some(v),
+                        Phase2Verdict::Started => return Err(r.bad("phase-2 verdict", at)),
+                    },
                     _ => return Err(r.bad("phase-2 verdict", at)),
                 }
             },
@@ -634,7 +661,8 @@ mod tests {
         for p in [
             None,
             Some(Phase2Verdict::Started),
-            Some(Phase2Verdict::Refused("phase2_refused:cutoff".to_owned())),
+            Some(Phase2Verdict::Refused(Phase2Refusal::Cutoff)),
+            Some(Phase2Verdict::Refused(Phase2Refusal::Quota("p:ä".into()))),
         ] {
             round_trip(&block(p));
         }
@@ -669,7 +697,7 @@ mod tests {
         let old = br#"{"finals":1,"wall_s":2.5,"complete":false,"phase2":"phase2_refused:cutoff"}"#;
         assert_eq!(
             decode::<BlockState>(old).unwrap().phase2,
-            Some(Phase2Verdict::Refused("phase2_refused:cutoff".into()))
+            Some(Phase2Verdict::Refused(Phase2Refusal::Cutoff))
         );
         let old = br#"{"finals":1,"wall_s":2.5,"complete":false,"phase2":null}"#;
         assert_eq!(decode::<BlockState>(old).unwrap().phase2, None);
@@ -682,10 +710,11 @@ mod tests {
     /// The encoding is part of the layout: these bytes stay readable whatever changes.
     #[test]
     fn the_encoding_is_pinned() {
-        let b = block(Some(Phase2Verdict::Refused("go".into())));
+        let b = block(Some(Phase2Verdict::Refused(Phase2Refusal::Cutoff)));
         let mut want = vec![4, 0x80, 0x80, 0x80, 0x80, 0x80, 0x20];
         want.extend_from_slice(&(-0.0f64).to_le_bytes());
-        want.extend_from_slice(&[1, 2, 2, b'g', b'o']);
+        want.extend_from_slice(&[1, 2, 21]);
+        want.extend_from_slice(b"phase2_refused:cutoff");
         assert_eq!(encode(&b), want);
         let k = TokenRecord {
             rows: 300,
@@ -758,6 +787,25 @@ mod tests {
             decode::<BlockState>(&b),
             Err(RecordError::Bad { what: "bool", .. })
         ));
+        // A refusal is spelled as its exclusion reason; "started" has a byte of its own.
+        let mut b = encode(&block(None));
+        b.pop();
+        for why in [&b"started"[..], b"x", b"preflight_limit"] {
+            let mut bad = b.clone();
+            bad.push(2);
+            bad.push(why.len() as u8);
+            bad.extend_from_slice(why);
+            assert!(
+                matches!(
+                    decode::<BlockState>(&bad),
+                    Err(RecordError::Bad {
+                        what: "phase-2 verdict",
+                        ..
+                    })
+                ),
+                "{why:?}"
+            );
+        }
         let mut l = encode(&lease(Phase::Boot, None));
         let at = l.windows(4).position(|w| w == b"boot").unwrap();
         l[at] = b'B';
@@ -846,7 +894,9 @@ mod tests {
             phase2 in any::<Option<Option<String>>>(), rows in any::<u32>(),
             seq in any::<u64>(), winner in any::<Option<u32>>(),
         ) {
-            let phase2 = phase2.map(|p| p.map_or(Phase2Verdict::Started, Phase2Verdict::Refused));
+            let phase2 = phase2.map(|p| {
+                p.map_or(Phase2Verdict::Started, |q| Phase2Verdict::Refused(Phase2Refusal::Quota(q)))
+            });
             round_trip(&BlockState { finals, wall_s: wall, complete, phase2 });
             let mut k = token(true);
             k.rows = rows;
