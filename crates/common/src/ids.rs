@@ -163,7 +163,17 @@ pub struct TrialId(String);
 
 impl TrialId {
     pub fn from_parts(task: &TaskId, run_index: u32, arm: &ArmId) -> Self {
-        Self(format!("{task}.r{run_index}.{arm}"))
+        // Built by hand, not with `format!`: a claim builds several per trial.
+        let mut run = itoa::Buffer::new();
+        let run = run.format(run_index);
+        let mut id =
+            String::with_capacity(task.as_str().len() + 2 + run.len() + 1 + arm.as_str().len());
+        id.push_str(task.as_str());
+        id.push_str(".r");
+        id.push_str(run);
+        id.push('.');
+        id.push_str(arm.as_str());
+        Self(id)
     }
 
     /// Parses and validates `<task>.r<run_index>.<arm>`, returning its parts.

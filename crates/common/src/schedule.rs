@@ -107,7 +107,14 @@ impl Trial {
 
 /// The seed of a run: the first 8 bytes, big-endian, of sha256(`<schedule_seed>:<task>:<run>`).
 pub fn run_seed(schedule_seed: u64, task: &TaskId, run_index: u32) -> u64 {
-    let digest = Sha256::digest(format!("{schedule_seed}:{task}:{run_index}").as_bytes());
+    // The digest of `<schedule_seed>:<task>:<run_index>`, fed in parts (no `format!`).
+    let digest = Sha256::new()
+        .chain_update(itoa::Buffer::new().format(schedule_seed))
+        .chain_update(":")
+        .chain_update(task.as_str())
+        .chain_update(":")
+        .chain_update(itoa::Buffer::new().format(run_index))
+        .finalize();
     let mut first = [0u8; 8];
     first.copy_from_slice(&digest[..8]);
     u64::from_be_bytes(first)
@@ -115,7 +122,12 @@ pub fn run_seed(schedule_seed: u64, task: &TaskId, run_index: u32) -> u64 {
 
 /// The block name of a task in a phase.
 pub fn block_name(phase: SchedulePhase, task: &TaskId) -> BlockName {
-    BlockName(format!("p{phase}-{task}"))
+    let mut name = String::with_capacity(3 + task.as_str().len());
+    name.push('p');
+    name.push(char::from(b'0' + phase.number()));
+    name.push('-');
+    name.push_str(task.as_str());
+    BlockName(name)
 }
 
 /// The index into `arms` of the arm in `slot` of the run group `(task_pos, run_index)`.

@@ -16,7 +16,7 @@ pub(crate) type R<T> = Result<T, StoreError>;
 #[allow(async_fn_in_trait)]
 pub(crate) trait Tx {
     async fn meta(&mut self) -> R<Option<Meta>>;
-    async fn put_meta(&mut self, meta: &Meta) -> R<()>;
+    async fn put_meta(&mut self, meta: Meta) -> R<()>;
 
     async fn task(&mut self, pos: u32) -> R<Task>;
     async fn put_task(&mut self, pos: u32, task: &Task) -> R<()>;

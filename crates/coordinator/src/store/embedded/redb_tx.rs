@@ -239,8 +239,8 @@ impl Tx for RedbTx<'_, '_> {
             None => self.batch.meta(self.campaign),
         }
     }
-    async fn put_meta(&mut self, meta: &Meta) -> R<()> {
-        self.staged.put_meta(self.campaign, meta.clone());
+    async fn put_meta(&mut self, meta: Meta) -> R<()> {
+        self.staged.put_meta(self.campaign, meta);
         Ok(())
     }
 

@@ -574,7 +574,7 @@ async fn a_meta_is_decoded_once_while_batches_commit_and_again_after_one_fails()
     let failed = probe(&store, "kept", Mode::Batched, |tx| {
         let mut meta = ready(tx.meta())?.expect("a meta");
         meta.next_event += 1_000;
-        ready(tx.put_meta(&meta))?;
+        ready(tx.put_meta(meta))?;
         Err::<(), _>(StoreError::Backend("failed after changing the meta".into()))
     })
     .await;

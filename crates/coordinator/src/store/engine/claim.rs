@@ -114,7 +114,7 @@ pub(crate) async fn claim(
         .filter(|a| req.arms.as_ref().is_none_or(|want| want.contains(&a.id)))
         .collect();
     if arms.is_empty() {
-        put_meta_if_changed(tx, &meta, &before).await?;
+        put_meta_if_changed(tx, meta, &before).await?;
         return Ok(no_work(NoWorkReason::NoMatchingArms));
     }
     // A worker that does not run this driver gets no lease it would have to refuse. Only a
@@ -122,7 +122,7 @@ pub(crate) async fn claim(
     if meta.state == CampaignState::Running
         && let Some(refusal) = req.offer.refusal(&meta.spec)
     {
-        put_meta_if_changed(tx, &meta, &before).await?;
+        put_meta_if_changed(tx, meta, &before).await?;
         return Ok(no_work(NoWorkReason::DriverRefused { refusal }));
     }
     let all_arms = arms.len() == meta.spec.arms.len();
@@ -139,13 +139,13 @@ pub(crate) async fn claim(
         AdmissionVerdict::Stop(reason) => {
             set_stopping(tx, &mut meta, reason, now).await?;
             maybe_finish(tx, &mut meta, now).await?;
-            put_meta_if_changed(tx, &meta, &before).await?;
+            put_meta_if_changed(tx, meta, &before).await?;
             return Ok(no_work(NoWorkReason::Stopped {
                 stop_reason: Some(reason),
             }));
         }
         AdmissionVerdict::Wait(reason) => {
-            put_meta_if_changed(tx, &meta, &before).await?;
+            put_meta_if_changed(tx, meta, &before).await?;
             return Ok(no_work(reason));
         }
         AdmissionVerdict::Open(gates) => gates,
@@ -263,11 +263,12 @@ pub(crate) async fn claim(
     if meta.finals >= meta.trials_total {
         maybe_finish(tx, &mut meta, now).await?;
     }
-    put_meta_if_changed(tx, &meta, &before).await?;
+    let done = meta.state == CampaignState::Done;
+    put_meta_if_changed(tx, meta, &before).await?;
     if !assignments.is_empty() {
         return Ok(ClaimOutcome::Assigned(assignments));
     }
-    if meta.state == CampaignState::Done {
+    if done {
         return Ok(no_work(NoWorkReason::Done));
     }
     // A provider that waits explains an empty claim better than "nothing ready".

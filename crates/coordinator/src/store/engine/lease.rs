@@ -74,7 +74,7 @@ pub(crate) async fn renew(
         };
         out.push((token.clone(), state));
     }
-    put_meta_if_changed(tx, &meta, &before).await?;
+    put_meta_if_changed(tx, meta, &before).await?;
     Ok(out)
 }
 
@@ -104,7 +104,7 @@ pub(crate) async fn forfeit(
         take_back(tx, &mut meta, tid, &lease, take, now).await?;
         out.push(token.clone());
     }
-    tx.put_meta(&meta).await?;
+    tx.put_meta(meta).await?;
     Ok(out)
 }
 
@@ -202,7 +202,7 @@ pub(crate) async fn reap(tx: &mut impl Tx, c: &CampaignId, now: EpochMs) -> R<Re
             TakeBack::Expire(_) => report.expired += 1,
         }
     }
-    put_meta_if_changed(tx, &meta, &before).await?;
     report.leases_open = meta.leases_open;
+    put_meta_if_changed(tx, meta, &before).await?;
     Ok(report)
 }

@@ -92,8 +92,8 @@ async fn meta_of(tx: &mut impl Tx, c: &CampaignId) -> R<Meta> {
 /// nothing) then commits no write at all, so it never conflicts with, or slows, the
 /// operations that do. Compared as values, not as serialized bytes: the meta carries the spec
 /// and capped lists, and serializing it twice per operation was a hot-path cost.
-async fn put_meta_if_changed(tx: &mut impl Tx, meta: &Meta, before: &Meta) -> R<()> {
-    if meta != before {
+async fn put_meta_if_changed(tx: &mut impl Tx, meta: Meta, before: &Meta) -> R<()> {
+    if meta != *before {
         tx.put_meta(meta).await?;
     }
     Ok(())

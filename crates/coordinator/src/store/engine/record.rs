@@ -386,7 +386,7 @@ pub(crate) async fn complete(
         return Ok(ack);
     }
     let ack = record(tx, &mut meta, &trial, outcome, true, now).await?;
-    tx.put_meta(&meta).await?;
+    tx.put_meta(meta).await?;
     Ok(ack)
 }
 
@@ -427,6 +427,6 @@ pub(crate) async fn release(
     outcome.record.error = release.detail.clone();
     let outcome = outcome.validate()?;
     let ack = record(tx, &mut meta, &trial, outcome, true, now).await?;
-    tx.put_meta(&meta).await?;
+    tx.put_meta(meta).await?;
     Ok(ack)
 }

@@ -143,11 +143,12 @@ pub(crate) async fn requeue(
         let spec_hash = meta.spec_hash.clone();
         emit(tx, &mut meta, now, EventKind::CampaignResumed { spec_hash }).await?;
     }
-    put_meta_if_changed(tx, &meta, &before).await?;
+    let state = meta.state;
+    put_meta_if_changed(tx, meta, &before).await?;
     Ok(Requeued {
         pass,
         trials,
         by_arm,
-        state: meta.state,
+        state,
     })
 }

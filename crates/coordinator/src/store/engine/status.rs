@@ -47,8 +47,9 @@ pub(crate) async fn stop(
         }
         maybe_finish(tx, &mut meta, now).await?;
     }
-    tx.put_meta(&meta).await?;
-    Ok(meta.state)
+    let state = meta.state;
+    tx.put_meta(meta).await?;
+    Ok(state)
 }
 
 pub(crate) async fn status(tx: &mut impl Tx, c: &CampaignId, now: EpochMs) -> R<CampaignStatus> {

@@ -93,10 +93,11 @@ pub(crate) async fn submit(tx: &mut impl Tx, campaign: &Campaign, now: EpochMs) 
             tx.put_task(pos as u32, task).await?;
         }
         enqueue_fresh(tx, &meta, 0..meta.n_tasks, 0..meta.spec.total_runs()).await?;
-        tx.put_meta(&meta).await?;
+        let trials = meta.trials_total;
+        tx.put_meta(meta).await?;
         return Ok(Submitted {
             id,
-            trials: meta.trials_total,
+            trials,
             spec_hash: hash,
             kind: SubmitKind::Created,
             operational_changes: Vec::new(),
@@ -192,11 +193,12 @@ pub(crate) async fn submit(tx: &mut impl Tx, campaign: &Campaign, now: EpochMs) 
         emit(tx, &mut meta, now, EventKind::CampaignResumed { spec_hash }).await?;
     }
     maybe_finish(tx, &mut meta, now).await?;
-    tx.put_meta(&meta).await?;
+    let (trials, spec_hash) = (meta.trials_total, meta.spec_hash.clone());
+    tx.put_meta(meta).await?;
     Ok(Submitted {
         id,
-        trials: meta.trials_total,
-        spec_hash: meta.spec_hash.clone(),
+        trials,
+        spec_hash,
         kind,
         operational_changes: plan.operational_changes,
     })

@@ -92,7 +92,13 @@ impl Keys {
         self.deadlines.clone()
     }
     pub(crate) fn ready(&self, queue: &Queue) -> String {
-        self.key(&format!("ready:{queue}"))
+        // Written into one string (a claim names its queue several times).
+        use std::fmt::Write;
+        let mut k = String::with_capacity(self.prefix.len() + 16);
+        k.push_str(&self.prefix);
+        k.push_str("ready:");
+        let _ = write!(k, "{queue}");
+        k
     }
     pub(crate) fn queues(&self) -> String {
         self.key("queues")

@@ -56,7 +56,14 @@ fn trial_id(s: String) -> R<TrialId> {
 }
 
 fn token_field(trial: &str, attempt: u32) -> String {
-    format!("{trial}#{attempt}")
+    // By hand, not with `format!`: a round builds one per token it reads ahead.
+    let mut n = itoa::Buffer::new();
+    let n = n.format(attempt);
+    let mut f = String::with_capacity(trial.len() + 1 + n.len());
+    f.push_str(trial);
+    f.push('#');
+    f.push_str(n);
+    f
 }
 
 /// A previous round's commit in flight: `None` while it runs, then whether it committed.
@@ -229,13 +236,11 @@ impl RedisTx {
     async fn read_ahead(&mut self, wanted: Vec<(String, Vec<String>)>) -> R<()> {
         let mut pipe = redis::pipe();
         let mut asked: Vec<(String, Vec<String>)> = Vec::new();
-        for (key, fields) in wanted {
-            let fields: Vec<String> = fields
-                .into_iter()
-                .collect::<BTreeSet<_>>()
-                .into_iter()
-                .filter(|f| self.cache.field(&key, f).is_none())
-                .collect();
+        for (key, mut fields) in wanted {
+            // Most fields are cached once a campaign runs: drop those first, in place.
+            fields.retain(|f| self.cache.field(&key, f).is_none());
+            fields.sort_unstable();
+            fields.dedup();
             if fields.is_empty() {
                 continue;
             }
@@ -483,8 +488,8 @@ impl Tx for RedisTx {
         self.cache.meta = Some(meta.clone());
         Ok(meta)
     }
-    async fn put_meta(&mut self, meta: &Meta) -> R<()> {
-        self.writes.set_meta(meta.clone());
+    async fn put_meta(&mut self, meta: Meta) -> R<()> {
+        self.writes.set_meta(meta);
         Ok(())
     }
 
