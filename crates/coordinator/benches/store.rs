@@ -16,6 +16,7 @@
 //! lanes on the same campaign (compare their cycles per second with the 64-lane figure). It starts its own redis-server (appendonly yes, appendfsync always)
 //! on a free loopback port. `LANES_BENCH_LANES=64` (a comma-separated list) runs only those
 //! lane counts, and `LANES_BENCH_EMBEDDED=0` skips the embedded store, e.g. under a profiler.
+//! `LANES_BENCH_COUNT=n` runs only `n` cycles of 64 lanes on Redis (see [`counted`]).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -88,16 +89,28 @@ async fn prepare(store: &Arc<dyn Store>, id: &str) {
 /// Runs `lanes` concurrent claim+complete loops for `RUN` on the campaign `id` (prepared);
 /// returns cycles per second and the number of cycles.
 async fn cycles(store: Arc<dyn Store>, id: &str, lanes: usize) -> (f64, u64) {
+    cycles_until(store, id, lanes, RUN, u64::MAX).await
+}
+
+/// [`cycles`] for `run`, or until `count` cycles started.
+async fn cycles_until(
+    store: Arc<dyn Store>,
+    id: &str,
+    lanes: usize,
+    run: Duration,
+    count: u64,
+) -> (f64, u64) {
     let c = CampaignId::new(id).unwrap();
     let done = Arc::new(AtomicU64::new(0));
+    let started = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
     let mut tasks = Vec::new();
     for l in 0..lanes {
-        let (store, c, done) = (store.clone(), c.clone(), done.clone());
+        let (store, c, done, started) = (store.clone(), c.clone(), done.clone(), started.clone());
         tasks.push(tokio::spawn(async move {
             let lane = lanes_common::ids::LaneName::new(format!("lane-{l}")).expect("a lane name");
             let host: lanes_common::ids::HostName = "bench".parse().expect("a host");
-            while start.elapsed() < RUN {
+            while start.elapsed() < run && started.fetch_add(1, Ordering::Relaxed) < count {
                 let req = ClaimRequest {
                     lane: lane.clone(),
                     host: host.clone(),
@@ -365,6 +378,17 @@ async fn redb_txn_ceiling(dir: &Path, lanes: usize) -> f64 {
     done.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
 }
 
+/// `LANES_BENCH_COUNT=n`: exactly `n` claim+complete cycles of 64 lanes on Redis, and
+/// nothing else, for a count of instructions that the machine's noise does not move
+/// (`valgrind --tool=cachegrind --cache-sim=no <bench binary> --bench`, then the total
+/// `I refs` of two builds, each run with a count and with `LANES_BENCH_COUNT=0`: the
+/// difference over `n` is the client's instructions per cycle).
+async fn counted(redis: &Arc<dyn Store>, count: u64) {
+    prepare(redis, "bench-count").await;
+    let (_, n) = cycles_until(redis.clone(), "bench-count", 64, Duration::MAX, count).await;
+    println!("{n} claim+complete cycles");
+}
+
 fn main() {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -376,6 +400,9 @@ fn main() {
             .await
             .unwrap();
         let redis: Arc<dyn Store> = Arc::new(redis_store.clone());
+        if let Ok(count) = std::env::var("LANES_BENCH_COUNT") {
+            return counted(&redis, count.parse().expect("a cycle count")).await;
+        }
         let dir = tempfile::tempdir().unwrap();
         let embedded_store = EmbeddedStore::open(dir.path()).unwrap();
         let embedded: Arc<dyn Store> = Arc::new(embedded_store.clone());
