@@ -196,11 +196,13 @@ pub(crate) struct Meta {
 
 /// Pushes `v` onto a capped list of recent values.
 pub(crate) fn push_capped(list: &mut Vec<f64>, v: f64, cap: usize) {
-    list.push(v);
-    if list.len() > cap {
-        let extra = list.len() - cap;
+    // Room first, then the push: a full list (often a fresh copy, exactly its length) does
+    // not grow and copy itself only to drop its oldest item.
+    if list.len() >= cap {
+        let extra = list.len() + 1 - cap;
         list.drain(..extra);
     }
+    list.push(v);
 }
 
 /// Where a queued trial waits.
@@ -345,6 +347,26 @@ impl<'de> Deserialize<'de> for Phase2Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_capped_list_keeps_its_newest_values_in_order_without_growing() {
+        let mut list = Vec::new();
+        for v in 0..3 {
+            push_capped(&mut list, f64::from(v), 3);
+        }
+        assert_eq!(list, [0.0, 1.0, 2.0]);
+        // A copy is exactly its length; a push onto a full one must not grow it.
+        let mut copy = list.clone();
+        copy.shrink_to_fit();
+        let cap = copy.capacity();
+        push_capped(&mut copy, 3.0, 3);
+        assert_eq!(copy, [1.0, 2.0, 3.0]);
+        assert_eq!(copy.capacity(), cap);
+        // A list longer than the cap (a lower cap than when it was written) is cut to it.
+        let mut long = vec![1.0, 2.0, 3.0, 4.0];
+        push_capped(&mut long, 5.0, 2);
+        assert_eq!(long, [4.0, 5.0]);
+    }
 
     #[test]
     fn queue_names_round_trip() {

@@ -219,6 +219,8 @@ pub(crate) async fn claim(
                 continue 'units;
             }
         }
+        // A single trial is built once: to check its placement, then to lease it.
+        let mut known = None;
         if cand.queue.unit() == Unit::Trial {
             let trial = trial_by_key(tx, &meta, cand.key).await?;
             let tid = trial.trial_id.clone();
@@ -238,8 +240,9 @@ pub(crate) async fn claim(
                 skipped.insert((cand.queue.clone(), cand.key));
                 continue;
             }
+            known = Some(trial);
         }
-        match lease_unit(tx, &mut meta, &cand, req, now).await? {
+        match lease_unit(tx, &mut meta, &cand, known, req, now).await? {
             Leased::Unit(a) => assignments.push(*a),
             Leased::Budget => {
                 wait = Some(NoWorkReason::BudgetReserved);
@@ -295,11 +298,13 @@ enum Leased {
     },
 }
 
-/// Leases one unit, unless the budget or the cutoff refuses it.
+/// Leases one unit, unless the budget or the cutoff refuses it. `known`: the unit's trial,
+/// if the caller built it already (a single trial).
 async fn lease_unit(
     tx: &mut impl Tx,
     meta: &mut Meta,
     cand: &Candidate,
+    known: Option<Trial>,
     req: &ClaimRequest,
     now: EpochMs,
 ) -> R<Leased> {
@@ -321,7 +326,10 @@ async fn lease_unit(
                 }
             }
         }
-        Unit::Trial => trials.push(trial_by_key(tx, meta, cand.key).await?),
+        Unit::Trial => trials.push(match known {
+            Some(t) => t,
+            None => trial_by_key(tx, meta, cand.key).await?,
+        }),
     }
     // Cutoff-aware admission: the unit (a whole run group runs back to back) must be expected
     // to end by the cutoff, from each arm's p95 wall time so far.

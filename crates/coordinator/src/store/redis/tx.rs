@@ -38,7 +38,14 @@ fn corrupt(e: impl std::fmt::Display) -> StoreError {
 }
 
 fn json<T: Serialize>(v: &T) -> R<Vec<u8>> {
-    serde_json::to_vec(v).map_err(|e| StoreError::Backend(e.to_string()))
+    json_in(v, Vec::new())
+}
+
+/// `v` as JSON appended to `out`. Rows and events pass a buffer sized for them (serde_json
+/// starts at 128 bytes and doubles); they live only until the commit packs them.
+fn json_in<T: Serialize>(v: &T, mut out: Vec<u8>) -> R<Vec<u8>> {
+    serde_json::to_writer(&mut out, v).map_err(|e| StoreError::Backend(e.to_string()))?;
+    Ok(out)
 }
 
 fn parse<T: DeserializeOwned>(b: &[u8]) -> R<T> {
@@ -705,13 +712,19 @@ impl Tx for RedisTx {
             self.writes
                 .push_scored(row.trial_id.to_string(), row.attempt.to_string());
         }
-        self.writes
-            .push_stream(self.keys.results(), row.seq, json(row)?);
+        self.writes.push_stream(
+            self.keys.results(),
+            row.seq,
+            json_in(row, Vec::with_capacity(1024))?,
+        );
         Ok(())
     }
     async fn put_event(&mut self, event: &Event) -> R<()> {
-        self.writes
-            .push_stream(self.keys.events(), event.seq, json(event)?);
+        self.writes.push_stream(
+            self.keys.events(),
+            event.seq,
+            json_in(event, Vec::with_capacity(384))?,
+        );
         self.writes.push_event(event.clone());
         Ok(())
     }
