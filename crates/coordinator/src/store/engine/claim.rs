@@ -71,9 +71,10 @@ async fn promote_delayed(tx: &mut impl Tx, meta: &Meta, now: EpochMs) -> R<()> {
     }
 }
 
-/// A candidate unit from one queue.
-struct Candidate {
-    queue: Queue,
+/// A candidate unit from one queue (borrowed from the claim's list of queues: a claim reads
+/// several candidates and leases one).
+struct Candidate<'q> {
+    queue: &'q Queue,
     key: u64,
 }
 
@@ -189,11 +190,8 @@ pub(crate) async fn claim(
                     horizon = horizon.min(*last);
                 }
                 for key in keys {
-                    if !skipped.contains(&(q.clone(), key)) {
-                        batch.push(Candidate {
-                            queue: q.clone(),
-                            key,
-                        });
+                    if skipped.is_empty() || !skipped.contains(&(q.clone(), key)) {
+                        batch.push(Candidate { queue: q, key });
                     }
                 }
             }
@@ -303,7 +301,7 @@ enum Leased {
 async fn lease_unit(
     tx: &mut impl Tx,
     meta: &mut Meta,
-    cand: &Candidate,
+    cand: &Candidate<'_>,
     known: Option<Trial>,
     req: &ClaimRequest,
     now: EpochMs,
@@ -358,7 +356,7 @@ async fn lease_unit(
         BudgetGate::Wait => return Ok(Leased::Budget),
         BudgetGate::Stop => return Ok(Leased::BudgetSpent),
     }
-    tx.del_ready(&cand.queue, cand.key).await?;
+    tx.del_ready(cand.queue, cand.key).await?;
     let paired = cand.queue.unit() == Unit::Group;
     let ttl = ttl_ms(meta);
     let timeouts: Vec<u32> = trials.iter().map(|t| t.timeout_s).collect();

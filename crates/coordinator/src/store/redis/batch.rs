@@ -153,15 +153,19 @@ impl RedisStore {
     /// Queues `op` for its campaign's next round and waits for its answer.
     pub(crate) async fn in_round(&self, op: CampaignOp) -> R<Answer> {
         Counters::bump(&self.counters.ops);
-        let c = op.campaign().clone();
         let (answer, start) = {
             let mut queues = self.rounds.lock();
-            let q = queues.entry(c.clone()).or_default();
+            // The campaign's id is copied only for a queue not made yet, or a driver to start.
+            if !queues.contains_key(op.campaign()) {
+                queues.insert(op.campaign().clone(), CampaignQueue::default());
+            }
+            let q = queues.get_mut(op.campaign()).expect("just made");
+            let start = (!std::mem::replace(&mut q.running, true)).then(|| op.campaign().clone());
             let answer = q.queue.push(op, Instant::now());
             q.wake.notify_one();
-            (answer, !std::mem::replace(&mut q.running, true))
+            (answer, start)
         };
-        if start {
+        if let Some(c) = start {
             tokio::spawn(self.clone().drive(c));
         }
         answer.await.unwrap_or_else(|_| {

@@ -201,17 +201,18 @@ impl Writes {
             self.hashes.entry(key).or_default().insert(field, value);
             return;
         }
-        let was = self
-            .hashes
-            .entry(key.clone())
-            .or_default()
-            .insert(field.clone(), value);
+        let was = entry_of(&mut self.hashes, &key, || {
+            HashMap::with_capacity_and_hasher(ROUND_FIELDS, Default::default())
+        })
+        .insert(field.clone(), value);
         self.undo.push(Undo::Hash { key, field, was });
     }
 
     fn z_was(&mut self, key: &str, member: &str) -> ZWas {
         self.fold_ready(key);
-        let z = self.zsets.entry(key.to_owned()).or_default();
+        let Some(z) = self.zsets.get(key) else {
+            return ZWas::Untouched;
+        };
         if let Some(s) = z.added.get(member) {
             ZWas::Added(*s)
         } else if z.removed.contains(member) {
@@ -230,7 +231,7 @@ impl Writes {
             return;
         }
         let was = self.z_was(&key, &member);
-        let z = self.zsets.entry(key.clone()).or_default();
+        let z = entry_of(&mut self.zsets, &key, ZOverlay::default);
         z.removed.remove(&member);
         z.added.insert(member.clone(), score);
         self.undo.push(Undo::Z { key, member, was });
@@ -245,7 +246,7 @@ impl Writes {
             return;
         }
         let was = self.z_was(&key, &member);
-        let z = self.zsets.entry(key.clone()).or_default();
+        let z = entry_of(&mut self.zsets, &key, ZOverlay::default);
         z.added.remove(&member);
         z.removed.insert(member.clone());
         self.undo.push(Undo::Z { key, member, was });
@@ -281,6 +282,24 @@ impl Writes {
         self.bulk_tasks.push((pos, json, id));
     }
 }
+
+/// The entry of `key` in `map`, made by `make` if missing; the key is copied only then (a
+/// write under a savepoint keeps its own copy for the undo log).
+fn entry_of<'a, V>(
+    map: &'a mut HashMap<String, V>,
+    key: &str,
+    make: impl FnOnce() -> V,
+) -> &'a mut V {
+    if !map.contains_key(key) {
+        map.insert(key.to_owned(), make());
+    }
+    map.get_mut(key).expect("just inserted")
+}
+
+/// Fields a round's write set makes room for in each hash it writes, up front: a round of a
+/// few claims and outcomes writes about as many fields to each, and growing from empty
+/// rehashes the map three or four times.
+const ROUND_FIELDS: usize = 16;
 
 #[cfg(test)]
 mod tests {
