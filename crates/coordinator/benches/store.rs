@@ -378,14 +378,16 @@ async fn redb_txn_ceiling(dir: &Path, lanes: usize) -> f64 {
     done.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
 }
 
-/// `LANES_BENCH_COUNT=n`: exactly `n` claim+complete cycles of 64 lanes on Redis, and
-/// nothing else, for a count of instructions that the machine's noise does not move
+/// `LANES_BENCH_COUNT=n`: exactly `n` claim+complete cycles (at most 20,000, the campaign's
+/// trials) of 64 lanes on Redis, and nothing else, for a count of instructions that the machine's noise does not move
 /// (`valgrind --tool=cachegrind --cache-sim=no <bench binary> --bench`, then the total
 /// `I refs` of two builds, each run with a count and with `LANES_BENCH_COUNT=0`: the
 /// difference over `n` is the client's instructions per cycle).
 async fn counted(redis: &Arc<dyn Store>, count: u64) {
     prepare(redis, "bench-count").await;
+    assert!(count <= 20_000, "the campaign has 20,000 trials");
     let (_, n) = cycles_until(redis.clone(), "bench-count", 64, Duration::MAX, count).await;
+    assert_eq!(n, count, "every counted cycle ran");
     println!("{n} claim+complete cycles");
 }
 

@@ -196,6 +196,10 @@ pub(crate) struct Meta {
 
 /// Pushes `v` onto a capped list of recent values.
 pub(crate) fn push_capped(list: &mut Vec<f64>, v: f64, cap: usize) {
+    if cap == 0 {
+        list.clear();
+        return;
+    }
     // Room first, then the push: a full list (often a fresh copy, exactly its length) does
     // not grow and copy itself only to drop its oldest item.
     if list.len() >= cap {
@@ -366,6 +370,8 @@ mod tests {
         let mut long = vec![1.0, 2.0, 3.0, 4.0];
         push_capped(&mut long, 5.0, 2);
         assert_eq!(long, [4.0, 5.0]);
+        push_capped(&mut long, 6.0, 0);
+        assert!(long.is_empty(), "a cap of 0 keeps nothing");
     }
 
     #[test]

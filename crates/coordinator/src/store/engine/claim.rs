@@ -72,7 +72,7 @@ async fn promote_delayed(tx: &mut impl Tx, meta: &Meta, now: EpochMs) -> R<()> {
 }
 
 /// A candidate unit from one queue (borrowed from the claim's list of queues: a claim reads
-/// several candidates and leases one).
+/// more candidates than it leases).
 struct Candidate<'q> {
     queue: &'q Queue,
     key: u64,
