@@ -7,7 +7,9 @@
 //! the same run on the same Redis, a raw
 //! `SET NX PX` loop and an `EVALSHA` of a script doing `HSETNX` + `ZADD` (the least a
 //! claim+complete can cost: one atomic script that writes), with the Redis figure's ratio to
-//! the script ceiling. Below the table, per Redis figure: round trips, commit conflicts and
+//! the script ceiling (measured right after the cycles, on the same keyspace; the SET NX loop's
+//! keys go to a database of their own, emptied after it, and the server never rewrites its AOF
+//! by itself, so no figure runs beside another's keys or a rewrite). Below the table, per Redis figure: round trips, commit conflicts and
 //! lock waits per cycle, and the CPU time the bench process (client) and the Redis server used
 //! per cycle, beside the same per script call of the ceiling: CPU per cycle is steadier than
 //! throughput on a shared machine. Then heartbeats: 1,000 leases held by 125 workers of 8
@@ -347,6 +349,13 @@ async fn ceiling(url: &str, lanes: usize, op: Ceiling) -> (f64, u64) {
     (n as f64 / start.elapsed().as_secs_f64(), n)
 }
 
+/// Empties the SET NX ceiling's database (its own, so nothing else is lost).
+async fn flush_set_nx(url: &str) {
+    let client = redis::Client::open(url).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let _: () = redis::cmd("FLUSHDB").query_async(&mut conn).await.unwrap();
+}
+
 /// The embedded ceiling: one small insert per durable (`Durability::Immediate`, redb's
 /// default) write transaction, in `lanes` concurrent loops on their own redb file.
 async fn redb_txn_ceiling(dir: &Path, lanes: usize) -> f64 {
@@ -397,7 +406,13 @@ fn main() {
         .build()
         .unwrap();
     rt.block_on(async {
-        let server = lanes_tests::redis_server::RedisServer::start();
+        // No automatic AOF rewrite: one would fork and rewrite the file in the middle of
+        // whichever figure happens to grow the AOF past 64 MB (the SET NX ceiling's half
+        // million keys made it land inside the script ceiling's window).
+        let server = lanes_tests::redis_server::RedisServer::start_args(
+            "always",
+            &["--auto-aof-rewrite-percentage".into(), "0".into()],
+        );
         let redis_store = RedisStore::connect(&server.url(), RedisOptions::default())
             .await
             .unwrap();
@@ -432,6 +447,7 @@ fn main() {
                     .collect()
             })
             .unwrap_or_else(|_| vec![1, 8, 64]);
+        let set_nx_url = format!("{}1", server.url());
         for lanes in levels {
             let (e, per_commit, e_ceil) =
                 if std::env::var("LANES_BENCH_EMBEDDED").is_ok_and(|v| v == "0") {
@@ -452,9 +468,13 @@ fn main() {
             let ((r, n), used) =
                 measured(server.pid(), cycles(redis.clone(), &id, lanes)).await;
             let stats = redis_store.stats().since(&before);
-            let (set_nx, _) = ceiling(&server.url(), lanes, Ceiling::SetNx).await;
+            // The script ceiling right after the cycles, on the same keyspace; then the SET NX
+            // ceiling, whose keys go to a database of their own, emptied after it, so no figure
+            // runs beside the keys of another.
             let ((script, ns), script_used) =
                 measured(server.pid(), ceiling(&server.url(), lanes, Ceiling::Script)).await;
+            let (set_nx, _) = ceiling(&set_nx_url, lanes, Ceiling::SetNx).await;
+            flush_set_nx(&set_nx_url).await;
             costs.push((lanes, stats, n, used, ns, script_used));
             println!(
                 "{lanes:>6} {e:>10.0} {per_commit:>10.1} {e_ceil:>10.0} {:>8.3}x {r:>10.0} {set_nx:>12.0} {script:>12.0} {:>12.4}x",
