@@ -17,6 +17,9 @@ use lease::{forfeit, reap, renew};
 use record::{complete, release};
 use requeue::requeue;
 use status::{campaign, spec, status, stop};
+/// A new campaign's meta, for tests that need one.
+#[cfg(test)]
+pub(crate) use submit::new_meta;
 use submit::submit;
 
 use lanes_common::ids::{ArmId, CampaignId, TrialId};

@@ -46,7 +46,7 @@ async fn enqueue_fresh(
     Ok(())
 }
 
-fn new_meta(campaign: &Campaign, hash: String, now: EpochMs) -> Meta {
+pub(crate) fn new_meta(campaign: &Campaign, hash: String, now: EpochMs) -> Meta {
     let spec = campaign.spec.clone();
     let n_tasks = campaign.tasks.len() as u64;
     Meta {
