@@ -1,24 +1,24 @@
 //! Store throughput: `cargo bench -p lanes-coordinator --bench store`.
 //!
-//! Prints claim+complete cycles per second for each backend with 1, 8 and 64 concurrent
-//! simulated lanes. For the embedded backend, the ceiling measured in the same run is a raw
-//! redb loop (one small insert per durable write transaction, on a file of its own), and the
-//! mean operations per durable commit (its group commit). For Redis, as ceilings measured in
-//! the same run on the same Redis, a raw
-//! `SET NX PX` loop and an `EVALSHA` of a script doing `HSETNX` + `ZADD` (the least a
-//! claim+complete can cost: one atomic script that writes), with the Redis figure's ratio to
-//! the script ceiling (measured right after the cycles, on the same keyspace; the SET NX loop's
-//! keys go to a database of their own, emptied after it, and the server never rewrites its AOF
-//! by itself, so no figure runs beside another's keys or a rewrite). Below the table, per Redis figure: round trips, commit conflicts and
-//! lock waits per cycle, and the CPU time the bench process (client) and the Redis server used
-//! per cycle, beside the same per script call of the ceiling: CPU per cycle is steadier than
-//! throughput on a shared machine. Then heartbeats: 1,000 leases held by 125 workers of 8
-//! lanes, each worker renewing its 8 tokens in one call: back to back (renewals per second,
-//! CPU per renewal, conflicts), then once a second as workers do, beside 64 claim+complete
-//! lanes on the same campaign (compare their cycles per second with the 64-lane figure). It starts its own redis-server (appendonly yes, appendfsync always)
-//! on a free loopback port. `LANES_BENCH_LANES=64` (a comma-separated list) runs only those
-//! lane counts, and `LANES_BENCH_EMBEDDED=0` skips the embedded store, e.g. under a profiler.
-//! `LANES_BENCH_COUNT=n` runs only `n` cycles of 64 lanes on Redis (see [`counted`]).
+//! Prints claim+complete cycles per second for each backend with 1, 8 and 64 concurrent simulated
+//! lanes. For the embedded backend, the ceiling measured in the same run is a raw redb loop (one
+//! small insert per durable write transaction, on a file of its own), and the mean operations per
+//! durable commit (its group commit). For Redis, as ceilings measured in the same run on the same
+//! Redis, a raw `SET NX PX` loop and an `EVALSHA` of a script doing `HSETNX` + `ZADD` (the least a
+//! claim+complete can cost: one atomic script that writes), with the Redis figure's ratio to the
+//! script ceiling (measured right after the cycles, on the same keyspace; the SET NX loop's keys go
+//! to a database of their own, emptied after it, and the server never rewrites its AOF by itself,
+//! so no figure runs beside the SET NX keys or a rewrite). Below the table, per Redis figure: round
+//! trips, commit conflicts and lock waits per cycle, and the CPU time the bench process (client)
+//! and the Redis server used per cycle, beside the same per script call of the ceiling: CPU per
+//! cycle is steadier than throughput on a shared machine. Then heartbeats: 1,000 leases held by 125
+//! workers of 8 lanes, each worker renewing its 8 tokens in one call: back to back (renewals per
+//! second, CPU per renewal, conflicts), then once a second as workers do, beside 64 claim+complete
+//! lanes on the same campaign (compare their cycles per second with the 64-lane figure). It starts
+//! its own redis-server (appendonly yes, appendfsync always, no automatic AOF rewrite) on a free
+//! loopback port. `LANES_BENCH_LANES=64` (a comma-separated list) runs only those lane counts, and
+//! `LANES_BENCH_EMBEDDED=0` skips the embedded store, e.g. under a profiler. `LANES_BENCH_COUNT=n`
+//! runs only `n` cycles of 64 lanes on Redis (see [`counted`]).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -327,8 +327,10 @@ async fn ceiling(url: &str, lanes: usize, op: Ceiling) -> (f64, u64) {
                     }
                     Ceiling::Script => {
                         let _: i64 = script
-                            .key(format!("bench:{{{l}}}:h"))
-                            .key(format!("bench:{{{l}}}:z"))
+                            // Keys of this level's own: a level that wrote nothing new
+                            // (fields already set by a lower one) would skip the AOF.
+                            .key(format!("bench:{{{lanes}-{l}}}:h"))
+                            .key(format!("bench:{{{lanes}-{l}}}:z"))
                             .arg(i)
                             .arg("x")
                             .arg(i)
@@ -353,7 +355,12 @@ async fn ceiling(url: &str, lanes: usize, op: Ceiling) -> (f64, u64) {
 async fn flush_set_nx(url: &str) {
     let client = redis::Client::open(url).unwrap();
     let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-    let _: () = redis::cmd("FLUSHDB").query_async(&mut conn).await.unwrap();
+    // SYNC: a server that frees lazily would do it during the next figure.
+    let _: () = redis::cmd("FLUSHDB")
+        .arg("SYNC")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
 }
 
 /// The embedded ceiling: one small insert per durable (`Durability::Immediate`, redb's

@@ -21,14 +21,15 @@ use lanes_common::spec::Task;
 use crate::store::model::Meta;
 
 /// Cached entries (hash fields, sorted set members and tasks) past which a cache is dropped,
-/// and read again as rounds need it: [`ENTRIES_PER_LEASE`] per open lease, at least
-/// [`MIN_ENTRIES`], at most [`MAX_ENTRIES`]. A trial at work needs about six (its state, lease,
-/// token, block, scored mark and task), so the working set always fits; what piles up beyond
-/// it is finished trials' fields, which the normal course never reads again. Kept, they cost
-/// more than reading again: past some tens of thousands of entries every lookup misses the
-/// CPU's caches (the coordinator spent ~10 % less CPU per attempt with 20,000 than with
-/// 200,000, docs/PERFORMANCE.md).
+/// and read again as rounds need it ([`Cache::limit`]). Its working set is about eight entries
+/// per trial at work (its state, lease, token, block and task, the task three ways) and the
+/// read-ahead of every ready-queue member a claim scanned (a group's member: all of its
+/// trials); what piles up beyond that is finished trials' fields, which the normal course never
+/// reads again. Kept, they cost more than reading again: past some tens of thousands of entries
+/// every lookup misses the CPU's caches (the coordinator spent ~10 % less CPU per attempt with
+/// 20,000 than with 200,000, docs/PERFORMANCE.md).
 const MIN_ENTRIES: usize = 20_000;
+/// Twice a trial at work's working set.
 const ENTRIES_PER_LEASE: usize = 16;
 const MAX_ENTRIES: usize = 200_000;
 
@@ -236,21 +237,34 @@ impl Cache {
         self.zsets.insert(key, z);
     }
 
-    /// Whether the cache grew past its limit ([`MIN_ENTRIES`]) and should be dropped.
+    /// Whether the cache grew past [`Self::limit`] and should be dropped.
     pub(crate) fn is_large(&self) -> bool {
         let fields: usize = self.fields.values().map(HashMap::len).sum();
-        let members: usize = self.zsets.values().map(|z| z.scores.len()).sum();
-        fields + members + self.tasks.len() > self.limit()
+        fields + self.members() + self.tasks.len() > self.limit()
     }
 
-    /// The entries this cache may hold: enough for every open lease's working set.
+    /// Sorted set members known.
+    fn members(&self) -> usize {
+        self.zsets.values().map(|z| z.scores.len()).sum()
+    }
+
+    /// The entries this cache may hold: twice its working set (every open lease's, and the
+    /// read-ahead of the queue members it knows), at least [`MIN_ENTRIES`], at most
+    /// [`MAX_ENTRIES`]. A limit under the working set would drop the cache at every round.
     fn limit(&self) -> usize {
-        let leases = match &self.meta {
-            Some(Some(meta)) => usize::try_from(meta.leases_open).unwrap_or(usize::MAX),
-            _ => 0,
+        let (leases, arms) = match &self.meta {
+            Some(Some(meta)) => (
+                usize::try_from(meta.leases_open).unwrap_or(usize::MAX),
+                meta.spec.arms.len(),
+            ),
+            _ => (0, 1),
         };
+        // A member's read-ahead: the member, and per trial of it (a group holds one per arm)
+        // its state and lease, beside its task (three ways) and block.
+        let per_member = 2 * (1 + 2 * arms + 4);
         leases
             .saturating_mul(ENTRIES_PER_LEASE)
+            .saturating_add(self.members().saturating_mul(per_member))
             .clamp(MIN_ENTRIES, MAX_ENTRIES)
     }
 }
@@ -298,6 +312,25 @@ mod tests {
         assert!(!cache_of(MIN_ENTRIES + 1, Some(5_000)).is_large());
         assert!(!cache_of(80_000, Some(5_000)).is_large());
         assert!(cache_of(80_001, Some(5_000)).is_large());
+        // At most 200,000.
+        assert!(cache_of(200_001, Some(20_000)).is_large());
+    }
+
+    #[test]
+    fn a_cache_keeps_room_for_the_read_ahead_of_the_queues_it_scanned() {
+        // Fifty queues of 256 members scanned (as claims over fifty providers read them), and
+        // their read-ahead: over 20,000 entries with no lease open, which must not be dropped
+        // at every round. One arm: 2 * (1 + 2 + 4) = 14 entries of room per member.
+        let mut c = cache_of(12_800, Some(0));
+        for q in 0..50 {
+            let members = (0..256).map(|i| (format!("{q}:{i}"), 0.0)).collect();
+            c.put_zset(
+                format!("ready:{q}"),
+                ZKnown::new(members, Known::Through(0.0)),
+            );
+        }
+        assert!(!c.is_large(), "25,600 entries against 12,800 * 14 of room");
+        assert!(cache_of(MIN_ENTRIES + 1, Some(0)).is_large());
     }
 
     #[test]
