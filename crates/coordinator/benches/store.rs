@@ -395,7 +395,8 @@ async fn redb_txn_ceiling(dir: &Path, lanes: usize) -> f64 {
 }
 
 /// `LANES_BENCH_COUNT=n`: exactly `n` claim+complete cycles (at most 20,000, the campaign's
-/// trials) of 64 lanes on Redis, and nothing else, for a count of instructions that the machine's noise does not move
+/// trials) of 64 lanes on Redis, and nothing else, for a count of instructions that the
+/// machine's noise does not move
 /// (`valgrind --tool=cachegrind --cache-sim=no <bench binary> --bench`, then the total
 /// `I refs` of two builds, each run with a count and with `LANES_BENCH_COUNT=0`: the
 /// difference over `n` is the client's instructions per cycle).
@@ -477,7 +478,7 @@ fn main() {
             let stats = redis_store.stats().since(&before);
             // The script ceiling right after the cycles, on the same keyspace; then the SET NX
             // ceiling, whose keys go to a database of their own, emptied after it, so no figure
-            // runs beside the keys of another.
+            // runs beside them.
             let ((script, ns), script_used) =
                 measured(server.pid(), ceiling(&server.url(), lanes, Ceiling::Script)).await;
             let (set_nx, _) = ceiling(&set_nx_url, lanes, Ceiling::SetNx).await;
