@@ -240,18 +240,14 @@ impl Cache {
     /// Whether the cache grew past [`Self::limit`] and should be dropped.
     pub(crate) fn is_large(&self) -> bool {
         let fields: usize = self.fields.values().map(HashMap::len).sum();
-        fields + self.members() + self.tasks.len() > self.limit()
-    }
-
-    /// Sorted set members known.
-    fn members(&self) -> usize {
-        self.zsets.values().map(|z| z.scores.len()).sum()
+        let members: usize = self.zsets.values().map(|z| z.scores.len()).sum();
+        fields + members + self.tasks.len() > self.limit(members)
     }
 
     /// The entries this cache may hold: twice its working set (every open lease's, and the
-    /// read-ahead of the queue members it knows), at least [`MIN_ENTRIES`], at most
+    /// read-ahead of the `members` of sorted sets it knows), at least [`MIN_ENTRIES`], at most
     /// [`MAX_ENTRIES`]. A limit under the working set would drop the cache at every round.
-    fn limit(&self) -> usize {
+    fn limit(&self, members: usize) -> usize {
         let (leases, arms) = match &self.meta {
             Some(Some(meta)) => (
                 usize::try_from(meta.leases_open).unwrap_or(usize::MAX),
@@ -264,7 +260,7 @@ impl Cache {
         let per_member = 2 * (1 + 2 * arms + 4);
         leases
             .saturating_mul(ENTRIES_PER_LEASE)
-            .saturating_add(self.members().saturating_mul(per_member))
+            .saturating_add(members.saturating_mul(per_member))
             .clamp(MIN_ENTRIES, MAX_ENTRIES)
     }
 }
