@@ -334,6 +334,19 @@ fn counters_agree_with_the_ledger(store_args: &[&str], backend: &str, dead_colle
         assert_eq!(masters[0].2, 1.0, "{text}");
         assert_eq!(value(&text, "lanes_store_redis_failovers_total"), 0.0);
         assert_eq!(value(&text, "lanes_store_redis_wait_timeouts_total"), 0.0);
+        // Completions committed (several to a commit), and took time to.
+        assert!(
+            value(&text, "lanes_store_redis_commits_total") > 0.0,
+            "{text}"
+        );
+        assert!(
+            value(&text, "lanes_store_redis_commit_seconds_total") > 0.0,
+            "{text}"
+        );
+        assert!(
+            value(&text, "lanes_store_redis_round_wait_seconds_total") >= 0.0,
+            "{text}"
+        );
     }
     for secret in [CLIENT_TOKEN, LANE_TOKEN, "t0.r0.a"] {
         assert!(!text.contains(secret), "{secret} exposed:\n{text}");

@@ -10,8 +10,10 @@
 //! to a database of their own, emptied after it, and the server never rewrites its AOF by itself,
 //! so no figure runs beside the SET NX keys or a rewrite). Below the table, per Redis figure: round
 //! trips, commit conflicts and lock waits per cycle, and the CPU time the bench process (client)
-//! and the Redis server used per cycle, beside the same per script call of the ceiling: CPU per
-//! cycle is steadier than throughput on a shared machine. Then heartbeats: 1,000 leases held by 125
+//! and the Redis server used per cycle, beside the same per script call of the ceiling (CPU per
+//! cycle is steadier than throughput on a shared machine); then the cycles per commit, a commit's
+//! mean time from send to reply, and the share of the run the rounds waited on commits in flight
+//! (the pipeline waiting on Redis: `RedisStats::round_wait_us`). Then heartbeats: 1,000 leases held by 125
 //! workers of 8 lanes, each worker renewing its 8 tokens in one call: back to back (renewals per
 //! second, CPU per renewal, conflicts), then once a second as workers do, beside 64 claim+complete
 //! lanes on the same campaign (compare their cycles per second with the 64-lane figure). It starts
@@ -483,7 +485,7 @@ fn main() {
                 measured(server.pid(), ceiling(&server.url(), lanes, Ceiling::Script)).await;
             let (set_nx, _) = ceiling(&set_nx_url, lanes, Ceiling::SetNx).await;
             flush_set_nx(&set_nx_url).await;
-            costs.push((lanes, stats, n, used, ns, script_used));
+            costs.push((lanes, stats, n, r, used, ns, script_used));
             println!(
                 "{lanes:>6} {e:>10.0} {per_commit:>10.1} {e_ceil:>10.0} {:>8.3}x {r:>10.0} {set_nx:>12.0} {script:>12.0} {:>12.4}x",
                 e / e_ceil.max(1.0),
@@ -544,7 +546,7 @@ fn main() {
             "redis cost per claim+complete cycle; CPU in us per cycle (script ceiling: per script)"
         );
         println!(
-            "{:>6} {:>7} {:>8} {:>8} {:>9} {:>6} {:>10} {:>10} {:>10} {:>10}",
+            "{:>6} {:>7} {:>8} {:>8} {:>9} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>7}",
             "lanes",
             "rtrips",
             "commands",
@@ -554,12 +556,17 @@ fn main() {
             "client cpu",
             "redis cpu",
             "ceil cli",
-            "ceil redis"
+            "ceil redis",
+            "cyc/commit",
+            "commit ms",
+            "waited"
         );
-        for (lanes, s, n, used, ns, script_used) in costs {
+        for (lanes, s, n, rate, used, ns, script_used) in costs {
             let per = |x: u64| x as f64 / n.max(1) as f64;
+            // The rounds' waits on commits in flight, as a share of the run's wall time.
+            let wall_us = n as f64 / rate.max(f64::MIN_POSITIVE) * 1e6;
             println!(
-                "{lanes:>6} {:>7.2} {:>8.2} {:>8.2} {:>9.3} {:>6.3} {:>10.1} {:>10.1} {:>10.1} {:>10.1}",
+                "{lanes:>6} {:>7.2} {:>8.2} {:>8.2} {:>9.3} {:>6.3} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>10.2} {:>6.0}%",
                 per(s.round_trips),
                 per(s.commands),
                 per(s.attempts),
@@ -569,6 +576,9 @@ fn main() {
                 us(used.server, n),
                 us(script_used.client, ns),
                 us(script_used.server, ns),
+                n as f64 / s.commits.max(1) as f64,
+                s.commit_us as f64 / s.commits.max(1) as f64 / 1e3,
+                s.round_wait_us as f64 / wall_us * 100.0,
             );
         }
     });

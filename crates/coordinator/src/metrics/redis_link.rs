@@ -1,5 +1,6 @@
 //! The Redis store's link to its master, read when scraped: the master in use, failovers
-//! followed and acknowledged writes whose `WAIT` saw too few replicas.
+//! followed, acknowledged writes whose `WAIT` saw too few replicas, and its commits: how many,
+//! how long they took, and how long rounds waited on them.
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
@@ -42,8 +43,29 @@ impl Collector for RedisLinkMetrics {
                 "Writes not acknowledged because fewer replicas than --redis-wait confirmed them in time",
                 stats.wait_timeouts,
             ),
+            (
+                "lanes_store_redis_commits",
+                "Commit scripts sent (a conflict's too)",
+                stats.commits,
+            ),
         ] {
             let counter = ConstCounter::new(n);
+            let metric = encoder.encode_descriptor(name, help, None, counter.metric_type())?;
+            counter.encode(metric)?;
+        }
+        for (name, help, us) in [
+            (
+                "lanes_store_redis_commit_seconds",
+                "Commit scripts' time from send to reply, summed: over lanes_store_redis_commits_total, a commit's mean latency",
+                stats.commit_us,
+            ),
+            (
+                "lanes_store_redis_round_wait_seconds",
+                "Time campaigns' rounds waited for a commit in flight before they could start, summed",
+                stats.round_wait_us,
+            ),
+        ] {
+            let counter = ConstCounter::new(us as f64 / 1e6);
             let metric = encoder.encode_descriptor(name, help, None, counter.metric_type())?;
             counter.encode(metric)?;
         }

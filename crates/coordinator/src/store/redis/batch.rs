@@ -220,10 +220,12 @@ impl RedisStore {
                     // Commits in flight and few operations: wait for the oldest commit, or
                     // for more operations.
                     let front = &mut chain.front_mut().expect("a commit in flight").commit;
+                    let waited = std::time::Instant::now();
                     let ended = tokio::select! {
                         joined = front => Some(landing(joined)),
                         () = wake.notified() => None,
                     };
+                    Counters::add_since(&self.counters.round_wait_us, waited);
                     if let Some(ended) = ended {
                         let f = chain.pop_front().expect("the commit that ended");
                         self.landed(&c, f, ended, &mut chain, &mut cache).await;
@@ -243,7 +245,9 @@ impl RedisStore {
                 continue;
             }
             if chain.len() >= DEPTH {
+                let waited = std::time::Instant::now();
                 self.land_front(&c, &mut chain, &mut cache).await;
+                Counters::add_since(&self.counters.round_wait_us, waited);
             }
             let base = match chain.back_mut() {
                 // A cache grown too large is dropped, as `begin` drops it: land everything.

@@ -11,6 +11,7 @@ use super::keys::{ENTRY_ITEMS, Keys, stream_id};
 use super::meta::{Part, parts};
 use super::packed;
 use super::redis_err;
+use super::stats::Counters;
 use super::writes::Writes;
 use crate::store::model::Meta;
 use crate::store::tx::R;
@@ -468,7 +469,11 @@ pub(crate) async fn send(
     script: &redis::Script,
     prepared: &Prepared,
 ) -> R<Committed> {
+    let sent = std::time::Instant::now();
     let mut answer = conn.acked::<i64>(&prepared.cmd).await;
+    let counters = conn.counters();
+    Counters::bump(&counters.commits);
+    Counters::add_since(&counters.commit_us, sent);
     if matches!(&answer, Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)) {
         // The server lost its scripts (a restart, SCRIPT FLUSH, a promoted replica): load it
         // and call again.

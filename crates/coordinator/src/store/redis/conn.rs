@@ -39,6 +39,10 @@ impl Conn {
         &self.link
     }
 
+    pub(crate) fn counters(&self) -> &Counters {
+        &self.link.counters
+    }
+
     /// Sends a write that an acknowledgement depends on; see the module docs.
     pub(crate) async fn acked<T: FromRedisValue>(&mut self, cmd: &Cmd) -> RedisResult<T> {
         let Some(wait) = self.link.wait else {

@@ -2,6 +2,7 @@
 //! an operation can be measured (the store bench prints them) rather than guessed.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
 
 /// A snapshot of a store's counters since it connected.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -20,6 +21,15 @@ pub struct RedisStats {
     pub lock_waits: u64,
     /// Commit scripts that wrote something.
     pub writes: u64,
+    /// Commit scripts sent (a conflict's too).
+    pub commits: u64,
+    /// Their time from send to reply, summed, in µs: Redis's queue, the script, the fsync of
+    /// `appendfsync always`, and the wait for this process to read the reply.
+    pub commit_us: u64,
+    /// Time campaigns' rounds waited for a commit in flight, summed, in µs: too few
+    /// operations queued to be worth a round of their own behind it, or the most commits in
+    /// flight already. Over a run's wall time, how much of it the pipeline waited on Redis.
+    pub round_wait_us: u64,
     /// Times the master changed (a Sentinel failover followed).
     pub failovers: u64,
     /// Acknowledged writes whose `WAIT` saw fewer replicas than `--redis-wait` asks.
@@ -37,6 +47,9 @@ impl RedisStats {
             conflicts: self.conflicts - earlier.conflicts,
             lock_waits: self.lock_waits - earlier.lock_waits,
             writes: self.writes - earlier.writes,
+            commits: self.commits - earlier.commits,
+            commit_us: self.commit_us - earlier.commit_us,
+            round_wait_us: self.round_wait_us - earlier.round_wait_us,
             failovers: self.failovers - earlier.failovers,
             wait_timeouts: self.wait_timeouts - earlier.wait_timeouts,
         }
@@ -53,11 +66,20 @@ pub(crate) struct Counters {
     pub(crate) conflicts: AtomicU64,
     pub(crate) lock_waits: AtomicU64,
     pub(crate) writes: AtomicU64,
+    pub(crate) commits: AtomicU64,
+    pub(crate) commit_us: AtomicU64,
+    pub(crate) round_wait_us: AtomicU64,
 }
 
 impl Counters {
     pub(crate) fn bump(counter: &AtomicU64) {
         counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Adds the time since `since` to `counter`, in µs.
+    pub(crate) fn add_since(counter: &AtomicU64, since: Instant) {
+        let us = u64::try_from(since.elapsed().as_micros()).unwrap_or(u64::MAX);
+        counter.fetch_add(us, Ordering::Relaxed);
     }
 
     pub(crate) fn snapshot(&self) -> RedisStats {
@@ -70,6 +92,9 @@ impl Counters {
             conflicts: get(&self.conflicts),
             lock_waits: get(&self.lock_waits),
             writes: get(&self.writes),
+            commits: get(&self.commits),
+            commit_us: get(&self.commit_us),
+            round_wait_us: get(&self.round_wait_us),
             failovers: 0,
             wait_timeouts: 0,
         }
