@@ -343,10 +343,8 @@ fn counters_agree_with_the_ledger(store_args: &[&str], backend: &str, dead_colle
             value(&text, "lanes_store_redis_commit_seconds_total") > 0.0,
             "{text}"
         );
-        assert!(
-            value(&text, "lanes_store_redis_round_wait_seconds_total") >= 0.0,
-            "{text}"
-        );
+        // Present (`value` panics without it): a round may never have waited.
+        value(&text, "lanes_store_redis_round_wait_seconds_total");
     }
     for secret in [CLIENT_TOKEN, LANE_TOKEN, "t0.r0.a"] {
         assert!(!text.contains(secret), "{secret} exposed:\n{text}");

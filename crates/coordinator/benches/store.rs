@@ -13,14 +13,14 @@
 //! and the Redis server used per cycle, beside the same per script call of the ceiling (CPU per
 //! cycle is steadier than throughput on a shared machine); then the cycles per commit, a commit's
 //! mean time from send to reply, and the share of the run the rounds waited on commits in flight
-//! (the pipeline waiting on Redis: `RedisStats::round_wait_us`). Then heartbeats: 1,000 leases held by 125
-//! workers of 8 lanes, each worker renewing its 8 tokens in one call: back to back (renewals per
-//! second, CPU per renewal, conflicts), then once a second as workers do, beside 64 claim+complete
-//! lanes on the same campaign (compare their cycles per second with the 64-lane figure). It starts
-//! its own redis-server (appendonly yes, appendfsync always, no automatic AOF rewrite) on a free
-//! loopback port. `LANES_BENCH_LANES=64` (a comma-separated list) runs only those lane counts, and
-//! `LANES_BENCH_EMBEDDED=0` skips the embedded store, e.g. under a profiler. `LANES_BENCH_COUNT=n`
-//! runs only `n` cycles of 64 lanes on Redis (see [`counted`]).
+//! (the pipeline waiting on Redis: `RedisStats::round_wait_us`). Then heartbeats: 1,000 leases held
+//! by 125 workers of 8 lanes, each worker renewing its 8 tokens in one call: back to back (renewals
+//! per second, CPU per renewal, conflicts), then once a second as workers do, beside 64
+//! claim+complete lanes on the same campaign (compare their cycles per second with the 64-lane
+//! figure). It starts its own redis-server (appendonly yes, appendfsync always, no automatic AOF
+//! rewrite) on a free loopback port. `LANES_BENCH_LANES=64` (a comma-separated list) runs only
+//! those lane counts, and `LANES_BENCH_EMBEDDED=0` skips the embedded store, e.g. under a profiler.
+//! `LANES_BENCH_COUNT=n` runs only `n` cycles of 64 lanes on Redis (see [`counted`]).
 
 use std::path::Path;
 use std::sync::Arc;

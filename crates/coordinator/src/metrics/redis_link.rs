@@ -45,7 +45,7 @@ impl Collector for RedisLinkMetrics {
             ),
             (
                 "lanes_store_redis_commits",
-                "Commit scripts sent (a conflict's too)",
+                "Commit scripts sent or attempted (a conflict's too)",
                 stats.commits,
             ),
         ] {
@@ -56,12 +56,12 @@ impl Collector for RedisLinkMetrics {
         for (name, help, us) in [
             (
                 "lanes_store_redis_commit_seconds",
-                "Commit scripts' time from send to reply, summed: over lanes_store_redis_commits_total, a commit's mean latency",
+                "Commit scripts' time from send to reply (with --redis-wait, the replicas' confirmation included), summed: over lanes_store_redis_commits_total, a commit's mean latency",
                 stats.commit_us,
             ),
             (
                 "lanes_store_redis_round_wait_seconds",
-                "Time campaigns' rounds waited for a commit in flight before they could start, summed",
+                "Time campaigns' round drivers waited for commits in flight to end, summed",
                 stats.round_wait_us,
             ),
         ] {

@@ -220,6 +220,7 @@ impl RedisStore {
                     // Commits in flight and few operations: wait for the oldest commit, or
                     // for more operations.
                     let front = &mut chain.front_mut().expect("a commit in flight").commit;
+                    // std's clock: the real wait, even under a test's paused tokio clock.
                     let waited = std::time::Instant::now();
                     let ended = tokio::select! {
                         joined = front => Some(landing(joined)),
@@ -245,9 +246,7 @@ impl RedisStore {
                 continue;
             }
             if chain.len() >= DEPTH {
-                let waited = std::time::Instant::now();
                 self.land_front(&c, &mut chain, &mut cache).await;
-                Counters::add_since(&self.counters.round_wait_us, waited);
             }
             let base = match chain.back_mut() {
                 // A cache grown too large is dropped, as `begin` drops it: land everything.
@@ -415,9 +414,18 @@ impl RedisStore {
         cache: &mut Option<Cache>,
     ) {
         if let Some(mut f) = chain.pop_front() {
-            let ended = landing((&mut f.commit).await);
+            let ended = self.join(&mut f).await;
             self.landed(c, f, ended, chain, cache).await;
         }
+    }
+
+    /// Waits for `f`'s commit to end, counted as a round's wait on Redis (std's clock: the
+    /// real wait, even under a test's paused tokio clock).
+    async fn join(&self, f: &mut InFlight) -> Landing {
+        let waited = std::time::Instant::now();
+        let ended = landing((&mut f.commit).await);
+        Counters::add_since(&self.counters.round_wait_us, waited);
+        ended
     }
 
     /// After the oldest commit in flight, `f`, ended: if it landed, the cache is the state it
@@ -444,7 +452,7 @@ impl RedisStore {
             Landing::Failed => Vec::new(),
         };
         while let Some(mut later) = chain.pop_front() {
-            match landing((&mut later.commit).await) {
+            match self.join(&mut later).await {
                 Landing::Rerun(batch) => rerun.extend(batch),
                 Landing::Landed | Landing::Failed => {}
             }

@@ -471,9 +471,6 @@ pub(crate) async fn send(
 ) -> R<Committed> {
     let sent = std::time::Instant::now();
     let mut answer = conn.acked::<i64>(&prepared.cmd).await;
-    let counters = conn.counters();
-    Counters::bump(&counters.commits);
-    Counters::add_since(&counters.commit_us, sent);
     if matches!(&answer, Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)) {
         // The server lost its scripts (a restart, SCRIPT FLUSH, a promoted replica): load it
         // and call again.
@@ -482,6 +479,9 @@ pub(crate) async fn send(
             Err(e) => Err(e),
         };
     }
+    let counters = conn.counters();
+    Counters::bump(&counters.commits);
+    Counters::add_since(&counters.commit_us, sent);
     match answer.map_err(redis_err)? {
         1 => Ok(Committed::Yes {
             wrote: prepared.wrote,

@@ -1,5 +1,6 @@
-//! Counters of what the Redis backend sends and how often its commits conflict, so the cost of
-//! an operation can be measured (the store bench prints them) rather than guessed.
+//! Counters of what the Redis backend sends, how often its commits conflict, how long they take
+//! and how long rounds wait on them, so the cost of an operation can be measured (the store
+//! bench prints them) rather than guessed.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
@@ -21,14 +22,16 @@ pub struct RedisStats {
     pub lock_waits: u64,
     /// Commit scripts that wrote something.
     pub writes: u64,
-    /// Commit scripts sent (a conflict's too).
+    /// Commit scripts sent or attempted (a conflict's too).
     pub commits: u64,
     /// Their time from send to reply, summed, in µs: Redis's queue, the script, the fsync of
-    /// `appendfsync always`, and the wait for this process to read the reply.
+    /// `appendfsync always`, with `--redis-wait` the replicas' confirmation, and the wait for
+    /// this process to read the reply.
     pub commit_us: u64,
-    /// Time campaigns' rounds waited for a commit in flight, summed, in µs: too few
-    /// operations queued to be worth a round of their own behind it, or the most commits in
-    /// flight already. Over a run's wall time, how much of it the pipeline waited on Redis.
+    /// Time campaigns' round drivers waited for commits in flight to end, summed, in µs: too
+    /// few operations queued to be worth a round of their own behind them, the most commits
+    /// in flight already, or an operation that must run after them. Over a run's wall time,
+    /// for one campaign, the share of it its rounds waited on Redis.
     pub round_wait_us: u64,
     /// Times the master changed (a Sentinel failover followed).
     pub failovers: u64,
@@ -78,7 +81,7 @@ impl Counters {
 
     /// Adds the time since `since` to `counter`, in µs.
     pub(crate) fn add_since(counter: &AtomicU64, since: Instant) {
-        let us = u64::try_from(since.elapsed().as_micros()).unwrap_or(u64::MAX);
+        let us = since.elapsed().as_micros() as u64;
         counter.fetch_add(us, Ordering::Relaxed);
     }
 
