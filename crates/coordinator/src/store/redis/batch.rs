@@ -14,8 +14,8 @@
 //! Rounds are chained: while commits are in flight (the script, then the fsync with
 //! `appendfsync always`), the next round already runs on the state the last of them will
 //! leave (its cache with their writes applied, [`RedisTx::pipelined`]) and its commit is sent
-//! at once, behind theirs, so several commits share one fsync of Redis (at most [`DEPTH`] in
-//! flight). Each commit leaves a version no other commit leaves (`<count>:<random>`), and
+//! at once, behind theirs (at most [`DEPTH`] in flight), so the client builds one round while
+//! Redis applies and syncs the one before. Each commit leaves a version no other commit leaves (`<count>:<random>`), and
 //! each expects the one its predecessor leaves, so a commit lands only if every one before
 //! it landed, with nothing else in between. A commit that landed answers its own operations
 //! at once (its predecessors landed too); one that did not is handed back to the driver,
@@ -55,12 +55,18 @@ use crate::store::group::{self, Grouped, LINGER, Mode, Queue, Take};
 use crate::store::op::{Answer, CampaignOp};
 use crate::store::tx::R;
 
-/// Commits in flight at most: several queued behind one another share Redis's next fsync.
-const DEPTH: usize = 4;
-/// Operations a round chained behind commits in flight takes at least; fewer wait for the
+/// Commits in flight at most. Redis's main thread is the bottleneck under load (each commit's
+/// script, then its fsync with `appendfsync always`, one commit after another), and a commit's
+/// fixed cost (the fsync, the version and lock checks) is shared by the operations of its
+/// round: two in flight let the client build one round while Redis applies the other, in
+/// rounds twice as large as four would leave (64 lanes ran 1.17x the cycles per second of
+/// four in flight, rounds of 16; `docs/PERFORMANCE.md`).
+const DEPTH: usize = 2;
+/// Operations a round chained behind a commit in flight takes at least; fewer wait for the
 /// oldest commit to end. A round costs CPU of its own (client and script), so tiny rounds
-/// sent as soon as one operation is queued cost more than the latency they save.
-const MIN_CHAINED: usize = 16;
+/// sent as soon as one operation is queued cost more than the latency they save; with
+/// [`DEPTH`] 2, 32 splits 64 busy lanes into two halves.
+const MIN_CHAINED: usize = 32;
 /// Rounds run again after conflicts before the operations fail as unavailable.
 const MAX_ATTEMPTS: u32 = 100;
 
