@@ -7,7 +7,8 @@
 //!
 //! What a batch takes ([`Queue::take`]):
 //! - at most [`MAX_BATCH`] operations, which bounds how long an answer waits behind the ones
-//!   ahead of it;
+//!   ahead of it, or fewer if the caller says so (the Redis store splits busy lanes into two
+//!   rounds);
 //! - a **solo** operation (a submit, a retry pass, a delete) alone: it may write a great deal,
 //!   straight into a transaction of its own, and an operation queued after it waits for the
 //!   next batch;
@@ -123,23 +124,30 @@ impl<O: Grouped, I: Copy + Ord + Add<Duration, Output = I>> Queue<O, I> {
         self.pending.is_empty()
     }
 
-    /// The next batch at `now`. `linger` is how long renewals alone may wait (zero: never);
-    /// a batch of fewer than `min` operations waits (a solo one never does).
-    pub(crate) fn take(&mut self, now: I, linger: Duration, min: usize) -> Take<O, I> {
+    /// Operations queued.
+    pub(crate) fn len(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// The next batch at `now`, of at most `max` operations (and [`MAX_BATCH`]). `linger` is
+    /// how long renewals alone may wait (zero: never); a batch of fewer than `min` operations
+    /// waits (a solo one never does).
+    pub(crate) fn take(&mut self, now: I, linger: Duration, min: usize, max: usize) -> Take<O, I> {
         let Some(first) = self.pending.front() else {
             return Take::Wait;
         };
         if first.op.mode() == Mode::Solo {
             return Take::Batch(self.pending.drain(..1).collect());
         }
+        let cap = max.clamp(1, MAX_BATCH);
         let n = self
             .pending
             .iter()
-            .take(MAX_BATCH)
+            .take(cap)
             .take_while(|p| p.op.mode() != Mode::Solo)
             .count();
         let renewals_only = self.pending.iter().all(|p| p.op.mode() == Mode::Lingering);
-        if renewals_only && n < MAX_BATCH && !linger.is_zero() {
+        if renewals_only && n < cap && !linger.is_zero() {
             let oldest = self.pending.iter().map(|p| p.queued).min().unwrap_or(now);
             let until = oldest + linger;
             if until > now {
@@ -197,9 +205,9 @@ mod tests {
         for _ in 0..MAX_BATCH + 3 {
             drop(q.push(stop(), now));
         }
-        assert_eq!(kinds(q.take(now, LINGER, 1)).len(), MAX_BATCH);
-        assert_eq!(kinds(q.take(now, LINGER, 1)).len(), 3);
-        assert!(matches!(q.take(now, LINGER, 1), Take::Wait));
+        assert_eq!(kinds(q.take(now, LINGER, 1, MAX_BATCH)).len(), MAX_BATCH);
+        assert_eq!(kinds(q.take(now, LINGER, 1, MAX_BATCH)).len(), 3);
+        assert!(matches!(q.take(now, LINGER, 1, MAX_BATCH), Take::Wait));
     }
 
     #[test]
@@ -209,10 +217,16 @@ mod tests {
         drop(q.push(stop(), now));
         drop(q.push(delete(), now));
         drop(q.push(stop(), now));
-        assert_eq!(kinds(q.take(now, LINGER, 1)), vec![Mode::Batched]);
+        assert_eq!(
+            kinds(q.take(now, LINGER, 1, MAX_BATCH)),
+            vec![Mode::Batched]
+        );
         // Alone even when more are asked for.
-        assert_eq!(kinds(q.take(now, LINGER, 16)), vec![Mode::Solo]);
-        assert_eq!(kinds(q.take(now, LINGER, 1)), vec![Mode::Batched]);
+        assert_eq!(kinds(q.take(now, LINGER, 16, MAX_BATCH)), vec![Mode::Solo]);
+        assert_eq!(
+            kinds(q.take(now, LINGER, 1, MAX_BATCH)),
+            vec![Mode::Batched]
+        );
     }
 
     #[test]
@@ -222,18 +236,18 @@ mod tests {
         drop(q.push(renew(), t0));
         drop(q.push(renew(), t0 + Duration::from_millis(30)));
         let later = t0 + Duration::from_millis(50);
-        match q.take(later, LINGER, 1) {
+        match q.take(later, LINGER, 1, MAX_BATCH) {
             Take::Linger(until) => assert_eq!(until, t0 + LINGER),
             _ => panic!("renewals alone should linger"),
         }
         // The linger is over: they go.
-        assert_eq!(kinds(q.take(t0 + LINGER, LINGER, 1)).len(), 2);
+        assert_eq!(kinds(q.take(t0 + LINGER, LINGER, 1, MAX_BATCH)).len(), 2);
         // Another operation ends the wait at once; no linger means none either.
         drop(q.push(renew(), t0));
         drop(q.push(stop(), t0));
-        assert_eq!(kinds(q.take(t0, LINGER, 1)).len(), 2);
+        assert_eq!(kinds(q.take(t0, LINGER, 1, MAX_BATCH)).len(), 2);
         drop(q.push(renew(), t0));
-        assert_eq!(kinds(q.take(t0, Duration::ZERO, 1)).len(), 1);
+        assert_eq!(kinds(q.take(t0, Duration::ZERO, 1, MAX_BATCH)).len(), 1);
     }
 
     #[test]
@@ -241,9 +255,22 @@ mod tests {
         let now = Instant::now();
         let mut q = Queue::default();
         drop(q.push(stop(), now));
-        assert!(matches!(q.take(now, LINGER, 2), Take::Wait));
+        assert!(matches!(q.take(now, LINGER, 2, MAX_BATCH), Take::Wait));
         drop(q.push(stop(), now));
-        assert_eq!(kinds(q.take(now, LINGER, 2)).len(), 2);
+        assert_eq!(kinds(q.take(now, LINGER, 2, MAX_BATCH)).len(), 2);
+    }
+
+    #[test]
+    fn a_batch_takes_at_most_max_and_a_full_one_does_not_linger() {
+        let now = Instant::now();
+        let mut q = Queue::default();
+        for _ in 0..5 {
+            drop(q.push(renew(), now));
+        }
+        assert_eq!(kinds(q.take(now, LINGER, 1, 3)).len(), 3);
+        // Two renewals left, fewer than the cap: they linger.
+        assert!(matches!(q.take(now, LINGER, 1, 3), Take::Linger(_)));
+        assert_eq!(q.len(), 2);
     }
 
     #[test]
@@ -253,6 +280,6 @@ mod tests {
         for _ in 0..MAX_BATCH {
             drop(q.push(renew(), now));
         }
-        assert_eq!(kinds(q.take(now, LINGER, 1)).len(), MAX_BATCH);
+        assert_eq!(kinds(q.take(now, LINGER, 1, MAX_BATCH)).len(), MAX_BATCH);
     }
 }

@@ -24,7 +24,7 @@ use super::batch::{Batch, Metas};
 use super::redb_tx::RedbTx;
 use super::staged::Staged;
 use crate::store::api::{Event, StoreError};
-use crate::store::group::{Grouped, Mode, Pending, Queue, Take};
+use crate::store::group::{Grouped, MAX_BATCH, Mode, Pending, Queue, Take};
 use crate::store::observe::ObserverSlot;
 use crate::store::op::{Answer, Op};
 use crate::store::tx::R;
@@ -134,7 +134,7 @@ impl Inbox {
             // Closing ends every linger: what is queued runs at once.
             let linger = if state.closed { Duration::ZERO } else { linger };
             let now = Instant::now();
-            state = match state.queue.take(now, linger, 1) {
+            state = match state.queue.take(now, linger, 1, MAX_BATCH) {
                 Take::Batch(batch) => return Some(batch),
                 Take::Linger(until) => {
                     let left = until.saturating_duration_since(now);

@@ -59,14 +59,38 @@ use crate::store::tx::R;
 /// script, then its fsync with `appendfsync always`, one commit after another), and a commit's
 /// fixed cost (the fsync, the version and lock checks) is shared by the operations of its
 /// round: two in flight let the client build one round while Redis applies the other, in
-/// rounds twice as large as four would leave (64 lanes ran 1.17x the cycles per second of
-/// four in flight, rounds of 16; `docs/PERFORMANCE.md`).
+/// rounds twice as large as four would leave (`docs/PERFORMANCE.md`, "Two commits in
+/// flight").
 const DEPTH: usize = 2;
-/// Operations a round chained behind a commit in flight takes at least; fewer wait for the
-/// oldest commit to end. A round costs CPU of its own (client and script), so tiny rounds
-/// sent as soon as one operation is queued cost more than the latency they save; with
-/// [`DEPTH`] 2, 32 splits 64 busy lanes into two halves.
-const MIN_CHAINED: usize = 32;
+/// The fewest operations a round chained behind a commit in flight takes ([`round_size`]).
+/// A round costs CPU of its own (client and script), so tiny rounds sent as soon as one
+/// operation is queued cost more than the latency they save.
+const MIN_CHAINED: usize = 16;
+
+/// The size the next round aims at: half the operations queued or in commits in flight (at
+/// least [`MIN_CHAINED`]). Busy lanes then split into two rounds of about the same size, one
+/// in Redis while the other is built. Without the cap, a round that started alone with what
+/// happened to be queued (a few operations) left the rest to one large round behind it, and
+/// the small one's answers were too few for the next chained round: the pipeline fell back
+/// to one commit at a time.
+fn round_size(queued: usize, in_flight: usize) -> usize {
+    MIN_CHAINED.max((queued + in_flight).div_ceil(2))
+}
+
+/// The least and the most operations the next round takes. Behind a commit in flight it
+/// waits for [`round_size`]; alone it starts with whatever is queued. Either way it leaves
+/// operations past [`round_size`] to the next round only when they make a round of their
+/// own (at least [`MIN_CHAINED`]).
+fn round_bounds(queued: usize, in_flight: usize, chained: bool) -> (usize, usize) {
+    let size = round_size(queued, in_flight);
+    let min = if chained { size } else { 1 };
+    let max = if queued >= size + MIN_CHAINED {
+        size
+    } else {
+        group::MAX_BATCH
+    };
+    (min, max)
+}
 /// Rounds run again after conflicts before the operations fail as unavailable.
 const MAX_ATTEMPTS: u32 = 100;
 
@@ -131,6 +155,8 @@ struct InFlight {
     settled: Settled,
     /// The state it leaves (taken by the round chained on it).
     next: Option<Cache>,
+    /// The operations of its round.
+    ops: usize,
 }
 
 /// How a commit in flight ended.
@@ -206,11 +232,13 @@ impl RedisStore {
                 }
                 // Renewals linger only with no commit in flight; behind commits in flight,
                 // a round waits for enough operations to be worth its own cost.
-                let (linger, min) = match chain.is_empty() {
-                    true => (self.opts.renew_linger.unwrap_or(LINGER), 1),
-                    false => (std::time::Duration::ZERO, MIN_CHAINED),
+                let linger = match chain.is_empty() {
+                    true => self.opts.renew_linger.unwrap_or(LINGER),
+                    false => std::time::Duration::ZERO,
                 };
-                q.queue.take(Instant::now(), linger, min)
+                let in_flight = chain.iter().map(|f| f.ops).sum();
+                let (min, max) = round_bounds(q.queue.len(), in_flight, !chain.is_empty());
+                q.queue.take(Instant::now(), linger, min, max)
             };
             let batch = match take {
                 Take::Batch(batch) => batch,
@@ -359,6 +387,7 @@ impl RedisStore {
         };
         let leaves = prepared.leaves.clone();
         let events = tx.take_events();
+        let ops = batch.len();
         let (settle, settled) = watch::channel(None);
         let (store, wake, campaign) = (self.clone(), wake.clone(), c.clone());
         let mut send = Box::pin(async move {
@@ -397,6 +426,7 @@ impl RedisStore {
             commit,
             settled,
             next: Some(tx.into_cache(leaves, false)),
+            ops,
         });
     }
 
@@ -576,5 +606,36 @@ impl RedisStore {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn busy_lanes_split_into_two_rounds_of_about_the_same_size() {
+        // 64 operations queued, nothing in flight: a round of half of them starts at once,
+        // and the other half is a chained round of its own.
+        assert_eq!(round_bounds(64, 0, false), (1, 32));
+        assert_eq!(round_bounds(32, 32, true), (32, group::MAX_BATCH));
+        // Behind a round of 32, the answers of the other one come back a few at a time: the
+        // next round waits until it holds about half of what is queued or in flight.
+        assert_eq!(round_bounds(5, 32, true).0, 19);
+        assert_eq!(round_bounds(28, 32, true).0, 30);
+        // More lanes, larger rounds (the queue's take still caps them at MAX_BATCH).
+        assert_eq!(round_bounds(256, 0, false), (1, 128));
+    }
+
+    #[test]
+    fn few_operations_are_not_split_and_a_chained_round_is_never_tiny() {
+        // Alone, a few operations go at once, all of them.
+        assert_eq!(round_bounds(3, 0, false), (1, group::MAX_BATCH));
+        // 40 queued: 20 and 20 would each be worth a round.
+        assert_eq!(round_bounds(40, 0, false), (1, 20));
+        // 20 queued: 16 and 4 would not; all 20 go.
+        assert_eq!(round_bounds(20, 0, false), (1, group::MAX_BATCH));
+        // Behind a commit in flight, never fewer than MIN_CHAINED.
+        assert_eq!(round_bounds(2, 4, true).0, MIN_CHAINED);
     }
 }
