@@ -8,7 +8,7 @@
 //! What a batch takes ([`Queue::take`]):
 //! - at most [`MAX_BATCH`] operations, which bounds how long an answer waits behind the ones
 //!   ahead of it, or fewer if the caller says so (the Redis store splits busy lanes into two
-//!   rounds);
+//!   rounds; renewals alone are not split);
 //! - a **solo** operation (a submit, a retry pass, a delete) alone: it may write a great deal,
 //!   straight into a transaction of its own, and an operation queued after it waits for the
 //!   next batch;
@@ -129,9 +129,10 @@ impl<O: Grouped, I: Copy + Ord + Add<Duration, Output = I>> Queue<O, I> {
         self.pending.len()
     }
 
-    /// The next batch at `now`, of at most `max` operations (and [`MAX_BATCH`]). `linger` is
-    /// how long renewals alone may wait (zero: never); a batch of fewer than `min` operations
-    /// waits (a solo one never does).
+    /// The next batch at `now`, of at most `max` operations (and [`MAX_BATCH`]; renewals alone
+    /// are never split below it, so they keep sharing one commit). `linger` is how long
+    /// renewals alone may wait (zero: never); a batch of fewer than `min` operations (or of
+    /// fewer than it may take) waits; a solo one never does.
     pub(crate) fn take(&mut self, now: I, linger: Duration, min: usize, max: usize) -> Take<O, I> {
         let Some(first) = self.pending.front() else {
             return Take::Wait;
@@ -139,22 +140,25 @@ impl<O: Grouped, I: Copy + Ord + Add<Duration, Output = I>> Queue<O, I> {
         if first.op.mode() == Mode::Solo {
             return Take::Batch(self.pending.drain(..1).collect());
         }
-        let cap = max.clamp(1, MAX_BATCH);
+        let renewals_only = self.pending.iter().all(|p| p.op.mode() == Mode::Lingering);
+        let cap = match renewals_only {
+            true => MAX_BATCH,
+            false => max.clamp(1, MAX_BATCH),
+        };
         let n = self
             .pending
             .iter()
             .take(cap)
             .take_while(|p| p.op.mode() != Mode::Solo)
             .count();
-        let renewals_only = self.pending.iter().all(|p| p.op.mode() == Mode::Lingering);
-        if renewals_only && n < cap && !linger.is_zero() {
+        if renewals_only && n < MAX_BATCH && !linger.is_zero() {
             let oldest = self.pending.iter().map(|p| p.queued).min().unwrap_or(now);
             let until = oldest + linger;
             if until > now {
                 return Take::Linger(until);
             }
         }
-        if n < min.max(1) {
+        if n < min.clamp(1, cap) {
             return Take::Wait;
         }
         Take::Batch(self.pending.drain(..n).collect())
@@ -261,16 +265,22 @@ mod tests {
     }
 
     #[test]
-    fn a_batch_takes_at_most_max_and_a_full_one_does_not_linger() {
+    fn a_batch_takes_at_most_max_but_renewals_alone_are_not_split() {
         let now = Instant::now();
         let mut q = Queue::default();
         for _ in 0..5 {
-            drop(q.push(renew(), now));
+            drop(q.push(stop(), now));
         }
         assert_eq!(kinds(q.take(now, LINGER, 1, 3)).len(), 3);
-        // Two renewals left, fewer than the cap: they linger.
-        assert!(matches!(q.take(now, LINGER, 1, 3), Take::Linger(_)));
         assert_eq!(q.len(), 2);
+        // A least above what it may take waits for no more than it may take.
+        assert_eq!(kinds(q.take(now, LINGER, 9, 2)).len(), 2);
+        // Renewals alone linger whatever `max` says, then go as one batch.
+        for _ in 0..5 {
+            drop(q.push(renew(), now));
+        }
+        assert!(matches!(q.take(now, LINGER, 1, 3), Take::Linger(_)));
+        assert_eq!(kinds(q.take(now, Duration::ZERO, 1, 3)).len(), 5);
     }
 
     #[test]

@@ -15,9 +15,9 @@
 //! `appendfsync always`), the next round already runs on the state the last of them will
 //! leave (its cache with their writes applied, [`RedisTx::pipelined`]) and its commit is sent
 //! at once, behind theirs (at most [`DEPTH`] in flight), so the client builds one round while
-//! Redis applies and syncs the one before. Each commit leaves a version no other commit leaves (`<count>:<random>`), and
-//! each expects the one its predecessor leaves, so a commit lands only if every one before
-//! it landed, with nothing else in between. A commit that landed answers its own operations
+//! Redis applies and syncs the one before. Each commit leaves a version no other commit
+//! leaves (`<count>:<random>`), and each expects the one its predecessor leaves, so a commit
+//! lands only if every one before it landed, with nothing else in between. A commit that landed answers its own operations
 //! at once (its predecessors landed too); one that did not is handed back to the driver,
 //! which collects every commit behind it (none of them can land) and runs their operations
 //! again the usual way, in order. Only rounds that hold no lock and stage nothing are
@@ -67,14 +67,17 @@ const DEPTH: usize = 2;
 /// operation is queued cost more than the latency they save.
 const MIN_CHAINED: usize = 16;
 
-/// The size the next round aims at: half the operations queued or in commits in flight (at
-/// least [`MIN_CHAINED`]). Busy lanes then split into two rounds of about the same size, one
-/// in Redis while the other is built. Without the cap, a round that started alone with what
+/// The size the next round aims at: half the operations queued or in commits in flight,
+/// rounded down (so the other half always makes the next round), at least [`MIN_CHAINED`]
+/// and at most a batch. Busy lanes then split into two rounds of about the same size, one in
+/// Redis while the other is built. Without this split, a round that started alone with what
 /// happened to be queued (a few operations) left the rest to one large round behind it, and
 /// the small one's answers were too few for the next chained round: the pipeline fell back
 /// to one commit at a time.
 fn round_size(queued: usize, in_flight: usize) -> usize {
-    MIN_CHAINED.max((queued + in_flight).div_ceil(2))
+    MIN_CHAINED
+        .max((queued + in_flight) / 2)
+        .min(group::MAX_BATCH)
 }
 
 /// The least and the most operations the next round takes. Behind a commit in flight it
@@ -91,6 +94,7 @@ fn round_bounds(queued: usize, in_flight: usize, chained: bool) -> (usize, usize
     };
     (min, max)
 }
+
 /// Rounds run again after conflicts before the operations fail as unavailable.
 const MAX_ATTEMPTS: u32 = 100;
 
@@ -231,7 +235,7 @@ impl RedisStore {
                     return;
                 }
                 // Renewals linger only with no commit in flight; behind commits in flight,
-                // a round waits for enough operations to be worth its own cost.
+                // a round waits for its share of the operations (`round_bounds`).
                 let linger = match chain.is_empty() {
                     true => self.opts.renew_linger.unwrap_or(LINGER),
                     false => std::time::Duration::ZERO,
@@ -621,10 +625,19 @@ mod tests {
         assert_eq!(round_bounds(32, 32, true), (32, group::MAX_BATCH));
         // Behind a round of 32, the answers of the other one come back a few at a time: the
         // next round waits until it holds about half of what is queued or in flight.
-        assert_eq!(round_bounds(5, 32, true).0, 19);
+        assert_eq!(round_bounds(5, 32, true).0, 18);
         assert_eq!(round_bounds(28, 32, true).0, 30);
-        // More lanes, larger rounds (the queue's take still caps them at MAX_BATCH).
+        // An odd total: the half left behind is enough for the chained round.
+        assert_eq!(round_bounds(33, 0, false), (1, 16));
+        assert_eq!(round_bounds(17, 16, true).0, 16);
+        // More lanes, larger rounds.
         assert_eq!(round_bounds(256, 0, false), (1, 128));
+        // Never more than a batch, so a chained round never waits for more than it may take.
+        assert_eq!(
+            round_bounds(300, 256, true),
+            (group::MAX_BATCH, group::MAX_BATCH)
+        );
+        assert_eq!(round_bounds(600, 0, false), (1, group::MAX_BATCH));
     }
 
     #[test]
