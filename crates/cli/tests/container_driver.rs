@@ -474,9 +474,23 @@ fn lanes_run_of_the_terminal_example() {
         .output()
         .unwrap();
     let rows = String::from_utf8_lossy(&rows.stdout);
-    let mut n = 0;
+    // One counted row per trial; an attempt retried on a loaded machine (an infra failure)
+    // adds an uncounted row of its own trial, never a second counted one.
+    let mut counted = std::collections::BTreeSet::new();
+    let mut trials = std::collections::BTreeSet::new();
+    let mut attempts = std::collections::BTreeSet::new();
     for line in rows.lines() {
         let r: Value = serde_json::from_str(line).unwrap();
+        let trial = r["trial_id"].as_str().unwrap().to_owned();
+        let attempt = r["attempt"].as_u64().unwrap();
+        assert!(
+            attempts.insert((trial.clone(), attempt)),
+            "an attempt twice: {rows}"
+        );
+        if r["counted"] == Value::Bool(true) {
+            assert!(counted.insert(trial.clone()), "two counted rows: {rows}");
+        }
+        trials.insert(trial);
         let pins = &r["driver"]["pins"];
         assert!(
             pins["image_digest"]
@@ -490,9 +504,9 @@ fn lanes_run_of_the_terminal_example() {
                 .is_some_and(|d| d.starts_with("sha256:")),
             "{r}"
         );
-        n += 1;
     }
-    assert_eq!(n, 21);
+    assert_eq!(counted.len(), 21, "{rows}");
+    assert_eq!(trials, counted, "{rows}");
 }
 
 /// Without a runtime, `lanes run` refuses a container campaign at once, saying what to add.
