@@ -17,12 +17,12 @@
 //! at once, behind theirs (at most [`DEPTH`] in flight), so the client builds one round while
 //! Redis applies and syncs the one before. Each commit leaves a version no other commit
 //! leaves (`<count>:<random>`), and each expects the one its predecessor leaves, so a commit
-//! lands only if every one before it landed, with nothing else in between. A commit that landed answers its own operations
-//! at once (its predecessors landed too); one that did not is handed back to the driver,
-//! which collects every commit behind it (none of them can land) and runs their operations
-//! again the usual way, in order. Only rounds that hold no lock and stage nothing are
-//! chained; a round with nothing to write is validated by re-reading the version after the
-//! commits in flight.
+//! lands only if every one before it landed, with nothing else in between. A commit that
+//! landed answers its own operations at once (its predecessors landed too); one that did not
+//! is handed back to the driver, which collects every commit behind it (none of them can
+//! land) and runs their operations again the usual way, in order. Only rounds that hold no
+//! lock and stage nothing are chained; a round with nothing to write is validated by
+//! re-reading the version after the commits in flight.
 //!
 //! A round of renewals alone lingers only with no commit in flight. A solo operation (a
 //! submit, a retry pass) waits for the commits in flight, then runs alone, from no cache
