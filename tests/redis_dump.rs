@@ -6,7 +6,7 @@
 //! Values are as Redis answers them: strings, hashes as field -> value, sets and lists as
 //! arrays, sorted sets as `[member, score]` pairs with the score as Redis prints it, streams
 //! as `[id, [[field, value], ...]]`, a packed field's value as the items it holds, a binary
-//! record (a trial state, lease, token record or block state) as its kind and JSON. Expiry
+//! record (a trial record, trial state, lease, token record or block state) as its kind and JSON. Expiry
 //! times are not kept.
 
 use std::collections::BTreeMap;

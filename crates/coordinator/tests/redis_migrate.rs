@@ -2,7 +2,9 @@
 //! layout 1 (the fixture the layout 1 code wrote) is refused at connect, migrated in place into
 //! exactly what the layout 2 code writes (recorded as the current layout, since the steps from
 //! 2 on rewrite nothing), and then served; layout 2 and 3 stores are served after the migration
-//! with their ledgers read back whole beside what the current layout appends; an empty store is
+//! with their ledgers read back whole beside what the current layout appends; a layout 5
+//! store's leases and token records, kept apart from their trials, are served and then folded
+//! into the trials' records by the commits that write them; an empty store is
 //! stamped; a newer layout is refused; the migration is idempotent, and a dry run writes
 //! nothing.
 
@@ -147,6 +149,125 @@ async fn a_layout_3_store_is_stamped_and_its_ledger_reads_whole_beside_new_entri
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_layout_4_store_is_stamped_and_its_json_records_read_beside_binary_ones() {
     an_older_store_is_stamped_and_its_ledger_reads_whole_beside_new_entries(4).await;
+}
+
+/// The step from layout 5 rewrites nothing: a trial's lease and token records stay in their
+/// own hashes, are served from there, and move into the trial's record when a commit next
+/// writes the trial.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_layout_5_store_is_stamped_and_its_leases_and_tokens_kept_apart_are_served_then_folded() {
+    let (server, old) = store_of(5).await;
+    let url = server.url();
+    let report = migrate(&url, false).await;
+    assert_eq!(report.recorded, Recorded::Layout(5));
+    assert!(
+        dump(&url).await == with_layout(old.clone(), REDIS_LAYOUT),
+        "only the layout record changes"
+    );
+    let store = connect(&url).await.expect("a migrated store is served");
+    let c = cid("fix-single");
+    let leases = "lanes:{c:fix-single}:leases";
+    let tokens = "lanes:{c:fix-single}:tokens";
+    let kept = |keys: &BTreeMap<String, Value>, key: &str| -> Vec<String> {
+        keys.get(key)
+            .and_then(|k| k["value"].as_object())
+            .map(|o| o.keys().cloned().collect())
+            .unwrap_or_default()
+    };
+    assert_eq!(kept(&old, leases).len(), 1, "the fixture holds one lease");
+
+    // The lease kept apart is listed, renewed and completed.
+    let now = T0 + 60_000;
+    let status = store.status(&c, now).await.expect("status");
+    assert_eq!(status.in_flight.len(), 1, "{:?}", status.in_flight);
+    let held = status.in_flight[0].clone();
+    let tid = held.token.trial_id.to_string();
+    let renewed = store
+        .renew(
+            &c,
+            vec![(held.token.clone(), lanes_common::row::Phase::Agent)],
+            now,
+        )
+        .await
+        .expect("renew");
+    assert_eq!(renewed[0].1, lanes_coordinator::store::RenewState::Renewed);
+    let after = dump(&url).await;
+    assert!(
+        kept(&after, leases).is_empty(),
+        "the renewal folded the lease into the trial's record"
+    );
+    assert!(
+        !kept(&after, tokens)
+            .iter()
+            .any(|f| f.starts_with(&format!("{tid}#"))),
+        "and its token records"
+    );
+    assert_eq!(
+        after["lanes:{c:fix-single}:trials"]["value"][&tid]["record"],
+        "trial record"
+    );
+    let status = store.status(&c, now).await.expect("status");
+    assert_eq!(
+        status.in_flight.len(),
+        1,
+        "still listed once: {:?}",
+        status.in_flight
+    );
+    let ack = store
+        .complete(
+            &c,
+            support::scored(
+                &held.token,
+                held.lane.as_str(),
+                held.host.as_str(),
+                lanes_common::row::Status::Completed,
+                1.0,
+            ),
+            now,
+        )
+        .await
+        .expect("complete");
+    assert!(ack.counted && !ack.duplicate, "{ack:?}");
+    assert!(
+        store
+            .status(&c, now)
+            .await
+            .expect("status")
+            .in_flight
+            .is_empty()
+    );
+
+    // An outcome delivered again for a token whose record was kept apart gets the answer
+    // recorded then, and writes no row.
+    let apart = kept(&after, tokens);
+    let (rows, _) = read_back(&store, &c).await;
+    let field = apart.first().expect("token records kept apart");
+    let (trial, attempt) = field.rsplit_once('#').expect("trial#attempt");
+    let token = lanes_common::ids::Token {
+        trial_id: lanes_common::ids::TrialId::new(trial).expect("a trial id"),
+        attempt: attempt.parse().expect("an attempt"),
+    };
+    let stored = &after[tokens]["value"][field]["json"];
+    let again = store
+        .complete(
+            &c,
+            support::scored(
+                &token,
+                "lane-9",
+                "host-9",
+                lanes_common::row::Status::Completed,
+                0.5,
+            ),
+            now,
+        )
+        .await
+        .expect("complete again");
+    assert_eq!(
+        again.seq,
+        stored["ack"]["seq"].as_u64().expect("a seq"),
+        "{stored}"
+    );
+    assert_eq!(read_back(&store, &c).await.0, rows, "no new row");
 }
 
 /// The steps from layouts 2, 3 and 4 rewrite nothing: the old entries are read as they are,

@@ -141,8 +141,9 @@ fn write_packed_entries() {
     write(&dir, "size_too_large", &huge);
 }
 
-/// Hot records as a layout 5 commit writes them (one of each kind, every option set), one
-/// cut short, one with a byte too many, and one in the JSON form of older layouts.
+/// Hot records as a layout 5 commit writes them (one of each kind, every option set), a trial
+/// record as layout 6 writes it (a lease, a token record and an attempt without one), one cut
+/// short, one with a byte too many, and one in the JSON form of older layouts.
 fn write_hot_records() {
     use lanes_coordinator::store::redis::hot_record::from_json;
     use serde_json::json;
@@ -179,7 +180,20 @@ fn write_hot_records() {
         &json!({ "finals": 2, "wall_s": 12.5, "complete": true, "phase2": "started" }),
     )
     .unwrap();
+    let folded = from_json(
+        "trial record",
+        &json!({
+            "state": { "attempts": 2,
+                       "history": { "winner": 2, "is_final": true, "infra_used": 1,
+                                    "overloaded_used": 0, "blocked_streak": 0 },
+                       "final_mark": null, "queued": null, "rows": 1, "retry_pass": null },
+            "lease": lease,
+            "tokens": [null, { "rows": 1, "ack": null }]
+        }),
+    )
+    .unwrap();
     write(&dir, "trial", &trial);
+    write(&dir, "trial_record", &folded);
     write(&dir, "lease", &from_json("lease", &lease).unwrap());
     write(&dir, "token", &token);
     write(&dir, "block", &block);

@@ -12,8 +12,9 @@ use std::path::PathBuf;
 /// The layout the Redis backend writes: 2 since the campaign meta is stored in parts, 3 since
 /// a stream entry holds every item one commit wrote to its stream, 4 since those items are
 /// packed into one compressed field, 5 since trial states, leases, token records and block
-/// states are stored in a binary encoding instead of JSON.
-pub const REDIS_LAYOUT: u32 = 5;
+/// states are stored in a binary encoding instead of JSON, 6 since a trial's lease and token
+/// records are folded into its record.
+pub const REDIS_LAYOUT: u32 = 6;
 /// The layout the embedded backend writes: 2 since a block's started phase-2 verdict is
 /// stored as `"started"` (layout 1 wrote `null`, which read back as no verdict). Layout 1
 /// files are read as they are and stamped 2 when opened.

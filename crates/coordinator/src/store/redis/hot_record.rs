@@ -1,5 +1,6 @@
 //! The hot records' stored form since Redis layout 5: trial states, leases, token records and
-//! block states in a compact binary encoding instead of JSON.
+//! block states in a compact binary encoding instead of JSON; since layout 6, a trial's
+//! [`TrialRecord`] holds its state, lease and token records in one field.
 //!
 //! Every claim and completion reads and writes several of these records, and their JSON (field
 //! names, escaping, number formatting, the allocations of both) was about a sixth of the
@@ -12,6 +13,8 @@
 //! (`i64` zigzag-encoded first), `f64` as 8 bytes little-endian, `bool` as one byte `0` or
 //! `1`, an `Option` as a byte `0` (none) or `1` followed by the value, strings as a varint
 //! length and UTF-8 bytes, and names (phases, exclusion reasons) as their ledger spelling.
+//! A trial record is its state, its lease as an option, then its token records as a count
+//! and an option each (attempt 1 first), each part encoded as its own record without the tag.
 //! Two fields have a byte of their own instead: a placement (`0` any, `1` another lane, `2`
 //! another host, then the name) and a block's phase-2 verdict (`0` none yet, `1` started, `2`
 //! refused, then the refusal as its exclusion reason). Decoding is strict: every byte used,
@@ -63,6 +66,18 @@ pub(crate) trait Record: Sized + Serialize + DeserializeOwned {
     fn get(r: &mut Reader<'_>) -> Result<Self, RecordError>;
 }
 
+/// A trial's record since layout 6: its state with its lease and its tokens' records, so a
+/// claim or a completion writes one field of one hash for the trial, not three. Layout 5
+/// stored the three apart (`trials`, `leases`, `tokens`), and a trial stored that way keeps
+/// its lease and token records there until a commit next writes it (`trial_fold.rs`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize)]
+pub(crate) struct TrialRecord {
+    pub state: TrialState,
+    pub lease: Option<Lease>,
+    /// Token records by attempt: attempt 1 first.
+    pub tokens: Vec<Option<TokenRecord>>,
+}
+
 /// `record` in its stored form.
 pub(crate) fn encode<T: Record>(record: &T) -> Vec<u8> {
     let mut w = Writer(Vec::with_capacity(64));
@@ -109,6 +124,7 @@ pub fn reencode(bytes: &[u8]) -> Result<Vec<u8>, RecordError> {
         Some(&Lease::TAG) => again::<Lease>(bytes),
         Some(&TokenRecord::TAG) => again::<TokenRecord>(bytes),
         Some(&BlockState::TAG) => again::<BlockState>(bytes),
+        Some(&TrialRecord::TAG) => again::<TrialRecord>(bytes),
         Some(&tag) => Err(RecordError::Tag { kind: "hot", tag }),
         None => Err(RecordError::Empty),
     }
@@ -149,6 +165,7 @@ pub fn to_json(bytes: &[u8]) -> Result<(&'static str, serde_json::Value), Record
         Some(&Lease::TAG) => json::<Lease>(bytes),
         Some(&TokenRecord::TAG) => json::<TokenRecord>(bytes),
         Some(&BlockState::TAG) => json::<BlockState>(bytes),
+        Some(&TrialRecord::TAG) => json::<TrialRecord>(bytes),
         Some(&tag) => Err(RecordError::Tag { kind: "hot", tag }),
         None => Err(RecordError::Empty),
     }
@@ -168,6 +185,7 @@ pub fn from_json(kind: &str, value: &serde_json::Value) -> Result<Vec<u8>, Recor
         Lease::KIND => binary::<Lease>(value),
         TokenRecord::KIND => binary::<TokenRecord>(value),
         BlockState::KIND => binary::<BlockState>(value),
+        TrialRecord::KIND => binary::<TrialRecord>(value),
         _ => Err(RecordError::Json {
             kind: "hot",
             error: format!("no record kind {kind:?}"),
@@ -542,6 +560,41 @@ impl Record for BlockState {
     }
 }
 
+impl Record for TrialRecord {
+    const TAG: u8 = 5;
+    const KIND: &'static str = "trial record";
+
+    fn put(&self, w: &mut Writer) {
+        self.state.put(w);
+        w.opt(self.lease.as_ref(), |w, l| l.put(w));
+        w.u64(self.tokens.len() as u64);
+        for t in &self.tokens {
+            w.opt(t.as_ref(), |w, t| t.put(w));
+        }
+    }
+
+    fn get(r: &mut Reader<'_>) -> Result<Self, RecordError> {
+        let state = TrialState::get(r)?;
+        let lease = r.opt(Lease::get)?;
+        let at = r.at;
+        let n = r.u64()?;
+        // Each token takes a byte at least: a count past the bytes left is corrupt, and is
+        // refused before anything is allocated for it.
+        if n > (r.bytes.len() - r.at) as u64 {
+            return Err(r.bad("token count", at));
+        }
+        let mut tokens = Vec::with_capacity(n as usize);
+        for _ in 0..n {
+            tokens.push(r.opt(TokenRecord::get)?);
+        }
+        Ok(TrialRecord {
+            state,
+            lease,
+            tokens,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -667,6 +720,27 @@ mod tests {
             round_trip(&block(p));
         }
         round_trip(&BlockState::default());
+        round_trip(&TrialRecord::default());
+        round_trip(&TrialRecord {
+            state: trial(None, Placement::Any),
+            lease: Some(lease(Phase::Agent, Some(3))),
+            tokens: vec![Some(token(true)), None, Some(TokenRecord::default())],
+        });
+    }
+
+    #[test]
+    fn a_trial_record_refuses_a_token_count_past_its_bytes() {
+        let mut bytes = encode(&TrialRecord::default());
+        // The empty record ends with its token count, 0: claim a huge one instead.
+        bytes.pop();
+        bytes.extend_from_slice(&[0xff, 0xff, 0xff, 0xff, 0x0f]);
+        assert!(matches!(
+            decode::<TrialRecord>(&bytes),
+            Err(RecordError::Bad {
+                what: "token count",
+                ..
+            })
+        ));
     }
 
     #[test]

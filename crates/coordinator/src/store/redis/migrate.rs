@@ -24,6 +24,13 @@
 //! running fails (`corrupt`) on the first binary record it reads, and writes only JSON, which
 //! a layout 5 coordinator reads.
 //!
+//! Layout 5 -> 6: nothing is rewritten either. Layout 6 keeps a trial's lease and token records
+//! in its record in `trials` (`tx/fold.rs`) where layout 5 kept them in the `leases` and
+//! `tokens` hashes; a layout 6 coordinator reads a trial stored either way, and the first
+//! commit that writes a trial stored apart moves its lease and token records into its record.
+//! The step records the layout so that a layout 5 coordinator refuses the store; one left
+//! running fails (`corrupt`) on the first folded record it reads.
+//!
 //! # A coordinator running meanwhile
 //! Coordinators must be stopped first: an old one cannot read the new layout, and a new one
 //! refuses the store until the migration recorded its layout, which is written last. What
@@ -108,8 +115,9 @@ pub(crate) async fn run(conn: &mut Conn, at: StoreAt, dry_run: bool) -> R<Migrat
     while layout < REDIS_LAYOUT {
         match layout {
             1 => v1_to_v2(conn, &mut report).await?,
-            // Older stream entries and JSON records stay readable: nothing to rewrite.
-            2..=4 => {}
+            // Older stream entries, JSON records and records kept apart stay readable:
+            // nothing to rewrite.
+            2..=5 => {}
             other => {
                 return Err(StoreError::Corrupt(format!(
                     "{LAYOUT_KEY} is {other}, a layout no migration starts from"

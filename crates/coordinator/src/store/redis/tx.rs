@@ -4,8 +4,9 @@
 //! refuses them if the version moved.
 //!
 //! Reads that the engine is about to make are fetched ahead in one pipeline: the tasks, trial
-//! states and leases of the candidates a ready-queue scan returns, and everything a batch of
-//! completions will look up ([`RedisTx::prefetch_tokens`]).
+//! records and blocks of the candidates a ready-queue scan returns, and everything a batch of
+//! completions will look up ([`RedisTx::prefetch_tokens`]). A trial's lease and token records
+//! live in its record since layout 6 ([`fold`]).
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -28,6 +29,8 @@ use super::writes::{Savepoint, Writes};
 use crate::store::api::{Event, StoreError};
 use crate::store::model::{BlockState, Lease, Meta, Queue, TokenRecord, TrialState, Unit};
 use crate::store::tx::{R, Tx};
+
+mod fold;
 
 /// The fewest members a sorted-set scan fetches, so later scans of the round (and of the next
 /// rounds, through the cache) find them there.
@@ -88,6 +91,8 @@ pub(crate) struct RedisTx {
     /// it answers for every field that commit writes (a field it does not know is one that
     /// commit leaves alone, the same before and after it).
     pending: Option<Settled>,
+    /// The trials' records read so far, decoded (what `writes` and `cache` hold for them).
+    records: fold::Records,
 }
 
 impl RedisTx {
@@ -99,6 +104,7 @@ impl RedisTx {
             cache,
             writes: Writes::default(),
             pending: None,
+            records: fold::Records::default(),
         }
     }
 
@@ -120,17 +126,21 @@ impl RedisTx {
     }
 
     pub(crate) fn savepoint(&mut self) -> Savepoint {
+        self.flush_records();
         self.writes.savepoint()
     }
 
     /// Takes back the writes since `sp` (an operation of a round that failed).
     pub(crate) fn rollback(&mut self, sp: Savepoint) {
         self.writes.rollback(sp);
+        // Some may hold writes just taken back: read them again.
+        self.records.clear();
     }
 
     /// Drops every pending write, keeping the lock and version.
     pub(crate) fn discard(&mut self) {
         self.writes = Writes::default();
+        self.records.clear();
     }
 
     /// The events written so far, taken out: to report once the commit landed.
@@ -140,7 +150,7 @@ impl RedisTx {
 
     /// Whether any write is pending.
     pub(crate) fn has_writes(&self) -> bool {
-        !self.writes.is_empty()
+        !self.writes.is_empty() || self.records.changed()
     }
 
     /// Whether this transaction holds the campaign lock.
@@ -155,7 +165,8 @@ impl RedisTx {
 
     /// The commit's script call, built now to be sent later; `None` when the write set has
     /// bulk parts to stage first (then [`Self::commit`]).
-    pub(crate) fn prepare(&self, script: &redis::Script) -> R<Option<Prepared>> {
+    pub(crate) fn prepare(&mut self, script: &redis::Script) -> R<Option<Prepared>> {
+        self.flush_records();
         prepare(
             &self.keys,
             script,
@@ -167,6 +178,7 @@ impl RedisTx {
     }
 
     pub(crate) async fn commit(&mut self, script: &redis::Script) -> R<Committed> {
+        self.flush_records();
         self.writes.fold_ready_up_to(super::commit::STAGE_ABOVE);
         commit(
             &mut self.conn,
@@ -182,7 +194,8 @@ impl RedisTx {
 
     /// The cache after a commit that left the store at `version`: this transaction's reads
     /// with its writes applied, or an empty cache when the commit merged staged writes.
-    pub(crate) fn into_cache(self, version: String, staged: bool) -> Cache {
+    pub(crate) fn into_cache(mut self, version: String, staged: bool) -> Cache {
+        self.flush_records();
         let Self {
             mut cache,
             mut writes,
@@ -318,10 +331,23 @@ impl RedisTx {
         }
         self.read_ahead(vec![
             (self.keys.trials(), ids.clone()),
-            (self.keys.leases(), ids),
             (self.keys.blocks(), blocks),
         ])
-        .await
+        .await?;
+        // Trials written before layout 6 keep their leases apart.
+        let apart = self.apart(ids.iter().map(String::as_str));
+        self.read_ahead(vec![(self.keys.leases(), apart)]).await
+    }
+
+    /// Which of these trials' cached fields keep their lease and token records apart (written
+    /// before layout 6).
+    fn apart<'a>(&self, ids: impl Iterator<Item = &'a str>) -> Vec<String> {
+        let key = self.keys.trials();
+        ids.filter(
+            |id| matches!(self.cache.field(&key, id), Some(Some(bytes)) if fold::apart(bytes)),
+        )
+        .map(str::to_owned)
+        .collect()
     }
 
     /// Caches a committed task, parsed, and its position by id (a task and its position never
@@ -339,24 +365,20 @@ impl RedisTx {
     }
 
     /// Fetches ahead, in two pipelines, what completing or renewing these tokens reads: the
-    /// trials' states, leases, token records and task positions, then their tasks and blocks.
+    /// trials' records and task positions, then their tasks and blocks (and the leases and
+    /// token records of trials written before layout 6, which keep them apart).
     pub(crate) async fn prefetch_tokens(&mut self, tokens: &[(TrialId, u32)]) -> R<()> {
         let mut trials = Vec::new();
-        let mut records = Vec::new();
         let mut task_ids = Vec::new();
-        for (tid, attempt) in tokens {
+        for (tid, _) in tokens {
             let Ok((task, _, _)) = TrialId::parse(tid.as_str()) else {
                 continue;
             };
             trials.push(tid.to_string());
-            // A completion looks for the counted attempt among all of the trial's tokens.
-            records.extend((1..=*attempt).map(|a| token_field(tid.as_str(), a)));
             task_ids.push(task.to_string());
         }
         self.read_ahead(vec![
-            (self.keys.trials(), trials.clone()),
-            (self.keys.leases(), trials),
-            (self.keys.tokens(), records),
+            (self.keys.trials(), trials),
             (self.keys.task_pos(), task_ids.clone()),
         ])
         .await?;
@@ -375,9 +397,19 @@ impl RedisTx {
             }
             blocks.push(block_name(phase_of(&meta.spec, run), &task).to_string());
         }
+        let apart = self.apart(tokens.iter().map(|(t, _)| t.as_str()));
+        let mut records = Vec::new();
+        for (tid, attempt) in tokens {
+            if apart.iter().any(|a| a == tid.as_str()) {
+                // A completion looks for the counted attempt among all of the trial's tokens.
+                records.extend((1..=*attempt).map(|a| token_field(tid.as_str(), a)));
+            }
+        }
         self.read_ahead(vec![
             (self.keys.tasks(), positions),
             (self.keys.blocks(), blocks),
+            (self.keys.leases(), apart),
+            (self.keys.tokens(), records),
         ])
         .await
     }
@@ -546,17 +578,13 @@ impl Tx for RedisTx {
     }
 
     async fn trial(&mut self, id: &TrialId) -> R<Option<TrialState>> {
-        let id = id.as_str();
-        let key = self.keys.trials();
-        self.hget_with(&key, id, record).await
+        self.state_of(id).await
     }
     async fn put_trial(&mut self, id: &TrialId, state: &TrialState) -> R<()> {
-        let id = id.as_str();
-        let v = encode(state);
-        self.writes.hset(self.keys.trials(), id.to_owned(), Some(v));
-        Ok(())
+        self.put_state(id, state).await
     }
     async fn trial_ids(&mut self) -> R<Vec<TrialId>> {
+        self.flush_records();
         let key = self.keys.trials();
         self.hgetall(&key)
             .await?
@@ -566,29 +594,16 @@ impl Tx for RedisTx {
     }
 
     async fn lease(&mut self, trial: &TrialId) -> R<Option<Lease>> {
-        let trial = trial.as_str();
-        let key = self.keys.leases();
-        self.hget_with(&key, trial, record).await
+        self.lease_of(trial).await
     }
     async fn put_lease(&mut self, trial: &TrialId, lease: &Lease) -> R<()> {
-        let trial = trial.as_str();
-        let v = encode(lease);
-        self.writes
-            .hset(self.keys.leases(), trial.to_owned(), Some(v));
-        Ok(())
+        self.set_lease(trial, Some(lease)).await
     }
     async fn del_lease(&mut self, trial: &TrialId) -> R<()> {
-        let trial = trial.as_str();
-        self.writes.hset(self.keys.leases(), trial.to_owned(), None);
-        Ok(())
+        self.set_lease(trial, None).await
     }
     async fn leases(&mut self) -> R<Vec<(TrialId, Lease)>> {
-        let key = self.keys.leases();
-        self.hgetall(&key)
-            .await?
-            .into_iter()
-            .map(|(f, v)| Ok((trial_id(f)?, record(&v)?)))
-            .collect()
+        self.all_leases().await
     }
 
     async fn add_deadline(&mut self, at: EpochMs, trial: &TrialId) -> R<()> {
@@ -694,17 +709,10 @@ impl Tx for RedisTx {
     }
 
     async fn token(&mut self, trial: &TrialId, attempt: u32) -> R<Option<TokenRecord>> {
-        let trial = trial.as_str();
-        let key = self.keys.tokens();
-        self.hget_with(&key, &token_field(trial, attempt), record)
-            .await
+        self.token_of(trial, attempt).await
     }
     async fn put_token(&mut self, trial: &TrialId, attempt: u32, record: &TokenRecord) -> R<()> {
-        let trial = trial.as_str();
-        let v = encode(record);
-        self.writes
-            .hset(self.keys.tokens(), token_field(trial, attempt), Some(v));
-        Ok(())
+        self.set_token(trial, attempt, record).await
     }
 
     async fn put_row(&mut self, row: &Row) -> R<()> {
