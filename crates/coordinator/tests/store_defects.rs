@@ -682,6 +682,43 @@ async fn redis_transient_server_states_are_retryable(h: &mut Harness) {
     assert_eq!(h.rows(&c).await.len(), 3, "each outcome landed once");
 }
 
+/// A deadline entry that disagrees with its lease (a stale index) is moved to where the lease
+/// is due, not dropped: since layout 6 the Redis store lists leases from that index (one entry
+/// per trial), so a dropped entry hid the lease from status, and from the reaper, for good.
+async fn redis_a_stale_deadline_entry_is_moved_not_dropped(h: &mut Harness) {
+    let c = cid("stale-deadline");
+    h.submit(campaign(
+        "stale-deadline",
+        &[("a", "pa")],
+        1,
+        "pairing = \"none\"\nlease_ttl_s = 60",
+        "",
+    ))
+    .await;
+    let t = h.claim_tokens(&c, "lane-1", "host-1").await.remove(0);
+    let server = h.redis.as_ref().unwrap();
+    // The index says the lease was due two minutes ago; a new version makes the store read
+    // the index again instead of trusting its cache.
+    let stale = (h.now() - 120_000).to_string();
+    server.command(&[
+        "ZADD",
+        "lanes:{c:stale-deadline}:deadlines",
+        &stale,
+        t.trial_id.as_str(),
+    ]);
+    server.command(&["SET", "lanes:{c:stale-deadline}:ver", "99:stale"]);
+    let r = h.store.reap(&c, h.now()).await.unwrap();
+    assert_eq!((r.expired, r.cancelled), (0, 0), "the lease is not due");
+    let status = h.store.status(&c, h.now()).await.unwrap();
+    assert_eq!(status.in_flight.len(), 1, "the lease is still listed");
+    h.advance_s(120);
+    let r = h.store.reap(&c, h.now()).await.unwrap();
+    // Never renewed, so taken back as unstarted.
+    assert_eq!(r.expired + r.cancelled, 1, "and taken back when it is due");
+    let status = h.store.status(&c, h.now()).await.unwrap();
+    assert!(status.in_flight.is_empty(), "{:?}", status.in_flight);
+}
+
 per_backend!(embedded => Harness::embedded();
     forfeited_leases_are_taken_back_without_the_publish_grace,
     amendment_racing_renewals_is_amended_with_the_new_hash,
@@ -707,4 +744,5 @@ per_backend!(redis => Harness::redis().await;
     redis_submit_that_cannot_list_commits_nothing,
     redis_transient_server_states_are_retryable,
     redis_idle_claims_and_empty_reaps_write_nothing,
+    redis_a_stale_deadline_entry_is_moved_not_dropped,
 );

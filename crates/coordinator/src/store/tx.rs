@@ -28,6 +28,10 @@ pub(crate) trait Tx {
     /// Ids of every trial with a stored state.
     async fn trial_ids(&mut self) -> R<Vec<TrialId>>;
 
+    // Two rules the engine keeps, which the Redis store relies on (it keeps a trial's lease
+    // and token records in the trial's record, and lists leases from the deadline index): a
+    // lease or token record is written for a trial whose state the same operation writes (or
+    // wrote before), and every lease has exactly one deadline entry, at its `reap_at`.
     async fn lease(&mut self, trial: &TrialId) -> R<Option<Lease>>;
     async fn put_lease(&mut self, trial: &TrialId, lease: &Lease) -> R<()>;
     async fn del_lease(&mut self, trial: &TrialId) -> R<()>;

@@ -176,7 +176,10 @@ pub(crate) async fn reap(tx: &mut impl Tx, c: &CampaignId, now: EpochMs) -> R<Re
             continue;
         };
         if lease.reap_at() != at {
+            // A stale entry: the lease is indexed where it is due (a store keeps one entry per
+            // trial, so this may have been the lease's only one).
             tx.del_deadline(at, &tid).await?;
+            tx.add_deadline(lease.reap_at(), &tid).await?;
             continue;
         }
         let take = match unstarted(&lease, &meta) {

@@ -69,7 +69,7 @@ pub(crate) trait Record: Sized + Serialize + DeserializeOwned {
 /// A trial's record since layout 6: its state with its lease and its tokens' records, so a
 /// claim or a completion writes one field of one hash for the trial, not three. Layout 5
 /// stored the three apart (`trials`, `leases`, `tokens`), and a trial stored that way keeps
-/// its lease and token records there until a commit next writes it (`trial_fold.rs`).
+/// its lease and token records there until a commit next writes it (`tx/fold.rs`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize)]
 pub(crate) struct TrialRecord {
     pub state: TrialState,

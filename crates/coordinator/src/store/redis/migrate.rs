@@ -28,8 +28,11 @@
 //! in its record in `trials` (`tx/fold.rs`) where layout 5 kept them in the `leases` and
 //! `tokens` hashes; a layout 6 coordinator reads a trial stored either way, and the first
 //! commit that writes a trial stored apart moves its lease and token records into its record.
-//! The step records the layout so that a layout 5 coordinator refuses the store; one left
-//! running fails (`corrupt`) on the first folded record it reads.
+//! The step records the layout so that a layout 5 coordinator refuses the store. It does not
+//! detect one left running, and that one does harm: an operation that reads a trial (a claim,
+//! an outcome) fails on a folded record (`corrupt`), but its renewals and its reaper read only
+//! the `leases` hash, where a folded lease is absent, so it answers those lanes' renewals as
+//! lost and drops their leases' deadline entries (such a lease is then never reaped).
 //!
 //! # A coordinator running meanwhile
 //! Coordinators must be stopped first: an old one cannot read the new layout, and a new one

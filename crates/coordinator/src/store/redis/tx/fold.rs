@@ -20,7 +20,7 @@
 use std::collections::BTreeMap;
 
 // foldhash, not std's SipHash: an operation looks its trials up here several times.
-use foldhash::HashMap;
+use foldhash::{HashMap, HashSet};
 
 use lanes_common::ids::TrialId;
 
@@ -34,7 +34,7 @@ use crate::store::tx::R;
 #[derive(Default)]
 pub(super) struct Records {
     decoded: HashMap<String, Stored>,
-    changed: Vec<String>,
+    changed: HashSet<String>,
 }
 
 impl Records {
@@ -79,6 +79,10 @@ impl Stored {
 pub(super) fn apart(bytes: &[u8]) -> bool {
     bytes.first() != Some(&TrialRecord::TAG)
 }
+
+/// More attempts than this in a trial stored apart is corrupt data: folding it would read a
+/// token record for each.
+const MAX_ATTEMPTS_APART: u32 = 100_000;
 
 /// The index of `attempt` in a record's token records (attempts count from 1).
 fn slot(attempt: u32) -> R<usize> {
@@ -128,7 +132,18 @@ impl RedisTx {
             }
         };
         if let Some(state) = state {
+            if state.attempts > MAX_ATTEMPTS_APART {
+                return Err(corrupt(format!(
+                    "trial {trial} has {} attempts",
+                    state.attempts
+                )));
+            }
             let lease = self.lease_apart(trial).await?;
+            // Its token records in one read, then one by one from the cache.
+            let fields = (1..=state.attempts)
+                .map(|a| token_field(trial.as_str(), a))
+                .collect();
+            self.read_ahead(vec![(self.keys.tokens(), fields)]).await?;
             let mut tokens = Vec::with_capacity(state.attempts as usize);
             for attempt in 1..=state.attempts {
                 tokens.push(self.token_apart(trial, attempt).await?);
@@ -159,8 +174,8 @@ impl RedisTx {
 
     /// Marks the trial's decoded record as changed, to be written back.
     fn write_record(&mut self, trial: &TrialId) {
-        if !self.records.changed.iter().any(|t| t == trial.as_str()) {
-            self.records.changed.push(trial.to_string());
+        if !self.records.changed.contains(trial.as_str()) {
+            self.records.changed.insert(trial.to_string());
         }
     }
 
