@@ -20,7 +20,8 @@
 //! figure). It starts its own redis-server (appendonly yes, appendfsync always, no automatic AOF
 //! rewrite) on a free loopback port. `LANES_BENCH_LANES=64` (a comma-separated list) runs only
 //! those lane counts, and `LANES_BENCH_EMBEDDED=0` skips the embedded store, e.g. under a profiler.
-//! `LANES_BENCH_COUNT=n` runs only `n` cycles of 64 lanes on Redis (see [`counted`]).
+//! `LANES_BENCH_COUNT=n` runs only `n` cycles of 64 lanes on Redis, then prints Redis's CPU
+//! and each command's time per cycle (see [`counted`]).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -33,6 +34,7 @@ use lanes_coordinator::store::{
     ClaimOutcome, ClaimRequest, Clock, EmbeddedStore, RedisOptions, RedisStore, RenewState, Store,
     SystemClock,
 };
+use lanes_tests::redis_server::RedisServer;
 
 /// The allocator of the `lanes` binary, whose coordinator this bench measures.
 #[global_allocator]
@@ -401,13 +403,59 @@ async fn redb_txn_ceiling(dir: &Path, lanes: usize) -> f64 {
 /// machine's noise does not move
 /// (`valgrind --tool=cachegrind --cache-sim=no <bench binary> --bench`, then the total
 /// `I refs` of two builds, each run with a count and with `LANES_BENCH_COUNT=0`: the
-/// difference over `n` is the client's instructions per cycle).
-async fn counted(redis: &Arc<dyn Store>, count: u64) {
+/// difference over `n` is the client's instructions per cycle). Then, from Redis's own
+/// accounting of those cycles alone (`INFO cpu`, and `INFO commandstats` reset before them):
+/// its CPU per cycle, and each command's time and calls per cycle (a script's commands are
+/// counted in the script's time as well as on their own).
+async fn counted(redis: &Arc<dyn Store>, server: &RedisServer, count: u64) {
     prepare(redis, "bench-count").await;
     assert!(count <= 20_000, "the campaign has 20,000 trials");
+    server.command(&["CONFIG", "RESETSTAT"]);
+    let cpu_before = redis_cpu_s(server);
     let (_, n) = cycles_until(redis.clone(), "bench-count", 64, Duration::MAX, count).await;
     assert_eq!(n, count, "every counted cycle ran");
+    let cpu = redis_cpu_s(server) - cpu_before;
     println!("{n} claim+complete cycles");
+    let per = |x: f64| x / n.max(1) as f64;
+    println!("redis CPU per cycle: {:.1} us", per(cpu * 1e6));
+    let mut stats = command_stats(server);
+    stats.sort_by_key(|s| std::cmp::Reverse(s.2));
+    for (name, calls, usec) in stats {
+        println!(
+            "  {name:<16} {:>7.2} us per cycle {:>7.3} calls per cycle",
+            per(usec as f64),
+            per(calls as f64)
+        );
+    }
+}
+
+/// Redis's CPU time so far (user and system), in seconds.
+fn redis_cpu_s(server: &RedisServer) -> f64 {
+    server
+        .command(&["INFO", "cpu"])
+        .lines()
+        .filter_map(|l| {
+            let (k, v) = l.trim().split_once(':')?;
+            (k == "used_cpu_sys" || k == "used_cpu_user").then(|| v.parse::<f64>().ok())?
+        })
+        .sum()
+}
+
+/// `INFO commandstats`: each command's name, calls and microseconds.
+fn command_stats(server: &RedisServer) -> Vec<(String, u64, u64)> {
+    server
+        .command(&["INFO", "commandstats"])
+        .lines()
+        .filter_map(|l| {
+            let (name, fields) = l.trim().strip_prefix("cmdstat_")?.split_once(':')?;
+            let field = |k: &str| {
+                fields
+                    .split(',')
+                    .find_map(|f| f.strip_prefix(k)?.strip_prefix('=')?.parse::<u64>().ok())
+            };
+            Some((name.to_owned(), field("calls")?, field("usec")?))
+        })
+        .collect()
 }
 
 fn main() {
@@ -428,7 +476,7 @@ fn main() {
             .unwrap();
         let redis: Arc<dyn Store> = Arc::new(redis_store.clone());
         if let Ok(count) = std::env::var("LANES_BENCH_COUNT") {
-            return counted(&redis, count.parse().expect("a cycle count")).await;
+            return counted(&redis, &server, count.parse().expect("a cycle count")).await;
         }
         let dir = tempfile::tempdir().unwrap();
         let embedded_store = EmbeddedStore::open(dir.path()).unwrap();
