@@ -84,6 +84,9 @@ pub(crate) struct ZKnown {
     pub(crate) order: BTreeSet<(Score, String)>,
     pub(crate) scores: HashMap<String, f64>,
     pub(crate) known: Known,
+    /// How many members the scan that read them asked for (0: not read by a scan), so the
+    /// next scan of the set can ask for more.
+    pub(crate) fetched: usize,
 }
 
 impl ZKnown {
@@ -93,12 +96,19 @@ impl ZKnown {
             order: BTreeSet::new(),
             scores: HashMap::with_capacity(members.len()),
             known,
+            fetched: 0,
         };
         for (m, s) in members {
             z.order.insert((Score(s), m.clone()));
             z.scores.insert(m, s);
         }
         z
+    }
+
+    /// This answer, read by a scan that asked for `n` members.
+    pub(crate) fn with_fetched(mut self, n: usize) -> Self {
+        self.fetched = n;
+        self
     }
 
     /// Whether `member` is in the set, if the cache knows.

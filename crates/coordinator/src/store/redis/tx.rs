@@ -35,6 +35,25 @@ mod fold;
 /// The fewest members a sorted-set scan fetches, so later scans of the round (and of the next
 /// rounds, through the cache) find them there.
 const MIN_SCAN: usize = 256;
+/// The most a scan fetches to grow its window ([`scan_size`]); a scan asked for more still
+/// fetches twice what it was asked for.
+const MAX_SCAN: usize = 2048;
+
+/// How many members a scan fetches: twice those it was asked for (and those this transaction
+/// removed from the set), and at least twice the last scan of the same set while the cache
+/// lives (`last`), from [`MIN_SCAN`] up to [`MAX_SCAN`]. Claims refill their window of a ready
+/// queue with such a scan, and a refill stops the campaign's pipeline: it waits for the
+/// commits in flight, then three round trips (the scan, the tasks, the trials). A busy
+/// campaign's cache lives long and refills a window eight times larger, an eighth as often; a
+/// cache made afresh (a conflict, a new replica) starts small again.
+fn scan_size(limit: usize, removed: usize, last: Option<usize>) -> usize {
+    let grown = last.map_or(MIN_SCAN, |n| n.saturating_mul(2).clamp(MIN_SCAN, MAX_SCAN));
+    limit
+        .saturating_add(removed)
+        .saturating_mul(2)
+        .max(grown)
+        .min(i64::MAX as usize)
+}
 
 fn corrupt(e: impl std::fmt::Display) -> StoreError {
     StoreError::Corrupt(e.to_string())
@@ -457,11 +476,7 @@ impl RedisTx {
         }
         self.settle().await;
         let removed = self.writes.zsets.get(key).map_or(0, |z| z.removed.len());
-        let fetch = limit
-            .saturating_add(removed)
-            .saturating_mul(2)
-            .max(MIN_SCAN)
-            .min(i64::MAX as usize);
+        let fetch = scan_size(limit, removed, self.cache.zset(key).map(|z| z.fetched));
         let max_arg = if max == f64::INFINITY {
             "+inf".to_owned()
         } else {
@@ -482,8 +497,10 @@ impl RedisTx {
             Some((m, s)) if stored.len() >= fetch => Known::Until(Score(*s), m.clone()),
             _ => Known::Through(max),
         };
-        self.cache
-            .put_zset(key.to_owned(), ZKnown::new(stored, known));
+        self.cache.put_zset(
+            key.to_owned(),
+            ZKnown::new(stored, known).with_fetched(fetch),
+        );
         let answer = self.zrange_known(key, max, limit).ok_or_else(|| {
             StoreError::Backend(format!("scan of {key} does not cover what it fetched"))
         })?;
@@ -751,5 +768,26 @@ impl Tx for RedisTx {
         self.writes
             .hset(self.keys.blocks(), name.to_owned(), Some(v));
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_scan_of_a_set_the_cache_knows_fetches_twice_the_last_up_to_the_most() {
+        // A set not scanned yet: the least, or twice what was asked for.
+        assert_eq!(scan_size(4, 0, None), MIN_SCAN);
+        assert_eq!(scan_size(200, 10, None), 420);
+        // The same set scanned again while the cache lives: the window doubles.
+        assert_eq!(scan_size(4, 0, Some(MIN_SCAN)), 2 * MIN_SCAN);
+        assert_eq!(scan_size(4, 0, Some(1024)), MAX_SCAN);
+        assert_eq!(scan_size(4, 0, Some(MAX_SCAN)), MAX_SCAN);
+        // A set the cache knows from elsewhere than a scan starts at the least.
+        assert_eq!(scan_size(4, 0, Some(0)), MIN_SCAN);
+        // Asked for more than the most: still twice what was asked for.
+        assert_eq!(scan_size(5_000, 0, Some(MAX_SCAN)), 10_000);
+        assert_eq!(scan_size(usize::MAX, 1, None), i64::MAX as usize);
     }
 }
