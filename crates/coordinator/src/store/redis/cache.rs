@@ -250,8 +250,13 @@ impl Cache {
     /// Whether the cache grew past [`Self::limit`] and should be dropped.
     pub(crate) fn is_large(&self) -> bool {
         let fields: usize = self.fields.values().map(HashMap::len).sum();
-        let members: usize = self.zsets.values().map(|z| z.scores.len()).sum();
+        let members = self.members();
         fields + members + self.tasks.len() > self.limit(members)
+    }
+
+    /// The sorted-set members this cache knows, in all its sets.
+    pub(crate) fn members(&self) -> usize {
+        self.zsets.values().map(|z| z.scores.len()).sum()
     }
 
     /// The entries this cache may hold: twice its working set (every open lease's, and the

@@ -38,20 +38,29 @@ const MIN_SCAN: usize = 256;
 /// The most a scan fetches to grow its window ([`scan_size`]); a scan asked for more still
 /// fetches twice what it was asked for.
 const MAX_SCAN: usize = 2048;
+/// The members a cache may know in all its sorted sets for a scan to grow its window: a
+/// campaign whose claims scan many queues (one per provider, say) keeps windows of
+/// [`MIN_SCAN`], whose read-ahead the cache has room for.
+const MAX_SCANNED: usize = 2 * MAX_SCAN;
 
 /// How many members a scan fetches: twice those it was asked for (and those this transaction
 /// removed from the set), and at least twice the last scan of the same set while the cache
-/// lives (`last`), from [`MIN_SCAN`] up to [`MAX_SCAN`]. Claims refill their window of a ready
-/// queue with such a scan, and a refill stops the campaign's pipeline: it waits for the
-/// commits in flight, then three round trips (the scan, the tasks, the trials). A busy
-/// campaign's cache lives long and refills a window eight times larger, an eighth as often; a
-/// cache made afresh (a conflict, a new replica) starts small again.
-fn scan_size(limit: usize, removed: usize, last: Option<usize>) -> usize {
-    let grown = last.map_or(MIN_SCAN, |n| n.saturating_mul(2).clamp(MIN_SCAN, MAX_SCAN));
+/// lives (`last`), from [`MIN_SCAN`] up to [`MAX_SCAN`], while the cache knows fewer than
+/// [`MAX_SCANNED`] members in all (`known`). Claims refill their window of a ready queue with
+/// such a scan, and a refill stops the campaign's pipeline: it waits for the commits in
+/// flight, then three round trips (the scan, the tasks, the trials). A busy campaign's cache
+/// lives long and refills a window eight times larger, an eighth as often; a cache made
+/// afresh (a conflict, a new replica, one grown too large) starts small again.
+fn scan_size(limit: usize, removed: usize, last: Option<usize>, known: usize) -> usize {
+    let grown = match last {
+        Some(n) if known.saturating_add(n.saturating_mul(2)) <= MAX_SCANNED => n.saturating_mul(2),
+        Some(n) => n,
+        None => MIN_SCAN,
+    };
     limit
         .saturating_add(removed)
         .saturating_mul(2)
-        .max(grown)
+        .max(grown.clamp(MIN_SCAN, MAX_SCAN))
         .min(i64::MAX as usize)
 }
 
@@ -476,7 +485,8 @@ impl RedisTx {
         }
         self.settle().await;
         let removed = self.writes.zsets.get(key).map_or(0, |z| z.removed.len());
-        let fetch = scan_size(limit, removed, self.cache.zset(key).map(|z| z.fetched));
+        let last = self.cache.zset(key).map(|z| z.fetched);
+        let fetch = scan_size(limit, removed, last, self.cache.members());
         let max_arg = if max == f64::INFINITY {
             "+inf".to_owned()
         } else {
@@ -778,16 +788,27 @@ mod tests {
     #[test]
     fn a_scan_of_a_set_the_cache_knows_fetches_twice_the_last_up_to_the_most() {
         // A set not scanned yet: the least, or twice what was asked for.
-        assert_eq!(scan_size(4, 0, None), MIN_SCAN);
-        assert_eq!(scan_size(200, 10, None), 420);
+        assert_eq!(scan_size(4, 0, None, 0), MIN_SCAN);
+        assert_eq!(scan_size(200, 10, None, 0), 420);
         // The same set scanned again while the cache lives: the window doubles.
-        assert_eq!(scan_size(4, 0, Some(MIN_SCAN)), 2 * MIN_SCAN);
-        assert_eq!(scan_size(4, 0, Some(1024)), MAX_SCAN);
-        assert_eq!(scan_size(4, 0, Some(MAX_SCAN)), MAX_SCAN);
+        assert_eq!(scan_size(4, 0, Some(MIN_SCAN), 100), 2 * MIN_SCAN);
+        assert_eq!(scan_size(4, 0, Some(1024), 100), MAX_SCAN);
+        assert_eq!(scan_size(4, 0, Some(MAX_SCAN), 100), MAX_SCAN);
         // A set the cache knows from elsewhere than a scan starts at the least.
-        assert_eq!(scan_size(4, 0, Some(0)), MIN_SCAN);
+        assert_eq!(scan_size(4, 0, Some(0), 0), MIN_SCAN);
         // Asked for more than the most: still twice what was asked for.
-        assert_eq!(scan_size(5_000, 0, Some(MAX_SCAN)), 10_000);
-        assert_eq!(scan_size(usize::MAX, 1, None), i64::MAX as usize);
+        assert_eq!(scan_size(5_000, 0, Some(MAX_SCAN), 0), 10_000);
+        assert_eq!(scan_size(usize::MAX, 1, None, 0), i64::MAX as usize);
+    }
+
+    #[test]
+    fn windows_stop_growing_when_the_cache_knows_many_members() {
+        // Fifty queues of the least already known: no room to grow, the window stays.
+        let known = 50 * MIN_SCAN;
+        assert_eq!(scan_size(4, 0, Some(MIN_SCAN), known), MIN_SCAN);
+        assert_eq!(scan_size(4, 0, Some(1024), known), 1024);
+        // Room for the doubled window beside what is known: it grows.
+        assert_eq!(scan_size(4, 0, Some(1024), MAX_SCANNED - 2048), MAX_SCAN);
+        assert_eq!(scan_size(4, 0, Some(1024), MAX_SCANNED - 2047), 1024);
     }
 }
