@@ -69,11 +69,13 @@ impl Known {
         }
     }
 
-    /// Whether every member with a score up to `max` is known.
+    /// Whether every member with a score up to `max` is known: up to the last member read,
+    /// every member with a lower score sorts before it. (Without the second arm, a claim's
+    /// `delayed_due(now)` missed on a set holding more than one window, every round.)
     pub(crate) fn covers_through(&self, max: f64) -> bool {
         match self {
             Known::Through(m) => max <= *m,
-            Known::Until(..) => false,
+            Known::Until(s, _) => max < s.0,
         }
     }
 }
@@ -84,31 +86,26 @@ pub(crate) struct ZKnown {
     pub(crate) order: BTreeSet<(Score, String)>,
     pub(crate) scores: HashMap<String, f64>,
     pub(crate) known: Known,
-    /// How many members the scan that read them asked for (0: not read by a scan), so the
-    /// next scan of the set can ask for more.
+    /// How many members the scan that read them asked for, so the next scan of the set can
+    /// ask for more.
     pub(crate) fetched: usize,
 }
 
 impl ZKnown {
-    /// A scan's answer: `members` in order, read up to `known`.
-    pub(crate) fn new(members: Vec<(String, f64)>, known: Known) -> Self {
+    /// A scan's answer: `members` in order, read up to `known` by a scan that asked for
+    /// `fetched` members.
+    pub(crate) fn new(members: Vec<(String, f64)>, known: Known, fetched: usize) -> Self {
         let mut z = Self {
             order: BTreeSet::new(),
             scores: HashMap::with_capacity(members.len()),
             known,
-            fetched: 0,
+            fetched,
         };
         for (m, s) in members {
             z.order.insert((Score(s), m.clone()));
             z.scores.insert(m, s);
         }
         z
-    }
-
-    /// This answer, read by a scan that asked for `n` members.
-    pub(crate) fn with_fetched(mut self, n: usize) -> Self {
-        self.fetched = n;
-        self
     }
 
     /// Whether `member` is in the set, if the cache knows.
@@ -288,6 +285,7 @@ mod tests {
         ZKnown::new(
             members.iter().map(|(m, s)| (m.to_string(), *s)).collect(),
             known,
+            members.len(),
         )
     }
 
@@ -337,7 +335,7 @@ mod tests {
             let members = (0..256).map(|i| (format!("{q}:{i}"), 0.0)).collect();
             c.put_zset(
                 format!("ready:{q}"),
-                ZKnown::new(members, Known::Through(0.0)),
+                ZKnown::new(members, Known::Through(0.0), 256),
             );
         }
         assert!(!c.is_large(), "25,600 entries against 12,800 * 14 of room");
@@ -356,6 +354,27 @@ mod tests {
         assert_eq!(k.contains("d", 2.0), None, "d sorts after c: unknown");
         assert_eq!(k.contains("x", 3.0), None);
         assert!(!k.known.covers_through(2.0));
+        // Below the last member's score, every member is known.
+        assert!(k.known.covers_through(1.5));
+    }
+
+    #[test]
+    fn a_cut_scan_answers_a_bounded_scan_below_its_last_score() {
+        // Read up to (4, "d"): every member with a score under 4 is known, so a scan of
+        // those answers from the cache however few there are (before, it went to Redis
+        // unless it filled its limit: a claim's scan of the due delayed trials did, every
+        // round, on a set larger than one window).
+        let k = z(
+            &[("a", 1.0), ("b", 2.0), ("c", 3.0), ("d", 4.0)],
+            Known::Until(Score(4.0), "d".into()),
+        );
+        assert_eq!(
+            names(k.scan(None, 2.5, 256)),
+            Some(vec!["a".into(), "b".into()])
+        );
+        assert_eq!(names(k.scan(None, 3.99, 256)).map(|v| v.len()), Some(3));
+        // At the last member's score, another member may follow it: unknown.
+        assert_eq!(names(k.scan(None, 4.0, 256)), None);
     }
 
     fn names(scan: Option<Vec<(String, f64)>>) -> Option<Vec<String>> {
@@ -378,9 +397,10 @@ mod tests {
         assert_eq!(scan(f64::INFINITY, 4), v(&["c", "a", "x", "d"]));
         assert_eq!(
             scan(3.9, 10),
-            None,
-            "up to 3.9 is known only if d is past it"
+            v(&["c", "a", "x"]),
+            "d is past 3.9: all known"
         );
+        assert_eq!(scan(4.0, 10), None, "another member may follow d at 4.0");
         assert_eq!(scan(f64::INFINITY, 5), None, "y lies past what was read");
         assert_eq!(names(k.scan(None, f64::INFINITY, 2)), v(&["a", "b"]));
         let all = z(&[("a", 1.0)], Known::Through(f64::INFINITY));
