@@ -9,7 +9,7 @@ use std::sync::Arc;
 use lanes_common::ids::CampaignId;
 use lanes_common::row::Status;
 use lanes_common::state::CampaignState;
-use lanes_coordinator::store::{ClaimOutcome, RedisOptions, RedisStore, Store};
+use lanes_coordinator::store::{ClaimOutcome, RedisOptions, RedisStats, RedisStore, Store};
 use support::*;
 
 async fn replica(h: &Harness) -> RedisStore {
@@ -445,6 +445,8 @@ async fn scans_of(url: &str, key: &str) -> Vec<usize> {
     use ::redis::Value;
     let client = ::redis::Client::open(url).expect("a redis url");
     let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    // The log of a busy run is tens of megabytes (each entry keeps up to 32 arguments).
+    conn.set_response_timeout(std::time::Duration::from_secs(120));
     let log: Vec<Value> = ::redis::cmd("SLOWLOG")
         .arg("GET")
         .arg(-1)
@@ -481,11 +483,33 @@ async fn scans_of(url: &str, key: &str) -> Vec<usize> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_busy_campaigns_ready_window_grows_and_leases_each_trial_once() {
     let h = Harness::redis().await;
-    let c = cid("window");
+    let (scans, _) = busy_campaign(&h, "window", 2000).await;
+    assert_eq!(scans, [256, 512, 1024, 2048]);
+}
+
+/// A cache grown past its limit (finished trials' fields pile up) is trimmed to its windows'
+/// read-ahead, not dropped: 8,000 trials on one replica, and the ready queue's window never
+/// starts small again (dropped, it went 256, 512, 1,024, 2,048, then 256 again, and the
+/// tasks read ahead with the window of 2,048 were read and parsed twice).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cache_past_its_limit_is_trimmed_and_keeps_its_windows() {
+    let h = Harness::redis().await;
+    let (scans, stats) = busy_campaign(&h, "trim", 8000).await;
+    assert!(stats.trims >= 1, "{stats:?}");
+    assert_eq!(scans[..4], [256, 512, 1024, 2048], "{scans:?}");
+    assert!(scans[4..].iter().all(|s| *s == 2048), "{scans:?}");
+}
+
+/// Submits a campaign `name` of `trials` trials (one arm), then 32 lanes of one replica claim
+/// and complete them all, with every command in the server's slow log. Checks each trial is
+/// leased and counted once; answers the sizes of the ready queue's scans, in order, and the
+/// replica's counters.
+async fn busy_campaign(h: &Harness, name: &str, trials: usize) -> (Vec<usize>, RedisStats) {
+    let c = cid(name);
     h.submit(campaign(
-        "window",
+        name,
         &[("a", "pa")],
-        2000,
+        trials,
         "pairing = \"none\"",
         "",
     ))
@@ -499,7 +523,9 @@ async fn a_busy_campaigns_ready_window_grows_and_leases_each_trial_once() {
         ]),
         ["+OK", "+OK", "+OK"]
     );
-    let shared: Arc<dyn Store> = Arc::new(replica(&h).await);
+    let replica = replica(h).await;
+    let before = replica.stats();
+    let shared: Arc<dyn Store> = Arc::new(replica.clone());
     let lanes: Vec<_> = (0..32)
         .map(|i| {
             let (store, c) = (shared.clone(), c.clone());
@@ -510,11 +536,15 @@ async fn a_busy_campaigns_ready_window_grows_and_leases_each_trial_once() {
     for l in lanes {
         done += l.await.expect("a lane");
     }
-    assert_eq!(done, 2000);
+    assert_eq!(done, trials);
     server.command(&["CONFIG", "SET", "slowlog-log-slower-than", "10000"]);
-    let ready = "lanes:{c:window}:ready:p:pa";
-    assert_eq!(scans_of(&server.url(), ready).await, [256, 512, 1024, 2048]);
-    each_counted_once(&h, &c, 2000).await;
+    let ready = format!("lanes:{{c:{name}}}:ready:p:pa");
+    let scans = scans_of(&server.url(), &ready).await;
+    each_counted_once(h, &c, trials).await;
     let st = h.store.status(&c, h.now()).await.unwrap();
-    assert_eq!((st.state, st.trials_counted), (CampaignState::Done, 2000));
+    assert_eq!(
+        (st.state, st.trials_counted),
+        (CampaignState::Done, trials as u64)
+    );
+    (scans, replica.stats().since(&before))
 }

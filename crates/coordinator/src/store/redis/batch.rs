@@ -287,10 +287,11 @@ impl RedisStore {
                 self.land_front(&c, &mut chain, &mut cache).await;
             }
             let base = match chain.back_mut() {
-                // A cache grown too large is dropped, as `begin` drops it: land everything.
+                // A cache grown too large is trimmed by `begin`, which only a cache no
+                // commit in flight builds on may be: land everything first.
                 Some(last) if last.next.as_ref().is_some_and(Cache::is_large) => {
                     self.land_all(&c, &mut chain, &mut cache).await;
-                    Base::Cache(None)
+                    Base::Cache(cache.take())
                 }
                 Some(last) => match last.next.take() {
                     Some(next) => Base::InFlight(next, last.settled.clone()),

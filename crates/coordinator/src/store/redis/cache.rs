@@ -20,8 +20,9 @@ use lanes_common::spec::Task;
 
 use crate::store::model::Meta;
 
-/// Cached entries (hash fields, sorted set members and tasks) past which a cache is dropped,
-/// and read again as rounds need it ([`Cache::limit`]). Its working set is about eight entries
+/// Cached entries (hash fields, sorted set members and tasks) past which a cache is trimmed to
+/// its windows' read-ahead (`tx/trim.rs`), the rest read again as rounds need it
+/// ([`Cache::limit`]). Its working set is about eight entries
 /// per trial at work (its state, lease, token, block and task, the task three ways) and the
 /// read-ahead of every ready-queue member a claim scanned (a group's member: all of its
 /// trials); what piles up beyond that is finished trials' fields, which the normal course never
@@ -244,7 +245,29 @@ impl Cache {
         self.zsets.insert(key, z);
     }
 
-    /// Whether the cache grew past [`Self::limit`] and should be dropped.
+    /// The sorted sets this cache knows, by key.
+    pub(crate) fn zsets(&self) -> impl Iterator<Item = (&String, &ZKnown)> {
+        self.zsets.iter()
+    }
+
+    /// Keeps only the hash fields named in `keep` (by key) and the tasks parsed at
+    /// `positions`; the meta and the sorted sets stay whole (`tx/trim.rs`).
+    pub(crate) fn retain(
+        &mut self,
+        keep: &std::collections::HashMap<String, foldhash::HashSet<String>>,
+        positions: &foldhash::HashSet<u32>,
+    ) {
+        self.fields.retain(|key, fields| match keep.get(key) {
+            Some(names) => {
+                fields.retain(|f, _| names.contains(f));
+                !fields.is_empty()
+            }
+            None => false,
+        });
+        self.tasks.retain(|pos, _| positions.contains(pos));
+    }
+
+    /// Whether the cache grew past [`Self::limit`] and should be trimmed (or dropped).
     pub(crate) fn is_large(&self) -> bool {
         let fields: usize = self.fields.values().map(HashMap::len).sum();
         let members = self.members();
@@ -258,7 +281,7 @@ impl Cache {
 
     /// The entries this cache may hold: twice its working set (every open lease's, and the
     /// read-ahead of the `members` of sorted sets it knows), at least [`MIN_ENTRIES`], at most
-    /// [`MAX_ENTRIES`]. A limit under the working set would drop the cache at every round.
+    /// [`MAX_ENTRIES`]. A limit under the working set would trim the cache at every round.
     fn limit(&self, members: usize) -> usize {
         let (leases, arms) = match &self.meta {
             Some(Some(meta)) => (

@@ -96,9 +96,14 @@ impl Keys {
         use std::fmt::Write;
         let mut k = String::with_capacity(self.prefix.len() + 16);
         k.push_str(&self.prefix);
+        // `ready_prefix`.
         k.push_str("ready:");
         let _ = write!(k, "{queue}");
         k
+    }
+    /// What every ready queue's key starts with.
+    pub(crate) fn ready_prefix(&self) -> String {
+        self.key("ready:")
     }
     pub(crate) fn queues(&self) -> String {
         self.key("queues")

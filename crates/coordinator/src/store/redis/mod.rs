@@ -392,8 +392,14 @@ impl RedisStore {
             String::new()
         };
         let version = self.read_version(campaign).await?;
+        // A cache grown too large is trimmed to its windows' read-ahead (nothing is in
+        // flight behind a cache `begin` is given), or dropped.
         let cache = match cache {
             Some(c) if c.version == version && !c.is_large() => c,
+            Some(c) if c.version == version => {
+                Counters::bump(&self.counters.trims);
+                tx::trimmed(&keys, c).unwrap_or_else(|| Cache::at(version))
+            }
             _ => Cache::at(version),
         };
         Ok(RedisTx::new(conn, keys, cache, token))

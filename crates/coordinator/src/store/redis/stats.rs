@@ -33,6 +33,8 @@ pub struct RedisStats {
     /// in flight already, or an operation that must run after them. Over a run's wall time,
     /// for one campaign, the share of it its rounds waited on Redis.
     pub round_wait_us: u64,
+    /// Caches grown past their limit and trimmed to their windows' read-ahead.
+    pub trims: u64,
     /// Times the master changed (a Sentinel failover followed).
     pub failovers: u64,
     /// Acknowledged writes whose `WAIT` saw fewer replicas than `--redis-wait` asks.
@@ -53,6 +55,7 @@ impl RedisStats {
             commits: self.commits - earlier.commits,
             commit_us: self.commit_us - earlier.commit_us,
             round_wait_us: self.round_wait_us - earlier.round_wait_us,
+            trims: self.trims - earlier.trims,
             failovers: self.failovers - earlier.failovers,
             wait_timeouts: self.wait_timeouts - earlier.wait_timeouts,
         }
@@ -72,6 +75,7 @@ pub(crate) struct Counters {
     pub(crate) commits: AtomicU64,
     pub(crate) commit_us: AtomicU64,
     pub(crate) round_wait_us: AtomicU64,
+    pub(crate) trims: AtomicU64,
 }
 
 impl Counters {
@@ -98,6 +102,7 @@ impl Counters {
             commits: get(&self.commits),
             commit_us: get(&self.commit_us),
             round_wait_us: get(&self.round_wait_us),
+            trims: get(&self.trims),
             failovers: 0,
             wait_timeouts: 0,
         }

@@ -31,6 +31,9 @@ use crate::store::model::{BlockState, Lease, Meta, Queue, TokenRecord, TrialStat
 use crate::store::tx::{R, Tx};
 
 mod fold;
+mod trim;
+
+pub(crate) use trim::trimmed;
 
 /// The fewest members a sorted-set scan fetches, so later scans of the round (and of the next
 /// rounds, through the cache) find them there.
@@ -50,8 +53,8 @@ const MAX_SCANNED: usize = 2 * MAX_SCAN;
 /// queue with such a scan, and a refill stops the campaign's pipeline: it waits for the
 /// commits in flight, then three round trips (the scan, the tasks, the trials). A busy
 /// campaign's window grows 256, 512, 1,024, 2,048 while its cache lives: a fourth of the
-/// refills for its first 3,840 claims; a cache made afresh (a conflict, a new replica, one
-/// grown too large) starts small again.
+/// refills for its first 3,840 claims. A cache grown too large is trimmed and keeps its
+/// windows ([`trimmed`]); one made afresh (a conflict, a new replica) starts small again.
 fn scan_size(limit: usize, removed: usize, last: Option<usize>, known: usize) -> usize {
     let grown = match last {
         Some(n) if known.saturating_add(n.saturating_mul(2)) <= MAX_SCANNED => n.saturating_mul(2),
