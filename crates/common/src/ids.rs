@@ -37,9 +37,15 @@ fn check(
 macro_rules! id_type {
     ($(#[$doc:meta])* $name:ident, $kind:literal, $pattern:literal, $max:expr, $first:expr, $rest:expr) => {
         $(#[$doc])*
-        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-        #[serde(try_from = "String", into = "String")]
+        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize)]
+        #[serde(try_from = "String")]
         pub struct $name(String);
+
+        impl Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(&self.0)
+            }
+        }
 
         impl $name {
             pub const PATTERN: &'static str = $pattern;
@@ -157,9 +163,16 @@ fn lane_char(c: u8) -> bool {
 
 /// A trial id, `<task>.r<run_index>.<arm>`. Built from validated parts or parsed strictly, so it
 /// never contains `/`, `..` as a component, or anything else that could escape a directory.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(try_from = "String", into = "String")]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize)]
+#[serde(try_from = "String")]
 pub struct TrialId(String);
+
+// By reference: `into = "String"` would copy the id each time a row or event is written.
+impl Serialize for TrialId {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
 
 impl TrialId {
     pub fn from_parts(task: &TaskId, run_index: u32, arm: &ArmId) -> Self {
@@ -268,6 +281,20 @@ impl fmt::Display for AttemptTag {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ids_serialize_as_their_text_and_read_back_checked() {
+        let task = TaskId::new("t-1").unwrap();
+        let arm = ArmId::new("a").unwrap();
+        let trial = TrialId::from_parts(&task, 3, &arm);
+        assert_eq!(serde_json::to_string(&task).unwrap(), r#""t-1""#);
+        assert_eq!(serde_json::to_string(&trial).unwrap(), r#""t-1.r3.a""#);
+        assert_eq!(
+            serde_json::from_str::<TrialId>(r#""t-1.r3.a""#).unwrap(),
+            trial
+        );
+        assert!(serde_json::from_str::<TaskId>(r#""../x""#).is_err());
+    }
 
     #[test]
     fn an_attempt_tag_names_campaign_trial_and_attempt() {

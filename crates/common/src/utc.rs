@@ -36,11 +36,18 @@ pub fn format_rfc3339(ms: EpochMs) -> String {
 
 /// An instant as rows and records spell it: RFC 3339 text, checked when it is made or read,
 /// and kept as written so a ledger reads back byte for byte.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(try_from = "String", into = "String")]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Deserialize)]
+#[serde(try_from = "String")]
 pub struct UtcTime {
     text: String,
     ms: EpochMs,
+}
+
+// Its text, by reference (`into = "String"` would copy it for every row written).
+impl Serialize for UtcTime {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.text)
+    }
 }
 
 impl UtcTime {
@@ -104,6 +111,15 @@ impl std::fmt::Display for UtcTime {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_time_serializes_as_the_text_it_was_read_from() {
+        let t: UtcTime = serde_json::from_str(r#""2026-12-31T00:00:00.5+00:00""#).unwrap();
+        assert_eq!(
+            serde_json::to_string(&t).unwrap(),
+            r#""2026-12-31T00:00:00.5+00:00""#
+        );
+    }
 
     #[test]
     fn round_trip() {
