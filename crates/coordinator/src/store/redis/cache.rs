@@ -250,19 +250,16 @@ impl Cache {
         self.zsets.iter()
     }
 
-    /// Keeps only the hash fields named in `keep` (by key) and the tasks parsed at
+    /// Keeps only the hash fields `keep(key, field)` keeps and the tasks parsed at
     /// `positions`; the meta and the sorted sets stay whole (`tx/trim.rs`).
     pub(crate) fn retain(
         &mut self,
-        keep: &std::collections::HashMap<String, foldhash::HashSet<String>>,
+        keep: impl Fn(&str, &str) -> bool,
         positions: &foldhash::HashSet<u32>,
     ) {
-        self.fields.retain(|key, fields| match keep.get(key) {
-            Some(names) => {
-                fields.retain(|f, _| names.contains(f));
-                !fields.is_empty()
-            }
-            None => false,
+        self.fields.retain(|key, fields| {
+            fields.retain(|f, _| keep(key, f));
+            !fields.is_empty()
         });
         self.tasks.retain(|pos, _| positions.contains(pos));
     }
@@ -335,7 +332,7 @@ mod tests {
     }
 
     #[test]
-    fn a_cache_is_dropped_past_its_working_set_not_before() {
+    fn a_cache_is_trimmed_past_its_working_set_not_before() {
         // At least 20,000 entries, whatever the leases.
         assert!(!cache_of(MIN_ENTRIES, None).is_large());
         assert!(cache_of(MIN_ENTRIES + 1, None).is_large());

@@ -396,10 +396,13 @@ impl RedisStore {
         // flight behind a cache `begin` is given), or dropped.
         let cache = match cache {
             Some(c) if c.version == version && !c.is_large() => c,
-            Some(c) if c.version == version => {
-                Counters::bump(&self.counters.trims);
-                tx::trimmed(&keys, c).unwrap_or_else(|| Cache::at(version))
-            }
+            Some(c) if c.version == version => match tx::trimmed(&keys, c) {
+                Some(c) => {
+                    Counters::bump(&self.counters.trims);
+                    c
+                }
+                None => Cache::at(version),
+            },
             _ => Cache::at(version),
         };
         Ok(RedisTx::new(conn, keys, cache, token))
