@@ -68,6 +68,25 @@ fn scan_size(limit: usize, removed: usize, last: Option<usize>, known: usize) ->
         .min(i64::MAX as usize)
 }
 
+/// The trials of the unit at `key` (a position key) of a queue of `unit`s, whose task is
+/// `task`: the one trial, or every trial of the run group.
+fn unit_trials<'a>(
+    meta: &'a Meta,
+    unit: Unit,
+    key: u64,
+    task: &'a TaskId,
+) -> impl Iterator<Item = TrialId> + 'a {
+    let (_, tp, run, slot) = from_position_key(key);
+    let n = meta.spec.arms.len() as u32;
+    let slots = match unit {
+        Unit::Trial => slot..slot + 1,
+        Unit::Group => 0..n,
+    };
+    slots
+        .filter_map(move |s| meta.spec.arms.get(arm_index(tp, run, s, n) as usize))
+        .map(move |arm| TrialId::from_parts(task, run, &arm.id))
+}
+
 fn corrupt(e: impl std::fmt::Display) -> StoreError {
     StoreError::Corrupt(e.to_string())
 }
@@ -333,11 +352,10 @@ impl RedisTx {
             .collect();
         self.read_ahead(vec![(tasks_key.clone(), positions)])
             .await?;
-        let n = meta.spec.arms.len() as u32;
         let mut ids = Vec::new();
         let mut blocks = Vec::new();
         for key in keys {
-            let (phase, tp, run, slot) = from_position_key(*key);
+            let (phase, tp, _, _) = from_position_key(*key);
             let task_id = match self.cache.task(tp) {
                 Some(t) => t.id.clone(),
                 None => {
@@ -350,14 +368,7 @@ impl RedisTx {
                     id
                 }
             };
-            let slots = match unit {
-                Unit::Trial => slot..slot + 1,
-                Unit::Group => 0..n,
-            };
-            for s in slots {
-                let arm = &meta.spec.arms[arm_index(tp, run, s, n) as usize];
-                ids.push(TrialId::from_parts(&task_id, run, &arm.id).to_string());
-            }
+            ids.extend(unit_trials(&meta, unit, *key, &task_id).map(|t| t.to_string()));
             // Its completion adds to its block.
             blocks.push(block_name(phase, &task_id).to_string());
         }

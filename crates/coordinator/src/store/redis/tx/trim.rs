@@ -17,18 +17,17 @@
 //! transaction from a landed cache at the stored version.
 
 use foldhash::HashSet;
-use lanes_common::ids::TrialId;
-use lanes_common::schedule::{arm_index, block_name, from_position_key};
+use lanes_common::schedule::{block_name, from_position_key};
 
 use super::super::cache::Cache;
 use super::super::keys::Keys;
-use crate::store::model::{Queue, Unit};
+use super::unit_trials;
+use crate::store::model::Queue;
 
 /// `cache` trimmed to its ready queues' read-ahead; `None` when it cannot be (no meta read)
 /// or is still past its limit after it: then it is dropped whole.
 pub(crate) fn trimmed(keys: &Keys, mut cache: Cache) -> Option<Cache> {
     let meta = cache.meta.as_ref()?.as_ref()?;
-    let n = u32::try_from(meta.spec.arms.len()).ok()?;
     let ready = keys.ready_prefix();
     // The fields to keep, by hash: tasks by position, positions by task id, trials' records
     // (and, written before layout 6, their leases) by trial id, blocks by name.
@@ -50,7 +49,7 @@ pub(crate) fn trimmed(keys: &Keys, mut cache: Cache) -> Option<Cache> {
             let Ok(unit_key) = member.parse::<u64>() else {
                 continue;
             };
-            let (phase, tp, run, slot) = from_position_key(unit_key);
+            let (phase, tp, _, _) = from_position_key(unit_key);
             if positions.insert(tp) {
                 tasks.insert(tp.to_string());
             }
@@ -58,15 +57,8 @@ pub(crate) fn trimmed(keys: &Keys, mut cache: Cache) -> Option<Cache> {
             let Some(task) = cache.task(tp) else {
                 continue;
             };
-            let slots = match queue.unit() {
-                Unit::Trial => slot..slot + 1,
-                Unit::Group => 0..n,
-            };
-            for s in slots {
-                if let Some(arm) = meta.spec.arms.get(arm_index(tp, run, s, n) as usize) {
-                    trials.insert(TrialId::from_parts(&task.id, run, &arm.id).to_string());
-                }
-            }
+            trials
+                .extend(unit_trials(meta, queue.unit(), unit_key, &task.id).map(|t| t.to_string()));
             if !task_pos.contains(task.id.as_str()) {
                 task_pos.insert(task.id.to_string());
             }
@@ -95,7 +87,8 @@ pub(crate) fn trimmed(keys: &Keys, mut cache: Cache) -> Option<Cache> {
 mod tests {
     use super::*;
     use crate::store::redis::cache::{Known, Score, ZKnown};
-    use lanes_common::schedule::{SchedulePhase, position_key};
+    use lanes_common::ids::TrialId;
+    use lanes_common::schedule::{SchedulePhase, arm_index, position_key};
     use lanes_common::spec::Task;
 
     /// A cache holding what 20 tasks' units read ahead (one run, `arms` arms: each task's
