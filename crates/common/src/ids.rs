@@ -1,6 +1,11 @@
 //! Newtype identifiers, validated on construction so an id can safely become a path or a key.
+//!
+//! An id holds its text as an `Arc<str>`: ids are copied into every lease, row, event and map
+//! that names a trial (about sixty times per claim and completion in the store's hot path), and
+//! a copy is then a reference count, not an allocation and a copy of the text.
 
 use std::fmt;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -37,9 +42,14 @@ fn check(
 macro_rules! id_type {
     ($(#[$doc:meta])* $name:ident, $kind:literal, $pattern:literal, $max:expr, $first:expr, $rest:expr) => {
         $(#[$doc])*
-        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize)]
-        #[serde(try_from = "String")]
-        pub struct $name(String);
+        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub struct $name(Arc<str>);
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                d.deserialize_str(Checked(|v: &str| Self::new(v)))
+            }
+        }
 
         impl Serialize for $name {
             fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -50,10 +60,10 @@ macro_rules! id_type {
         impl $name {
             pub const PATTERN: &'static str = $pattern;
 
-            pub fn new(value: impl Into<String>) -> Result<Self, IdError> {
-                let value = value.into();
-                check($kind, $pattern, &value, $max, $first, $rest)?;
-                Ok(Self(value))
+            pub fn new(value: impl AsRef<str>) -> Result<Self, IdError> {
+                let value = value.as_ref();
+                check($kind, $pattern, value, $max, $first, $rest)?;
+                Ok(Self(Arc::from(value)))
             }
 
             pub fn as_str(&self) -> &str {
@@ -77,7 +87,7 @@ macro_rules! id_type {
 
         impl From<$name> for String {
             fn from(id: $name) -> String {
-                id.0
+                String::from(&*id.0)
             }
         }
 
@@ -163,9 +173,14 @@ fn lane_char(c: u8) -> bool {
 
 /// A trial id, `<task>.r<run_index>.<arm>`. Built from validated parts or parsed strictly, so it
 /// never contains `/`, `..` as a component, or anything else that could escape a directory.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize)]
-#[serde(try_from = "String")]
-pub struct TrialId(String);
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TrialId(Arc<str>);
+
+impl<'de> Deserialize<'de> for TrialId {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_str(Checked(|v: &str| Self::new(v)))
+    }
+}
 
 // By reference: `into = "String"` would copy the id each time a row or event is written.
 impl Serialize for TrialId {
@@ -176,17 +191,26 @@ impl Serialize for TrialId {
 
 impl TrialId {
     pub fn from_parts(task: &TaskId, run_index: u32, arm: &ArmId) -> Self {
-        // Built by hand, not with `format!`: a claim builds several per trial.
+        // Built on the stack, not with `format!`: a claim builds several per trial, and the
+        // text is copied once, into its `Arc`. Parts within their patterns' limits (128 + 2 +
+        // 10 + 1 + 64 bytes) always fit.
         let mut run = itoa::Buffer::new();
-        let run = run.format(run_index);
-        let mut id =
-            String::with_capacity(task.as_str().len() + 2 + run.len() + 1 + arm.as_str().len());
-        id.push_str(task.as_str());
-        id.push_str(".r");
-        id.push_str(run);
-        id.push('.');
-        id.push_str(arm.as_str());
-        Self(id)
+        let parts = [
+            task.as_str(),
+            ".r",
+            run.format(run_index),
+            ".",
+            arm.as_str(),
+        ];
+        let mut buf = [0u8; 256];
+        let mut n = 0;
+        for part in parts {
+            buf[n..n + part.len()].copy_from_slice(part.as_bytes());
+            n += part.len();
+        }
+        Self(Arc::from(
+            std::str::from_utf8(&buf[..n]).expect("ids are ASCII"),
+        ))
     }
 
     /// Parses and validates `<task>.r<run_index>.<arm>`, returning its parts.
@@ -211,10 +235,10 @@ impl TrialId {
         Ok((task, run_index, arm))
     }
 
-    pub fn new(value: impl Into<String>) -> Result<Self, IdError> {
-        let value = value.into();
-        Self::parse(&value)?;
-        Ok(Self(value))
+    pub fn new(value: impl AsRef<str>) -> Result<Self, IdError> {
+        let value = value.as_ref();
+        Self::parse(value)?;
+        Ok(Self(Arc::from(value)))
     }
 
     pub fn as_str(&self) -> &str {
@@ -231,7 +255,23 @@ impl TryFrom<String> for TrialId {
 
 impl From<TrialId> for String {
     fn from(id: TrialId) -> String {
-        id.0
+        String::from(&*id.0)
+    }
+}
+
+/// Reads an id from a string, borrowed when the input allows (no copy before the id's own),
+/// and checks it with the id's constructor.
+struct Checked<F>(F);
+
+impl<'de, T, F: FnOnce(&str) -> Result<T, IdError>> serde::de::Visitor<'de> for Checked<F> {
+    type Value = T;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a string")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<T, E> {
+        (self.0)(v).map_err(E::custom)
     }
 }
 
@@ -294,6 +334,31 @@ mod tests {
             trial
         );
         assert!(serde_json::from_str::<TaskId>(r#""../x""#).is_err());
+    }
+
+    #[test]
+    fn ids_read_from_any_string_form_and_copy_by_reference() {
+        // Borrowed from the input, unescaped into a scratch buffer, or owned (a JSON value).
+        let direct: TaskId = serde_json::from_str(r#""t:1""#).unwrap();
+        let escaped: TaskId = serde_json::from_str(r#""t\u003a1""#).unwrap();
+        let owned: TaskId = serde_json::from_value(serde_json::json!("t:1")).unwrap();
+        assert_eq!(direct, escaped);
+        assert_eq!(direct, owned);
+        // Each form is checked, with the id's own message.
+        let err = serde_json::from_value::<ArmId>(serde_json::json!("a.b")).unwrap_err();
+        assert!(err.to_string().contains("arm id \"a.b\" does not match"), "{err}");
+        let err = serde_json::from_str::<TrialId>(r#""t\u002e../x""#).unwrap_err();
+        assert!(err.to_string().contains("trial id"), "{err}");
+        let err = serde_json::from_str::<LaneName>("7").unwrap_err();
+        assert!(err.to_string().contains("expected a string"), "{err}");
+        // A copy shares the text.
+        let copy = direct.clone();
+        assert!(std::ptr::eq(copy.as_str(), direct.as_str()));
+        // The longest parts of a trial id still fit its stack buffer.
+        let task = TaskId::new("t".repeat(128)).unwrap();
+        let arm = ArmId::new("a".repeat(64)).unwrap();
+        let trial = TrialId::from_parts(&task, u32::MAX, &arm);
+        assert_eq!(TrialId::parse(trial.as_str()).unwrap(), (task, u32::MAX, arm));
     }
 
     #[test]

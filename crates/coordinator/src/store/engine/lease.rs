@@ -142,7 +142,7 @@ async fn take_back(
     now: EpochMs,
 ) -> R<()> {
     let token = Token {
-        trial_id: TrialId::new(tid.to_owned()).map_err(|e| StoreError::Corrupt(e.to_string()))?,
+        trial_id: tid.clone(),
         attempt: lease.attempt,
     };
     let (status, kind, why) = match take {

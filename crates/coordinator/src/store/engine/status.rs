@@ -2,7 +2,7 @@
 
 use std::collections::BTreeSet;
 
-use lanes_common::ids::{CampaignId, Token, TrialId};
+use lanes_common::ids::{CampaignId, Token};
 use lanes_common::policy::gates_in_force;
 use lanes_common::spec::{Campaign, CampaignSpec};
 use lanes_common::state::{CampaignState, StopMode, StopReason};
@@ -67,7 +67,7 @@ pub(crate) async fn status(tx: &mut impl Tx, c: &CampaignId, now: EpochMs) -> R<
     for (tid, lease) in tx.leases().await? {
         in_flight.push(InFlight {
             token: Token {
-                trial_id: TrialId::new(tid).map_err(|e| StoreError::Corrupt(e.to_string()))?,
+                trial_id: tid,
                 attempt: lease.attempt,
             },
             lane: lease.lane,
