@@ -3,6 +3,7 @@
 //! every write and bumps the version, or writes nothing.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use redis::{ErrorKind, ServerErrorKind};
 
@@ -69,12 +70,12 @@ type Entry<'a> = Vec<(u64, &'a [u8])>;
 /// A round's stream items as entries: per stream (in the order first written), its items in
 /// seq order, at most [`ENTRY_ITEMS`] to an entry. An entry's id is that of its last item, so
 /// ids rise with the seqs, entry after entry and round after round.
-fn stream_entries(items: &[(String, u64, Vec<u8>)]) -> Vec<(&str, Entry<'_>)> {
+fn stream_entries(items: &[(Arc<str>, u64, Vec<u8>)]) -> Vec<(&str, Entry<'_>)> {
     let mut streams: Vec<(&str, Entry<'_>)> = Vec::new();
     for (key, seq, body) in items {
-        match streams.iter_mut().find(|(k, _)| k == key) {
+        match streams.iter_mut().find(|(k, _)| *k == &**key) {
             Some((_, its)) => its.push((*seq, body)),
-            None => streams.push((key, vec![(*seq, body)])),
+            None => streams.push((&**key, vec![(*seq, body)])),
         }
     }
     let mut entries = Vec::new();
@@ -607,9 +608,9 @@ mod tests {
         let mut w = Writes::default();
         let n = 2 * ENTRY_ITEMS as u64 + 100;
         for seq in (0..n).rev() {
-            w.push_stream(rows.to_owned(), seq, format!("row {seq}").into_bytes());
+            w.push_stream(rows.into(), seq, format!("row {seq}").into_bytes());
             if seq < 3 {
-                w.push_stream(events.to_owned(), seq, format!("event {seq}").into_bytes());
+                w.push_stream(events.into(), seq, format!("event {seq}").into_bytes());
             }
         }
         let call = prepare(&keys, &script, "0", "", &w, None)

@@ -98,8 +98,8 @@ async fn delete_locked(
         keys.delayed(),
         keys.tokens(),
         keys.scored(),
-        keys.results(),
-        keys.events(),
+        keys.results().to_string(),
+        keys.events().to_string(),
         keys.blocks(),
     ];
     for arm in &meta.spec.arms {

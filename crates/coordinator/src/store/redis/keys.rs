@@ -2,6 +2,8 @@
 //! all in one Redis Cluster slot and one script may touch any of them. The fixed ones are built
 //! once per transaction, not at each access.
 
+use std::sync::Arc;
+
 use lanes_common::ids::ArmId;
 
 use crate::store::model::Queue;
@@ -21,6 +23,10 @@ pub(crate) struct Keys {
     delayed: String,
     tokens: String,
     blocks: String,
+    scored: String,
+    // Shared: every row and event written names its stream.
+    results: Arc<str>,
+    events: Arc<str>,
 }
 
 impl Keys {
@@ -39,6 +45,9 @@ impl Keys {
             delayed: key("delayed"),
             tokens: key("tokens"),
             blocks: key("blocks"),
+            scored: key("scored"),
+            results: key("results").into(),
+            events: key("events").into(),
             prefix,
         }
     }
@@ -116,15 +125,15 @@ impl Keys {
     }
     /// First scored wins: `HSETNX scored <trial> <attempt>`; never expires, never deleted.
     pub(crate) fn scored(&self) -> String {
-        self.key("scored")
+        self.scored.clone()
     }
     /// The ledger, a stream whose entries hold a commit's rows, packed (`packed.rs`), with
     /// the id of the last (see [`stream_id`]).
-    pub(crate) fn results(&self) -> String {
-        self.key("results")
+    pub(crate) fn results(&self) -> Arc<str> {
+        self.results.clone()
     }
-    pub(crate) fn events(&self) -> String {
-        self.key("events")
+    pub(crate) fn events(&self) -> Arc<str> {
+        self.events.clone()
     }
     pub(crate) fn blocks(&self) -> String {
         self.blocks.clone()

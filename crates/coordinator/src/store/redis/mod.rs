@@ -463,7 +463,7 @@ impl Store for RedisStore {
                 from,
                 limit,
             } => {
-                let key = Keys::new(campaign.as_str()).results();
+                let key = Keys::new(campaign.as_str()).results().to_string();
                 Answer::Rows(self.read_stream(key, from, limit).await?)
             }
             Op::Events {
@@ -471,7 +471,7 @@ impl Store for RedisStore {
                 from,
                 limit,
             } => {
-                let key = Keys::new(campaign.as_str()).events();
+                let key = Keys::new(campaign.as_str()).events().to_string();
                 Answer::Events(self.read_stream(key, from, limit).await?)
             }
             Op::List => Answer::Campaigns(self.campaign_ids().await?),

@@ -6,6 +6,7 @@
 //! the entries themselves.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 // foldhash, as in the cache: hashed many times per operation, seeded per process.
 use foldhash::{HashMap, HashSet};
@@ -58,7 +59,7 @@ pub(crate) struct Writes {
     pub(crate) queues_added: BTreeSet<Queue>,
     /// (stream key, item seq, body): the commit writes each stream's items of a round as one
     /// entry (see `commit.rs`).
-    pub(crate) streams: Vec<(String, u64, Vec<u8>)>,
+    pub(crate) streams: Vec<(Arc<str>, u64, Vec<u8>)>,
     /// (trial, attempt) of counted rows: first scored wins, checked by the commit script.
     pub(crate) scored: Vec<(String, String)>,
     /// New tasks (position, JSON, id), staged in chunks before the commit and merged by the
@@ -258,7 +259,7 @@ impl Writes {
         }
     }
 
-    pub(crate) fn push_stream(&mut self, key: String, seq: u64, body: Vec<u8>) {
+    pub(crate) fn push_stream(&mut self, key: Arc<str>, seq: u64, body: Vec<u8>) {
         let n = self.streams.len();
         self.log(|| Undo::Streams(n));
         self.streams.push((key, seq, body));
