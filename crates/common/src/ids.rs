@@ -346,7 +346,10 @@ mod tests {
         assert_eq!(direct, owned);
         // Each form is checked, with the id's own message.
         let err = serde_json::from_value::<ArmId>(serde_json::json!("a.b")).unwrap_err();
-        assert!(err.to_string().contains("arm id \"a.b\" does not match"), "{err}");
+        assert!(
+            err.to_string().contains("arm id \"a.b\" does not match"),
+            "{err}"
+        );
         let err = serde_json::from_str::<TrialId>(r#""t\u002e../x""#).unwrap_err();
         assert!(err.to_string().contains("trial id"), "{err}");
         let err = serde_json::from_str::<LaneName>("7").unwrap_err();
@@ -358,7 +361,10 @@ mod tests {
         let task = TaskId::new("t".repeat(128)).unwrap();
         let arm = ArmId::new("a".repeat(64)).unwrap();
         let trial = TrialId::from_parts(&task, u32::MAX, &arm);
-        assert_eq!(TrialId::parse(trial.as_str()).unwrap(), (task, u32::MAX, arm));
+        assert_eq!(
+            TrialId::parse(trial.as_str()).unwrap(),
+            (task, u32::MAX, arm)
+        );
     }
 
     #[test]

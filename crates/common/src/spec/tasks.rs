@@ -28,11 +28,12 @@ pub struct Task {
     pub payload: Payload,
 }
 
-/// An opaque JSON payload, kept in canonical form with its sha256.
+/// An opaque JSON payload, kept in canonical form with its sha256. Shared, not copied, when a
+/// task is: a claim hands its task on, and a payload may be kilobytes of instructions.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Payload {
-    canonical: Box<str>,
-    sha256: Box<str>,
+    canonical: std::sync::Arc<str>,
+    sha256: std::sync::Arc<str>,
 }
 
 impl Payload {
@@ -44,9 +45,9 @@ impl Payload {
                 bytes: canonical.len(),
             });
         }
-        let sha256 = canonical::sha256_hex(canonical.as_bytes()).into_boxed_str();
+        let sha256 = canonical::sha256_hex(canonical.as_bytes()).into();
         Ok(Self {
-            canonical: canonical.into_boxed_str(),
+            canonical: canonical.into(),
             sha256,
         })
     }
