@@ -273,6 +273,14 @@ impl<'de, T, F: FnOnce(&str) -> Result<T, IdError>> serde::de::Visitor<'de> for 
     fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<T, E> {
         (self.0)(v).map_err(E::custom)
     }
+
+    // As serde's `String` reads UTF-8 bytes, for formats that hand strings over as bytes.
+    fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<T, E> {
+        match std::str::from_utf8(v) {
+            Ok(s) => self.visit_str(s),
+            Err(_) => Err(E::invalid_value(serde::de::Unexpected::Bytes(v), &self)),
+        }
+    }
 }
 
 impl fmt::Display for TrialId {
@@ -354,6 +362,14 @@ mod tests {
         assert!(err.to_string().contains("trial id"), "{err}");
         let err = serde_json::from_str::<LaneName>("7").unwrap_err();
         assert!(err.to_string().contains("expected a string"), "{err}");
+        // Formats that hand strings over as bytes.
+        use serde::de::IntoDeserializer;
+        let bytes: serde::de::value::BytesDeserializer<serde::de::value::Error> =
+            b"t:1".as_slice().into_deserializer();
+        assert_eq!(TaskId::deserialize(bytes).unwrap(), direct);
+        let bad: serde::de::value::BytesDeserializer<serde::de::value::Error> =
+            b"\xff".as_slice().into_deserializer();
+        assert!(TaskId::deserialize(bad).is_err());
         // A copy shares the text.
         let copy = direct.clone();
         assert!(std::ptr::eq(copy.as_str(), direct.as_str()));
