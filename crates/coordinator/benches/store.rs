@@ -21,7 +21,8 @@
 //! rewrite) on a free loopback port. `LANES_BENCH_LANES=64` (a comma-separated list) runs only
 //! those lane counts, and `LANES_BENCH_EMBEDDED=0` skips the embedded store, e.g. under a profiler.
 //! `LANES_BENCH_COUNT=n` runs only `n` cycles of 64 lanes on Redis, then prints Redis's CPU
-//! and each command's time per cycle (see [`counted`]).
+//! and each command's time per cycle (see [`counted`]). `LANES_BENCH_PAYLOAD_BYTES=n` gives
+//! every task a payload of about `n` bytes (none by default).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -46,8 +47,21 @@ fn campaign(id: &str, tasks: usize) -> lanes_common::spec::Campaign {
     let mut text = format!(
         "id = \"{id}\"\nphase1_runs = 1\nschedule_seed = 1\npairing = \"none\"\nlease_ttl_s = 600\n[[arms]]\nid = \"a\"\n[driver]\nsim = {{}}\n[tasks]\nitems = [\n"
     );
+    // A payload of about this many bytes per task (`LANES_BENCH_PAYLOAD_BYTES`; none by
+    // default): an instruction and a few fields, as a benchmark's task carries.
+    let bytes: usize = std::env::var("LANES_BENCH_PAYLOAD_BYTES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let words =
+        "Fix the failing test in the repository and explain the change. ".repeat(bytes / 64);
     for i in 0..tasks {
-        text.push_str(&format!("{{ id = \"t{i}\" }},\n"));
+        match bytes {
+            0 => text.push_str(&format!("{{ id = \"t{i}\" }},\n")),
+            _ => text.push_str(&format!(
+                "{{ id = \"t{i}\", payload = {{ instruction = \"{words}\", n = {i}, repo = {{ url = \"https://example.org/r{i}.git\", commit = \"{i:040}\" }}, tags = [\"hard\", \"python\"] }} }},\n"
+            )),
+        }
     }
     text.push_str("]\n");
     lanes_common::spec::load_str(&text, Path::new("bench.toml"), Path::new(".")).unwrap()
@@ -412,12 +426,21 @@ async fn counted(redis: &Arc<dyn Store>, server: &RedisServer, count: u64) {
     assert!(count <= 20_000, "the campaign has 20,000 trials");
     server.command(&["CONFIG", "RESETSTAT"]);
     let cpu_before = redis_cpu_s(server);
+    let bytes_before = [
+        info_field(server, "stats", "total_net_input_bytes"),
+        info_field(server, "persistence", "aof_current_size"),
+    ];
     let (_, n) = cycles_until(redis.clone(), "bench-count", 64, Duration::MAX, count).await;
     assert_eq!(n, count, "every counted cycle ran");
     let cpu = redis_cpu_s(server) - cpu_before;
     println!("{n} claim+complete cycles");
     let per = |x: f64| x / n.max(1) as f64;
     println!("redis CPU per cycle: {:.1} us", per(cpu * 1e6));
+    println!(
+        "bytes per cycle: {:.0} sent to Redis, {:.0} appended to its AOF",
+        per(info_field(server, "stats", "total_net_input_bytes") - bytes_before[0]),
+        per(info_field(server, "persistence", "aof_current_size") - bytes_before[1]),
+    );
     let mut stats = command_stats(server);
     stats.sort_by_key(|s| std::cmp::Reverse(s.2));
     for (name, calls, usec) in stats {
@@ -439,6 +462,21 @@ fn redis_cpu_s(server: &RedisServer) -> f64 {
             (k == "used_cpu_sys" || k == "used_cpu_user").then(|| v.parse::<f64>().ok())?
         })
         .sum()
+}
+
+/// One numeric field of an `INFO` section.
+fn info_field(server: &RedisServer, section: &str, field: &str) -> f64 {
+    server
+        .command(&["INFO", section])
+        .lines()
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix(field)?
+                .strip_prefix(':')?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("{field} in INFO {section}"))
 }
 
 /// `INFO commandstats`: each command's name, calls and microseconds.
