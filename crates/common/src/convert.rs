@@ -226,7 +226,7 @@ pub fn worker_offer(r: &pb::Register) -> Result<WorkerOffer, ConvertError> {
     }
     let mut drivers = BTreeMap::new();
     for (i, d) in r.drivers.iter().enumerate() {
-        let name = DriverName::new(d.name.clone())
+        let name = DriverName::new(&d.name)
             .map_err(|e| ConvertError::id(&format!("register.drivers[{i}].name"), e))?;
         let env = offer_env(&format!("register.drivers[{i}].env"), &d.env)?;
         if drivers.insert(name, env).is_some() {
@@ -244,7 +244,7 @@ pub fn worker_offer(r: &pb::Register) -> Result<WorkerOffer, ConvertError> {
                 .iter()
                 .enumerate()
                 .map(|(i, c)| {
-                    CampaignId::new(c.clone())
+                    CampaignId::new(c)
                         .map_err(|e| ConvertError::id(&format!("register.campaigns[{i}]"), e))
                 })
                 .collect::<Result<BTreeSet<_>, _>>()?,

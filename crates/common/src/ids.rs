@@ -1,7 +1,7 @@
 //! Newtype identifiers, validated on construction so an id can safely become a path or a key.
 //!
 //! An id holds its text as an `Arc<str>`: ids are copied into every lease, row, event and map
-//! that names a trial (about sixty times per claim and completion in the store's hot path), and
+//! that names a trial (about fifty times per claim and completion in the store's hot path), and
 //! a copy is then a reference count, not an allocation and a copy of the text.
 
 use std::fmt;

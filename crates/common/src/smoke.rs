@@ -59,7 +59,7 @@ pub fn derive(main: &Campaign, selection: &SmokeSelection) -> Result<Campaign, S
         return Err(SmokeError::AlreadySmoke(main.spec.id.clone()));
     }
     let id_text = format!("{}-smoke", main.spec.id);
-    let id = CampaignId::new(id_text.clone()).map_err(|e| SmokeError::BadId {
+    let id = CampaignId::new(&id_text).map_err(|e| SmokeError::BadId {
         id: id_text,
         reason: e.to_string(),
     })?;
@@ -95,7 +95,7 @@ pub fn derive(main: &Campaign, selection: &SmokeSelection) -> Result<Campaign, S
                 ids.join(", ")
             };
             for name in names {
-                let found = ArmId::new(name.clone())
+                let found = ArmId::new(name)
                     .ok()
                     .and_then(|id| main.spec.arm(&id).cloned());
                 if found.is_none() {

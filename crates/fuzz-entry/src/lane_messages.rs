@@ -79,7 +79,7 @@ fn register(r: pb::Register) {
     }
     let _ = lanes_common::protocol::check_worker(r.protocol);
     for a in &r.arms {
-        let _ = ArmId::new(a.clone());
+        let _ = ArmId::new(a);
     }
     if let Ok(offer) = worker_offer(&r) {
         let mut written = pb::Register::default();
@@ -112,7 +112,7 @@ fn holds(campaign: &str, t: &Token, lease: &lanes_common::lease::LeaseSecret) {
 }
 
 fn outcome(o: pb::Outcome) {
-    let _ = CampaignId::new(o.campaign.clone());
+    let _ = CampaignId::new(&o.campaign);
     let _ = lease_of(o.token.as_ref());
     let checked = check_outcome(&o).is_ok();
     // A lane converts without the limits check and publishes what `validate` made of it;
@@ -144,7 +144,7 @@ fn outcome(o: pb::Outcome) {
 }
 
 fn release(r: pb::Release) {
-    let _ = CampaignId::new(r.campaign.clone());
+    let _ = CampaignId::new(&r.campaign);
     let lease = lease_of(r.token.as_ref());
     if check_release(&r).is_err() {
         return;

@@ -148,7 +148,7 @@ pub fn load_drivers_file(path: &Path) -> Result<BTreeMap<DriverName, LocalDriver
             driver: name.clone(),
             message,
         };
-        let driver = DriverName::new(name.clone()).map_err(|e| err(e.to_string()))?;
+        let driver = DriverName::new(&name).map_err(|e| err(e.to_string()))?;
         if d.command.first().is_none_or(String::is_empty) {
             return Err(err("command must name a program".into()));
         }

@@ -180,7 +180,7 @@ fn load(
     };
     let raw: RawCampaign = toml::from_str(text).map_err(|e| ctx.toml_error(&e))?;
 
-    let id = CampaignId::new(raw.id.get_ref().clone())
+    let id = CampaignId::new(raw.id.get_ref())
         .map_err(|e| ctx.at(raw.id.span(), "id", SpecErrorKind::InvalidId(e)))?;
     ctx.mark("id", raw.id.span());
     ctx.mark("phase1_runs", raw.phase1_runs.span());
@@ -337,7 +337,7 @@ fn arms(ctx: &mut Ctx<'_>, raw: Vec<RawArm>) -> Result<Vec<Arm>, SpecError> {
     let mut arms = Vec::with_capacity(raw.len());
     for (i, a) in raw.into_iter().enumerate() {
         let field = format!("arms[{i}]");
-        let id = ArmId::new(a.id.get_ref().clone()).map_err(|e| {
+        let id = ArmId::new(a.id.get_ref()).map_err(|e| {
             ctx.at(
                 a.id.span(),
                 &format!("{field}.id"),

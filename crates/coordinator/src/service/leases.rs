@@ -56,7 +56,7 @@ impl Leases {
         a: &mut pb::Assignment,
     ) -> Result<(), StoreError> {
         let key = self.key(store).await?;
-        let campaign = CampaignId::new(a.campaign.clone())
+        let campaign = CampaignId::new(&a.campaign)
             .map_err(|e| StoreError::Corrupt(format!("assignment campaign: {e}")))?;
         for t in &mut a.trials {
             let Some(wire) = t.token.as_mut() else {

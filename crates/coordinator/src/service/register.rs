@@ -42,13 +42,12 @@ impl LaneSvc {
                     .iter()
                     .enumerate()
                     .map(|(i, a)| {
-                        ArmId::new(a.clone())
-                            .map_err(|e| bad_field(&format!("register.arms[{i}]"), e))
+                        ArmId::new(a).map_err(|e| bad_field(&format!("register.arms[{i}]"), e))
                     })
                     .collect::<Result<Vec<_>, _>>()?,
             )
         };
-        let host = HostName::new(r.host.clone()).map_err(|e| bad_field("register.host", e))?;
+        let host = HostName::new(&r.host).map_err(|e| bad_field("register.host", e))?;
         let offer = Arc::new(worker_offer(&r).map_err(from_convert)?);
         tracing::info!(worker = %LogSafe(&r.worker_id), host = %LogSafe(&r.host), lanes = r.lanes, drivers = ?offer.drivers.keys().collect::<Vec<_>>(), campaign_commands = offer.campaign_commands, "worker registered");
         let mut info = pb::WorkerInfo {

@@ -944,8 +944,8 @@ mod tests {
                     delayed_until,
                     placement: match p % 3 {
                         0 => Placement::Any,
-                        1 => Placement::OtherLane(LaneName::new(lane.clone()).unwrap()),
-                        _ => Placement::OtherHost(HostName::new(lane.clone()).unwrap()),
+                        1 => Placement::OtherLane(LaneName::new(&lane).unwrap()),
+                        _ => Placement::OtherHost(HostName::new(&lane).unwrap()),
                     },
                     since_ms,
                 }),

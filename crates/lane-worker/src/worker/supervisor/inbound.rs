@@ -93,7 +93,7 @@ impl Supervisor {
                 }
             }
             Out::Assignment(a) => {
-                let Ok(campaign) = CampaignId::new(a.campaign.clone()) else {
+                let Ok(campaign) = CampaignId::new(&a.campaign) else {
                     return;
                 };
                 state.outstanding.remove(&a.lane);
@@ -160,10 +160,9 @@ impl Supervisor {
                 }],
             ),
             Out::OutcomeAck(a) => {
-                if let (Ok(c), Some(Ok(t))) = (
-                    CampaignId::new(a.campaign.clone()),
-                    a.token.map(Token::try_from),
-                ) {
+                if let (Ok(c), Some(Ok(t))) =
+                    (CampaignId::new(&a.campaign), a.token.map(Token::try_from))
+                {
                     let t = AttemptTag::new(c, t);
                     state.acks.record(&AckLine::new(&t, a.seq, a.counted));
                     // Acknowledged from memory: the store has it, so its record is final.
@@ -190,10 +189,9 @@ impl Supervisor {
                 tracing::warn!(reason = %e.reason, retryable = e.retryable, "outcome not committed; kept in the outbox");
                 if !e.retryable {
                     // The store refuses it for good: keep it aside for a human, never drop it.
-                    if let (Ok(c), Some(Ok(t))) = (
-                        CampaignId::new(e.campaign.clone()),
-                        e.token.map(Token::try_from),
-                    ) {
+                    if let (Ok(c), Some(Ok(t))) =
+                        (CampaignId::new(&e.campaign), e.token.map(Token::try_from))
+                    {
                         let t = AttemptTag::new(c, t);
                         state.pending.remove(&t);
                         let (t2, reason) = (t.clone(), e.reason.clone());

@@ -267,11 +267,11 @@ impl Supervisor {
 
     /// Releases trials this worker will not run, as `cancelled` outcomes through the outbox.
     fn give_back(&self, myself: &ActorRef<SupMsg>, state: &mut SupState, a: pb::Assignment) {
-        let Ok(campaign) = CampaignId::new(a.campaign.clone()) else {
+        let Ok(campaign) = CampaignId::new(&a.campaign) else {
             return;
         };
         // Set by one of this worker's lanes, or by the coordinator from one.
-        let Ok(lane) = LaneName::new(a.lane.clone()) else {
+        let Ok(lane) = LaneName::new(&a.lane) else {
             tracing::error!(lane = %a.lane, "an assignment given back names no lane: its leases expire");
             return;
         };
