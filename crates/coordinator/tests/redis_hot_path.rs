@@ -488,13 +488,13 @@ async fn a_busy_campaigns_ready_window_grows_and_leases_each_trial_once() {
 }
 
 /// A cache grown past its limit (finished trials' fields pile up) is trimmed to its windows'
-/// read-ahead, not dropped: 8,000 trials on one replica, and the ready queue's window never
+/// read-ahead, not dropped: 16,000 trials on one replica, and the ready queue's window never
 /// starts small again (dropped, it went 256, 512, 1,024, 2,048, then 256 again, and the
 /// tasks read ahead with the window of 2,048 were read and parsed twice).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_cache_past_its_limit_is_trimmed_and_keeps_its_windows() {
     let h = Harness::redis().await;
-    let (scans, stats) = busy_campaign(&h, "trim", 8000).await;
+    let (scans, stats) = busy_campaign(&h, "trim", 16_000).await;
     assert!(stats.trims >= 1, "{stats:?}");
     assert_eq!(scans[..4], [256, 512, 1024, 2048], "{scans:?}");
     assert!(scans[4..].iter().all(|s| *s == 2048), "{scans:?}");

@@ -28,8 +28,11 @@ use crate::store::model::Meta;
 /// trials); what piles up beyond that is finished trials' fields, which the normal course never
 /// reads again. Kept, they cost more than reading again: past some tens of thousands of entries
 /// every lookup misses the CPU's caches (the coordinator spent ~10 % less CPU per attempt with
-/// 20,000 than with 200,000, docs/PERFORMANCE.md).
-const MIN_ENTRIES: usize = 20_000;
+/// 20,000 than with 200,000, docs/PERFORMANCE.md). But each trim costs the pipeline: the
+/// commits in flight land first, and the next rounds read the records of the trials at work
+/// again. At 20,000, 64 busy lanes on a 20,000-trial campaign trimmed six times, at 50,000
+/// twice, and ran 1.17–1.25× the cycles per second (docs/PERFORMANCE.md, "Fewer trims").
+const MIN_ENTRIES: usize = 50_000;
 /// Twice a trial at work's working set.
 const ENTRIES_PER_LEASE: usize = 16;
 const MAX_ENTRIES: usize = 200_000;
@@ -333,7 +336,7 @@ mod tests {
 
     #[test]
     fn a_cache_is_trimmed_past_its_working_set_not_before() {
-        // At least 20,000 entries, whatever the leases.
+        // At least 50,000 entries, whatever the leases.
         assert!(!cache_of(MIN_ENTRIES, None).is_large());
         assert!(cache_of(MIN_ENTRIES + 1, None).is_large());
         assert!(cache_of(MIN_ENTRIES + 1, Some(10)).is_large());
@@ -347,18 +350,18 @@ mod tests {
 
     #[test]
     fn a_cache_keeps_room_for_the_read_ahead_of_the_queues_it_scanned() {
-        // Fifty queues of 256 members scanned (as claims over fifty providers read them), and
-        // their read-ahead: over 20,000 entries with no lease open, which must not be dropped
-        // at every round. One arm: 2 * (1 + 2 + 4) = 14 entries of room per member.
+        // Two hundred queues of 256 members scanned (as claims over two hundred providers read
+        // them), and their read-ahead: over 50,000 entries with no lease open, which must not
+        // be dropped at every round. One arm: 2 * (1 + 2 + 4) = 14 entries of room per member.
         let mut c = cache_of(12_800, Some(0));
-        for q in 0..50 {
+        for q in 0..200 {
             let members = (0..256).map(|i| (format!("{q}:{i}"), 0.0)).collect();
             c.put_zset(
                 format!("ready:{q}"),
                 ZKnown::new(members, Known::Through(0.0), 256),
             );
         }
-        assert!(!c.is_large(), "25,600 entries against 12,800 * 14 of room");
+        assert!(!c.is_large(), "64,000 entries against 51,200 * 14 of room");
         assert!(cache_of(MIN_ENTRIES + 1, Some(0)).is_large());
     }
 
