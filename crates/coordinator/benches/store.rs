@@ -421,7 +421,8 @@ async fn redb_txn_ceiling(dir: &Path, lanes: usize) -> f64 {
 /// accounting of those cycles alone (`INFO cpu`, and `INFO commandstats` reset before them):
 /// its CPU per cycle, and each command's time and calls per cycle (a script's commands are
 /// counted in the script's time as well as on their own).
-async fn counted(redis: &Arc<dyn Store>, server: &RedisServer, count: u64) {
+async fn counted(store: &RedisStore, server: &RedisServer, count: u64) {
+    let redis: &Arc<dyn Store> = &(Arc::new(store.clone()) as Arc<dyn Store>);
     prepare(redis, "bench-count").await;
     assert!(count <= 20_000, "the campaign has 20,000 trials");
     server.command(&["CONFIG", "RESETSTAT"]);
@@ -430,16 +431,23 @@ async fn counted(redis: &Arc<dyn Store>, server: &RedisServer, count: u64) {
         info_field(server, "stats", "total_net_input_bytes"),
         info_field(server, "persistence", "aof_current_size"),
     ];
-    let (_, n) = cycles_until(redis.clone(), "bench-count", 64, Duration::MAX, count).await;
+    let stats_before = store.stats();
+    let (rate, n) = cycles_until(redis.clone(), "bench-count", 64, Duration::MAX, count).await;
     assert_eq!(n, count, "every counted cycle ran");
+    let stats = store.stats().since(&stats_before);
     let cpu = redis_cpu_s(server) - cpu_before;
-    println!("{n} claim+complete cycles");
+    println!("{n} claim+complete cycles, {rate:.0} per second");
     let per = |x: f64| x / n.max(1) as f64;
     println!("redis CPU per cycle: {:.1} us", per(cpu * 1e6));
     println!(
         "bytes per cycle: {:.0} sent to Redis, {:.0} appended to its AOF",
         per(info_field(server, "stats", "total_net_input_bytes") - bytes_before[0]),
         per(info_field(server, "persistence", "aof_current_size") - bytes_before[1]),
+    );
+    println!(
+        "cache trims: {} ({:.0} cycles per trim)",
+        stats.trims,
+        n as f64 / stats.trims.max(1) as f64
     );
     let mut stats = command_stats(server);
     stats.sort_by_key(|s| std::cmp::Reverse(s.2));
@@ -514,7 +522,7 @@ fn main() {
             .unwrap();
         let redis: Arc<dyn Store> = Arc::new(redis_store.clone());
         if let Ok(count) = std::env::var("LANES_BENCH_COUNT") {
-            return counted(&redis, &server, count.parse().expect("a cycle count")).await;
+            return counted(&redis_store, &server, count.parse().expect("a cycle count")).await;
         }
         let dir = tempfile::tempdir().unwrap();
         let embedded_store = EmbeddedStore::open(dir.path()).unwrap();
