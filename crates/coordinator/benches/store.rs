@@ -445,9 +445,10 @@ async fn counted(store: &RedisStore, server: &RedisServer, count: u64) {
         per(info_field(server, "persistence", "aof_current_size") - bytes_before[1]),
     );
     println!(
-        "cache trims: {} ({:.0} cycles per trim)",
+        "cache trims: {} ({:.0} cycles per trim); windows read ahead: {}",
         stats.trims,
-        n as f64 / stats.trims.max(1) as f64
+        n as f64 / stats.trims.max(1) as f64,
+        stats.windows_ahead
     );
     let mut stats = command_stats(server);
     stats.sort_by_key(|s| std::cmp::Reverse(s.2));

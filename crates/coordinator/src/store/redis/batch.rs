@@ -45,6 +45,7 @@ use tokio::time::Instant;
 use lanes_common::ids::{CampaignId, TrialId};
 
 use super::RedisStore;
+use super::ahead;
 use super::cache::Cache;
 use super::commit::{Committed, send};
 use super::stats::Counters;
@@ -427,10 +428,12 @@ impl RedisStore {
             Poll::Ready(landing) => tokio::spawn(async move { landing }),
             Poll::Pending => tokio::spawn(send),
         };
+        let mut next = tx.into_cache(leaves, false);
+        ahead::ask(&self.conn, &super::keys::Keys::new(c.as_str()), &mut next).await;
         chain.push_back(InFlight {
             commit,
             settled,
-            next: Some(tx.into_cache(leaves, false)),
+            next: Some(next),
             ops,
         });
     }

@@ -15,6 +15,7 @@ use std::collections::BTreeSet;
 // operation. It is still seeded per process, so task ids cannot be chosen to collide.
 use foldhash::{HashMap, HashMapExt};
 
+use super::ahead::Ahead;
 use super::writes::ZOverlay;
 use lanes_common::spec::Task;
 
@@ -85,7 +86,7 @@ impl Known {
 }
 
 /// The lowest members of a sorted set, as committed.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) struct ZKnown {
     pub(crate) order: BTreeSet<(Score, String)>,
     pub(crate) scores: HashMap<String, f64>,
@@ -93,6 +94,9 @@ pub(crate) struct ZKnown {
     /// How many members the scan that read them asked for, so the next scan of the set can
     /// ask for more.
     pub(crate) fetched: usize,
+    /// The next window of a ready queue, being read while rounds run ([`Ahead`]), and the
+    /// committed writes past `known` since it was asked for.
+    pub(crate) ahead: Option<Ahead>,
 }
 
 impl ZKnown {
@@ -104,6 +108,7 @@ impl ZKnown {
             scores: HashMap::with_capacity(members.len()),
             known,
             fetched,
+            ahead: None,
         };
         for (m, s) in members {
             z.order.insert((Score(s), m.clone()));
@@ -175,18 +180,52 @@ impl ZKnown {
         (all || out.len() >= limit).then_some(out)
     }
 
-    /// A committed `ZADD`: kept if it lands in the known region.
+    /// A committed `ZADD`: kept if it lands in the known region, else logged for the window
+    /// being read ahead.
     pub(crate) fn add(&mut self, member: String, score: f64) {
         self.remove(&member);
         if self.known.covers(score, &member) {
             self.order.insert((Score(score), member.clone()));
             self.scores.insert(member, score);
+        } else if let Some(ahead) = &mut self.ahead {
+            ahead.log.push((member, Some(score)));
         }
     }
 
-    /// A committed `ZREM`.
+    /// A committed `ZREM`; one of a member not known here is logged for the window being
+    /// read ahead.
     pub(crate) fn rem(&mut self, member: &str) {
-        self.remove(member);
+        if self.scores.contains_key(member) {
+            self.remove(member);
+        } else if let Some(ahead) = &mut self.ahead {
+            ahead.log.push((member.to_owned(), None));
+        }
+    }
+
+    /// Takes in the window read ahead past the known region: `members` (in order, each past
+    /// `known` now) as committed at the version the window was read at, known up to
+    /// `known`; then replays the writes `log`ged since, in order. A write the window already
+    /// saw is a no-op the second time (the last write of a member decides), so the set is
+    /// exactly as committed at this cache's version.
+    pub(crate) fn extend(
+        &mut self,
+        members: Vec<(String, f64)>,
+        known: Known,
+        fetched: usize,
+        log: Vec<(String, Option<f64>)>,
+    ) {
+        for (m, s) in members {
+            self.order.insert((Score(s), m.clone()));
+            self.scores.insert(m, s);
+        }
+        self.known = known;
+        self.fetched = fetched;
+        for (m, s) in log {
+            match s {
+                Some(s) => self.add(m, s),
+                None => self.rem(&m),
+            }
+        }
     }
 }
 
@@ -254,7 +293,9 @@ impl Cache {
     }
 
     /// Keeps only the hash fields `keep(key, field)` keeps and the tasks parsed at
-    /// `positions`; the meta and the sorted sets stay whole (`tx/trim.rs`).
+    /// `positions`; the meta and the sorted sets stay whole (`tx/trim.rs`), but not the
+    /// windows being read ahead: a field they read may since have been written, then
+    /// trimmed, and only a field this cache does not hold is taken from them.
     pub(crate) fn retain(
         &mut self,
         keep: impl Fn(&str, &str) -> bool,
@@ -265,6 +306,24 @@ impl Cache {
             !fields.is_empty()
         });
         self.tasks.retain(|pos, _| positions.contains(pos));
+        for z in self.zsets.values_mut() {
+            z.ahead = None;
+        }
+    }
+
+    /// Takes in what a window's read-ahead read (`ahead.rs`): each hash field and task this
+    /// cache does not hold. One it holds is as fresh or fresher: every field a commit since
+    /// wrote is in this cache, as its own writes are.
+    pub(crate) fn absorb(&mut self, read: Cache) {
+        for (key, fields) in read.fields {
+            let mine = self.fields.entry(key).or_default();
+            for (f, v) in fields {
+                mine.entry(f).or_insert(v);
+            }
+        }
+        for (pos, task) in read.tasks {
+            self.tasks.entry(pos).or_insert(task);
+        }
     }
 
     /// Whether the cache grew past [`Self::limit`] and should be trimmed (or dropped).
@@ -441,5 +500,53 @@ mod tests {
         assert_eq!(k.contains("a", 9.0), None, "moved past the region: unknown");
         assert_eq!(k.contains("b", 5.0), Some(false));
         assert!(k.known.covers_through(5.0));
+    }
+
+    /// A window read at an earlier version, then writes past the known region committed since
+    /// (logged while it was read): taken in, the set is the one committed now.
+    #[test]
+    fn a_window_read_ahead_takes_in_the_writes_committed_since() {
+        let mut k = z(
+            &[("1", 1.0), ("2", 2.0)],
+            Known::Until(Score(2.0), "2".into()),
+        );
+        let (_answer, window) = tokio::sync::oneshot::channel();
+        k.ahead = Some(Ahead {
+            window,
+            log: Vec::new(),
+        });
+        // Since the window's version: a claim of a known member (not logged), a unit added
+        // inside the window, one past it, one the window holds removed, then one removed
+        // and added back.
+        k.rem("1");
+        k.add("4".into(), 4.0);
+        k.add("9".into(), 9.0);
+        k.rem("5");
+        k.rem("6");
+        k.add("6".into(), 6.0);
+        let ahead = k.ahead.take().expect("a window asked for");
+        assert_eq!(
+            ahead.log,
+            [
+                ("4".to_string(), Some(4.0)),
+                ("9".to_string(), Some(9.0)),
+                ("5".to_string(), None),
+                ("6".to_string(), None),
+                ("6".to_string(), Some(6.0)),
+            ]
+        );
+        // The window as read: 3, 5, 6, 7 (the scan stopped at its limit of four).
+        let read: Vec<(String, f64)> = [3.0, 5.0, 6.0, 7.0]
+            .iter()
+            .map(|s| (s.to_string(), *s))
+            .collect();
+        k.extend(read, Known::Until(Score(7.0), "7".into()), 4, ahead.log);
+        let members: Vec<_> = k.order.iter().map(|(_, m)| m.as_str()).collect();
+        assert_eq!(members, ["2", "3", "4", "6", "7"]);
+        assert_eq!(k.contains("9", 9.0), None, "past the window: unknown");
+        assert_eq!(k.contains("5", 5.0), Some(false));
+        assert_eq!(k.fetched, 4);
+        assert_eq!(k.scan(None, f64::INFINITY, 10), None, "more past 7");
+        assert_eq!(k.scan(None, 6.5, 10).map(|m| m.len()), Some(4));
     }
 }

@@ -55,6 +55,7 @@
 //! releases are idempotent per token, and an assignment whose claim reply was lost is never
 //! renewed and is reaped as `cancelled`.
 
+mod ahead;
 mod batch;
 mod cache;
 mod commit;

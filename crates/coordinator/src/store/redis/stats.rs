@@ -35,6 +35,8 @@ pub struct RedisStats {
     pub round_wait_us: u64,
     /// Caches grown past their limit and trimmed to their windows' read-ahead.
     pub trims: u64,
+    /// Windows of ready queues read ahead and taken in by the claim past the last one.
+    pub windows_ahead: u64,
     /// Times the master changed (a Sentinel failover followed).
     pub failovers: u64,
     /// Acknowledged writes whose `WAIT` saw fewer replicas than `--redis-wait` asks.
@@ -56,6 +58,7 @@ impl RedisStats {
             commit_us: self.commit_us - earlier.commit_us,
             round_wait_us: self.round_wait_us - earlier.round_wait_us,
             trims: self.trims - earlier.trims,
+            windows_ahead: self.windows_ahead - earlier.windows_ahead,
             failovers: self.failovers - earlier.failovers,
             wait_timeouts: self.wait_timeouts - earlier.wait_timeouts,
         }
@@ -76,6 +79,7 @@ pub(crate) struct Counters {
     pub(crate) commit_us: AtomicU64,
     pub(crate) round_wait_us: AtomicU64,
     pub(crate) trims: AtomicU64,
+    pub(crate) windows_ahead: AtomicU64,
 }
 
 impl Counters {
@@ -103,6 +107,7 @@ impl Counters {
             commit_us: get(&self.commit_us),
             round_wait_us: get(&self.round_wait_us),
             trims: get(&self.trims),
+            windows_ahead: get(&self.windows_ahead),
             failovers: 0,
             wait_timeouts: 0,
         }

@@ -15,7 +15,7 @@ use serde::de::DeserializeOwned;
 
 use lanes_common::ids::{TaskId, TrialId};
 use lanes_common::row::Row;
-use lanes_common::schedule::{BlockName, arm_index, block_name, from_position_key, phase_of};
+use lanes_common::schedule::{BlockName, arm_index, from_position_key};
 use lanes_common::spec::Task;
 use lanes_common::utc::EpochMs;
 
@@ -25,12 +25,14 @@ use super::conn::Conn;
 use super::hot_record::{Record, decode, encode};
 use super::keys::Keys;
 use super::redis_err;
+use super::stats::Counters;
 use super::writes::{Savepoint, Writes};
 use crate::store::api::{Event, StoreError};
 use crate::store::model::{BlockState, Lease, Meta, Queue, TokenRecord, TrialState, Unit};
 use crate::store::tx::{R, Tx};
 
 mod fold;
+mod read_ahead;
 mod trim;
 
 pub(crate) use trim::trimmed;
@@ -55,7 +57,7 @@ const MAX_SCANNED: usize = 2 * MAX_SCAN;
 /// campaign's window grows 256, 512, 1,024, 2,048 while its cache lives: a fourth of the
 /// refills for its first 3,840 claims. A cache grown too large is trimmed and keeps its
 /// windows ([`trimmed`]); one made afresh (a conflict, a new replica) starts small again.
-fn scan_size(limit: usize, removed: usize, last: Option<usize>, known: usize) -> usize {
+pub(crate) fn scan_size(limit: usize, removed: usize, last: Option<usize>, known: usize) -> usize {
     let grown = match last {
         Some(n) if known.saturating_add(n.saturating_mul(2)) <= MAX_SCANNED => n.saturating_mul(2),
         Some(n) => n,
@@ -243,6 +245,11 @@ impl RedisTx {
         .await
     }
 
+    /// What this transaction read, its writes dropped: a window's read-ahead (`ahead.rs`).
+    pub(crate) fn into_read(self) -> Cache {
+        self.cache
+    }
+
     /// The cache after a commit that left the store at `version`: this transaction's reads
     /// with its writes applied, or an empty cache when the commit merged staged writes.
     pub(crate) fn into_cache(mut self, version: String, staged: bool) -> Cache {
@@ -303,160 +310,6 @@ impl RedisTx {
         out
     }
 
-    /// Reads the fields not cached yet of several hashes in one pipeline, into the cache.
-    async fn read_ahead(&mut self, wanted: Vec<(String, Vec<String>)>) -> R<()> {
-        let mut pipe = redis::pipe();
-        let mut asked: Vec<(String, Vec<String>)> = Vec::new();
-        for (key, mut fields) in wanted {
-            // Most fields are cached once a campaign runs: drop those first, in place.
-            fields.retain(|f| self.cache.field(&key, f).is_none());
-            fields.sort_unstable();
-            fields.dedup();
-            if fields.is_empty() {
-                continue;
-            }
-            pipe.cmd("HMGET").arg(&key).arg(&fields);
-            asked.push((key, fields));
-        }
-        if asked.is_empty() {
-            return Ok(());
-        }
-        let got: Vec<Vec<Option<Vec<u8>>>> =
-            pipe.query_async(&mut self.conn).await.map_err(redis_err)?;
-        for ((key, fields), values) in asked.into_iter().zip(got) {
-            for (f, v) in fields.into_iter().zip(values) {
-                self.cache.put_field(&key, f, v);
-            }
-        }
-        Ok(())
-    }
-
-    /// The meta as this transaction sees it, if it was read already.
-    fn meta_seen(&self) -> Option<&Meta> {
-        self.writes
-            .meta
-            .as_deref()
-            .or_else(|| self.cache.meta.as_ref()?.as_ref())
-    }
-
-    /// Fetches ahead what claiming the units at `keys` of a queue reads: their tasks, then
-    /// their trials' states and leases.
-    async fn read_ahead_units(&mut self, unit: Unit, keys: &[u64]) -> R<()> {
-        let Some(meta) = self.meta_seen().cloned() else {
-            return Ok(());
-        };
-        let tasks_key = self.keys.tasks();
-        let positions: Vec<String> = keys
-            .iter()
-            .map(|k| from_position_key(*k).1.to_string())
-            .collect();
-        self.read_ahead(vec![(tasks_key.clone(), positions)])
-            .await?;
-        let mut ids = Vec::new();
-        let mut blocks = Vec::new();
-        for key in keys {
-            let (phase, tp, _, _) = from_position_key(*key);
-            let task_id = match self.cache.task(tp) {
-                Some(t) => t.id.clone(),
-                None => {
-                    let Some(Some(bytes)) = self.cache.field(&tasks_key, &tp.to_string()) else {
-                        continue;
-                    };
-                    let task: Task = parse(bytes)?;
-                    let id = task.id.clone();
-                    self.remember_task(tp, task);
-                    id
-                }
-            };
-            ids.extend(unit_trials(&meta, unit, *key, &task_id).map(|t| t.to_string()));
-            // Its completion adds to its block.
-            blocks.push(block_name(phase, &task_id).to_string());
-        }
-        self.read_ahead(vec![
-            (self.keys.trials(), ids.clone()),
-            (self.keys.blocks(), blocks),
-        ])
-        .await?;
-        // Trials written before layout 6 keep their leases apart.
-        let apart = self.apart(ids.iter().map(String::as_str));
-        self.read_ahead(vec![(self.keys.leases(), apart)]).await
-    }
-
-    /// Which of these trials' cached fields keep their lease and token records apart (written
-    /// before layout 6).
-    fn apart<'a>(&self, ids: impl Iterator<Item = &'a str>) -> Vec<String> {
-        let key = self.keys.trials();
-        ids.filter(
-            |id| matches!(self.cache.field(&key, id), Some(Some(bytes)) if fold::apart(bytes)),
-        )
-        .map(str::to_owned)
-        .collect()
-    }
-
-    /// Caches a committed task, parsed, and its position by id (a task and its position never
-    /// change once committed), so completions of its trials need not look it up.
-    fn remember_task(&mut self, pos: u32, task: Task) {
-        let pos_key = self.keys.task_pos();
-        if self.cache.field(&pos_key, task.id.as_str()).is_none() {
-            self.cache.put_field(
-                &pos_key,
-                task.id.to_string(),
-                Some(pos.to_string().into_bytes()),
-            );
-        }
-        self.cache.put_task(pos, task);
-    }
-
-    /// Fetches ahead, in two pipelines, what completing or renewing these tokens reads: the
-    /// trials' records and task positions, then their tasks and blocks (and the leases and
-    /// token records of trials written before layout 6, which keep them apart).
-    pub(crate) async fn prefetch_tokens(&mut self, tokens: &[(TrialId, u32)]) -> R<()> {
-        let mut trials = Vec::new();
-        let mut task_ids = Vec::new();
-        for (tid, _) in tokens {
-            let Ok((task, _, _)) = TrialId::parse(tid.as_str()) else {
-                continue;
-            };
-            trials.push(tid.to_string());
-            task_ids.push(task.to_string());
-        }
-        self.read_ahead(vec![
-            (self.keys.trials(), trials),
-            (self.keys.task_pos(), task_ids.clone()),
-        ])
-        .await?;
-        let Some(meta) = self.meta_seen() else {
-            return Ok(());
-        };
-        let pos_key = self.keys.task_pos();
-        let mut positions = Vec::new();
-        let mut blocks = Vec::new();
-        for (tid, _) in tokens {
-            let Ok((task, run, _)) = TrialId::parse(tid.as_str()) else {
-                continue;
-            };
-            if let Some(Some(p)) = self.cache.field(&pos_key, task.as_str()) {
-                positions.push(String::from_utf8_lossy(p).into_owned());
-            }
-            blocks.push(block_name(phase_of(&meta.spec, run), &task).to_string());
-        }
-        let apart = self.apart(tokens.iter().map(|(t, _)| t.as_str()));
-        let mut records = Vec::new();
-        for (tid, attempt) in tokens {
-            if apart.iter().any(|a| a == tid.as_str()) {
-                // A completion looks for the counted attempt among all of the trial's tokens.
-                records.extend((1..=*attempt).map(|a| token_field(tid.as_str(), a)));
-            }
-        }
-        self.read_ahead(vec![
-            (self.keys.tasks(), positions),
-            (self.keys.blocks(), blocks),
-            (self.keys.leases(), apart),
-            (self.keys.tokens(), records),
-        ])
-        .await
-    }
-
     async fn hgetall(&mut self, key: &str) -> R<Vec<(String, Vec<u8>)>> {
         self.settle().await;
         let stored: HashMap<String, Vec<u8>> = redis::cmd("HGETALL")
@@ -478,6 +331,31 @@ impl RedisTx {
         Ok(out)
     }
 
+    /// Takes in the window read ahead of the sorted set at `key`, if one was asked for
+    /// (waiting for it if it is still being read, as a scan would wait); whether it was.
+    async fn take_ahead(&mut self, key: &str) -> bool {
+        let Some(z) = self.cache.zset_mut(key) else {
+            return false;
+        };
+        let Some(ahead) = z.ahead.take() else {
+            return false;
+        };
+        let Ok(w) = ahead.window.await else {
+            return false;
+        };
+        // Asked for past the known region, which only a window taken in moves.
+        if w.members
+            .first()
+            .is_some_and(|(m, s)| z.known.covers(*s, m))
+        {
+            return false;
+        }
+        z.extend(w.members, w.known, w.fetched, ahead.log);
+        self.cache.absorb(w.read);
+        Counters::bump(&self.conn.counters().windows_ahead);
+        true
+    }
+
     /// The answer to a scan from the cache and the pending writes, if they know enough.
     fn zrange_known(&self, key: &str, max: f64, limit: usize) -> Option<Vec<(String, f64)>> {
         self.cache
@@ -496,6 +374,11 @@ impl RedisTx {
         let max = max.unwrap_or(f64::INFINITY);
         self.writes.fold_ready(key);
         if let Some(known) = self.zrange_known(key, max, limit) {
+            return Ok((known, false));
+        }
+        if self.take_ahead(key).await
+            && let Some(known) = self.zrange_known(key, max, limit)
+        {
             return Ok((known, false));
         }
         self.settle().await;
