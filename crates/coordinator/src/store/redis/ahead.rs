@@ -5,30 +5,35 @@
 //! the queue, read the new units' tasks, then their trials' records and blocks (at 2,048
 //! units, ~9 ms in which the lanes of the campaign got no answer; docs/PERFORMANCE.md, "The
 //! next window, read ahead"). Instead, once a window is half claimed, the round whose commit
-//! was just sent asks for the next one ([`ask`]), and a task of its own reads it behind that
-//! commit while the next rounds run. The claim that runs past the window takes it in
-//! ([`RedisTx::take_ahead`](super::tx::RedisTx)).
+//! was just sent asks for the next one ([`ask`]), and a read of its own, sent behind that
+//! commit, fetches it while the next rounds run. The claim that runs past the window takes it
+//! in ([`RedisTx::take_ahead`](super::tx::RedisTx)), or, if the read failed or saw another
+//! version, scans the usual way.
 //!
 //! What makes a window exact:
 //! - Its scan (members past the known region) and a read of the campaign's version go in one
 //!   `MULTI`, so the members are those of one version. The window is used only if that version
 //!   is the one the asking round's commit leaves: the scan then saw exactly that commit and
-//!   every one before it (a scan that ran before it, or after a later one, is dropped).
-//! - The cache it belongs to is that round's, handed from round to round down the chain. Each
-//!   later round's committed writes to the set past the known region are logged with it
-//!   ([`ZKnown::add`]), and replayed when the window is taken in ([`ZKnown::extend`]). A
-//!   chain that fails drops the cache, and the window with it.
+//!   every one before it. The read goes on the connection commits go on, right after the
+//!   commit (the first poll hands it over), so it is normally served just after it; one served
+//!   before it or after a later commit is dropped by that check.
+//! - The scan starts past the last known member's score. In a ready queue a member's score is
+//!   its position key, unique to it, so no member shares that score.
+//! - The cache it belongs to is that round's, handed from round to round down the chain. Every
+//!   write to the set those later rounds commit is logged with it (`ZKnown::add`, `rem`) and
+//!   replayed when the window is taken in (`ZKnown::extend`). A chain that fails drops the
+//!   cache, and the window with it.
 //! - Its units' hash fields are read later than the scan, so they are taken in only where the
 //!   cache holds nothing ([`Cache::absorb`]): every field a round of this chain wrote is in the
 //!   cache, and a trim, which drops fields, drops the windows being read too.
-
-use std::future::Future;
-use std::task::Poll;
+//!
+//! A window asked for and never taken (a campaign gone idle) stays with its cache, at most one
+//! per ready queue, until the cache goes.
 
 use tokio::sync::oneshot;
 
 use super::cache::{Cache, Known, Score};
-use super::conn::Conn;
+use super::conn::{Conn, hand_over};
 use super::keys::Keys;
 use super::redis_err;
 use super::tx::{RedisTx, scan_size};
@@ -56,8 +61,8 @@ pub(crate) struct Window {
 
 /// Asks for the next window of each ready queue of `cache` (the cache a round whose commit
 /// was just sent leaves) that is half claimed, with more past it, and none asked for yet.
-/// Each read's first request reaches the connection before this returns, so it goes behind
-/// that commit and ahead of the next round's.
+/// Each read is polled once here, which normally hands its first request to the connection
+/// behind that commit and ahead of the next round's.
 pub(crate) async fn ask(conn: &Conn, keys: &Keys, cache: &mut Cache) {
     let Some(Some(meta)) = &cache.meta else {
         return;
@@ -88,7 +93,7 @@ pub(crate) async fn ask(conn: &Conn, keys: &Keys, cache: &mut Cache) {
     for (key, unit, after, size) in asks {
         let (answer, window) = oneshot::channel();
         let read = read(
-            conn.clone(),
+            conn.behind_writes(),
             keys.clone(),
             Scan {
                 key: key.clone(),
@@ -106,10 +111,7 @@ pub(crate) async fn ask(conn: &Conn, keys: &Keys, cache: &mut Cache) {
                 let _ = answer.send(w);
             }
         });
-        if std::future::poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx)))
-            .await
-            .is_pending()
-        {
+        if hand_over(&mut read).await.is_pending() {
             tokio::spawn(read);
         }
         if let Some(z) = cache.zset_mut(&key) {
@@ -255,7 +257,7 @@ mod tests {
             w.read.field(&keys.trials(), trial.as_str()).is_some(),
             "and their trials' records"
         );
-        // The last 44 units: the whole rest of the queue.
+        // The other 344 units: the whole rest of the queue.
         let rest = read(
             conn.clone(),
             keys.clone(),

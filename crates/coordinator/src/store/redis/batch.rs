@@ -48,6 +48,7 @@ use super::RedisStore;
 use super::ahead;
 use super::cache::Cache;
 use super::commit::{Committed, send};
+use super::conn::hand_over;
 use super::stats::Counters;
 use super::tx::{RedisTx, Settled};
 use crate::store::api::*;
@@ -424,7 +425,7 @@ impl RedisStore {
         // One poll hands the request to the connection, so commits reach Redis in the order
         // they were built (one that overtook its predecessor would only conflict); the rest
         // runs in a task of its own.
-        let commit = match std::future::poll_fn(|cx| Poll::Ready(send.as_mut().poll(cx))).await {
+        let commit = match hand_over(&mut send).await {
             Poll::Ready(landing) => tokio::spawn(async move { landing }),
             Poll::Pending => tokio::spawn(send),
         };

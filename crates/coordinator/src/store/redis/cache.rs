@@ -95,7 +95,7 @@ pub(crate) struct ZKnown {
     /// ask for more.
     pub(crate) fetched: usize,
     /// The next window of a ready queue, being read while rounds run ([`Ahead`]), and the
-    /// committed writes past `known` since it was asked for.
+    /// writes to the set committed since it was asked for.
     pub(crate) ahead: Option<Ahead>,
 }
 
@@ -180,33 +180,32 @@ impl ZKnown {
         (all || out.len() >= limit).then_some(out)
     }
 
-    /// A committed `ZADD`: kept if it lands in the known region, else logged for the window
-    /// being read ahead.
+    /// A committed `ZADD`: kept if it lands in the known region (and logged for the window
+    /// being read ahead, if any).
     pub(crate) fn add(&mut self, member: String, score: f64) {
         self.remove(&member);
+        if let Some(ahead) = &mut self.ahead {
+            ahead.log.push((member.clone(), Some(score)));
+        }
         if self.known.covers(score, &member) {
             self.order.insert((Score(score), member.clone()));
             self.scores.insert(member, score);
-        } else if let Some(ahead) = &mut self.ahead {
-            ahead.log.push((member, Some(score)));
         }
     }
 
-    /// A committed `ZREM`; one of a member not known here is logged for the window being
-    /// read ahead.
+    /// A committed `ZREM` (logged for the window being read ahead, if any).
     pub(crate) fn rem(&mut self, member: &str) {
-        if self.scores.contains_key(member) {
-            self.remove(member);
-        } else if let Some(ahead) = &mut self.ahead {
+        self.remove(member);
+        if let Some(ahead) = &mut self.ahead {
             ahead.log.push((member.to_owned(), None));
         }
     }
 
     /// Takes in the window read ahead past the known region: `members` (in order, each past
     /// `known` now) as committed at the version the window was read at, known up to
-    /// `known`; then replays the writes `log`ged since, in order. A write the window already
-    /// saw is a no-op the second time (the last write of a member decides), so the set is
-    /// exactly as committed at this cache's version.
+    /// `known`; then replays, in order, every write to the set `log`ged since that version (the
+    /// last write of a member decides), so the set is exactly as committed at this cache's
+    /// version.
     pub(crate) fn extend(
         &mut self,
         members: Vec<(String, f64)>,
@@ -515,9 +514,9 @@ mod tests {
             window,
             log: Vec::new(),
         });
-        // Since the window's version: a claim of a known member (not logged), a unit added
-        // inside the window, one past it, one the window holds removed, then one removed
-        // and added back.
+        // Since the window's version: a claim of a known member, a unit added inside the
+        // window, one past it, one the window holds removed, then one removed and added
+        // back.
         k.rem("1");
         k.add("4".into(), 4.0);
         k.add("9".into(), 9.0);
@@ -528,6 +527,7 @@ mod tests {
         assert_eq!(
             ahead.log,
             [
+                ("1".to_string(), None),
                 ("4".to_string(), Some(4.0)),
                 ("9".to_string(), Some(9.0)),
                 ("5".to_string(), None),

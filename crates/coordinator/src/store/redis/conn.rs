@@ -12,8 +12,10 @@
 //! everything the answer rests on. Fewer replicas than N in time is an unavailable store
 //! (`NOREPLICAS`), not an acknowledgement: the caller retries, and every write is idempotent.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::task::Poll;
 
 use redis::aio::ConnectionLike;
 use redis::{Cmd, FromRedisValue, Pipeline, RedisError, RedisFuture, RedisResult, Value};
@@ -28,11 +30,26 @@ const FENCE: &str = "lanes:fence";
 #[derive(Clone)]
 pub(crate) struct Conn {
     link: Arc<Link>,
+    /// Whether its requests go on the connection of acknowledged writes.
+    behind_writes: bool,
 }
 
 impl Conn {
     pub(crate) fn new(link: Arc<Link>) -> Self {
-        Self { link }
+        Self {
+            link,
+            behind_writes: false,
+        }
+    }
+
+    /// A handle whose requests go on the connection [`Self::acked`] writes go on (the one
+    /// connection without `--redis-wait`), so a read sent after a write is served after it: a
+    /// window read ahead behind the commit that asked for it (`ahead.rs`).
+    pub(crate) fn behind_writes(&self) -> Self {
+        Self {
+            link: self.link.clone(),
+            behind_writes: true,
+        }
     }
 
     pub(crate) fn link(&self) -> &Arc<Link> {
@@ -108,12 +125,26 @@ impl Conn {
     }
 }
 
+/// Polls a request's future once, so its first command reaches the connection's queue now,
+/// in the order the caller builds requests (a commit before the next round's, and a window
+/// read behind the commit that asked for it). Outside tokio's cooperative budget: a send
+/// into the connection's queue on a task that spent its budget yields without sending, and
+/// the request would then go whenever its spawned task runs, perhaps after a later one (a
+/// busy machine's commits overtook each other, and the later one conflicted).
+pub(crate) async fn hand_over<F: Future + Unpin>(request: &mut F) -> Poll<F::Output> {
+    let mut request = std::pin::Pin::new(request);
+    tokio::task::unconstrained(std::future::poll_fn(|cx| {
+        Poll::Ready(request.as_mut().poll(cx))
+    }))
+    .await
+}
+
 impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         Counters::bump(&self.link.counters.round_trips);
         Counters::bump(&self.link.counters.commands);
         Box::pin(async move {
-            let usable = self.link.usable(false)?;
+            let usable = self.link.usable(self.behind_writes)?;
             let mut conn = usable.conn.clone();
             let answer = usable.run(conn.req_packed_command(cmd)).await;
             match &answer {
@@ -136,7 +167,7 @@ impl ConnectionLike for Conn {
             .commands
             .fetch_add(pipeline.len() as u64, Ordering::Relaxed);
         Box::pin(async move {
-            let usable = self.link.usable(false)?;
+            let usable = self.link.usable(self.behind_writes)?;
             let mut conn = usable.conn.clone();
             let answer = usable
                 .run(conn.req_packed_commands(pipeline, offset, count))
@@ -151,5 +182,44 @@ impl ConnectionLike for Conn {
 
     fn get_db(&self) -> i64 {
         self.link.db()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A task that spent its cooperative budget still hands a request over: a plain first
+    /// poll of a send into a bounded queue (as the connection's is) yields without sending.
+    #[tokio::test]
+    async fn a_request_is_handed_over_on_a_task_that_spent_its_budget() {
+        let (queue, mut sent) = tokio::sync::mpsc::channel::<u32>(1000);
+        let plain = std::future::poll_fn(|cx| {
+            // Spend the budget: each send that goes through uses a unit of it.
+            let mut n = 0;
+            while Box::pin(queue.send(n)).as_mut().poll(cx).is_ready() {
+                n += 1;
+            }
+            Poll::Ready(n)
+        })
+        .await;
+        assert!(plain < 1000, "the budget ran out after {plain} sends");
+        let handed = std::future::poll_fn(|cx| {
+            while Box::pin(queue.send(0)).as_mut().poll(cx).is_ready() {}
+            // Spent: a plain poll would yield here.
+            let mut send = Box::pin(queue.send(7));
+            let mut handed = std::pin::pin!(hand_over(&mut send));
+            Poll::Ready(matches!(
+                handed.as_mut().poll(cx),
+                Poll::Ready(Poll::Ready(Ok(())))
+            ))
+        })
+        .await;
+        assert!(handed, "sent despite the spent budget");
+        let mut last = None;
+        while let Ok(v) = sent.try_recv() {
+            last = Some(v);
+        }
+        assert_eq!(last, Some(7));
     }
 }

@@ -5,8 +5,9 @@
 //!
 //! Reads that the engine is about to make are fetched ahead in one pipeline: the tasks, trial
 //! records and blocks of the candidates a ready-queue scan returns, and everything a batch of
-//! completions will look up ([`RedisTx::prefetch_tokens`]). A trial's lease and token records
-//! live in its record since layout 6 ([`fold`]).
+//! completions will look up ([`read_ahead`]). A claim past its window of a ready queue first
+//! takes in the next one, read while rounds ran (`ahead.rs`). A trial's lease and token
+//! records live in its record since layout 6 ([`fold`]).
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -51,12 +52,13 @@ const MAX_SCANNED: usize = 2 * MAX_SCAN;
 /// How many members a scan fetches: twice those it was asked for (and those this transaction
 /// removed from the set), and at least the last scan of the same set while the cache lives
 /// (`last`), doubled if the cache would then know at most [`MAX_SCANNED`] members in all
-/// (`known` now), from [`MIN_SCAN`] up to [`MAX_SCAN`]. Claims refill their window of a ready
-/// queue with such a scan, and a refill stops the campaign's pipeline: it waits for the
-/// commits in flight, then three round trips (the scan, the tasks, the trials). A busy
-/// campaign's window grows 256, 512, 1,024, 2,048 while its cache lives: a fourth of the
-/// refills for its first 3,840 claims. A cache grown too large is trimmed and keeps its
-/// windows ([`trimmed`]); one made afresh (a conflict, a new replica) starts small again.
+/// (`known` now), from [`MIN_SCAN`] up to [`MAX_SCAN`]. A claim past its window of a ready
+/// queue scans so only when no next window was read ahead (`ahead.rs`, which sizes windows
+/// the same way): such a scan stops the campaign's pipeline (it waits for the commits in
+/// flight, then three round trips: the scan, the tasks, the trials). A busy campaign's window
+/// grows 256, 512, 1,024, 2,048 while its cache lives. A cache grown too large is trimmed and
+/// keeps its windows ([`trimmed`]); one made afresh (a conflict, a new replica) starts small
+/// again.
 pub(crate) fn scan_size(limit: usize, removed: usize, last: Option<usize>, known: usize) -> usize {
     let grown = match last {
         Some(n) if known.saturating_add(n.saturating_mul(2)) <= MAX_SCANNED => n.saturating_mul(2),
@@ -343,13 +345,6 @@ impl RedisTx {
         let Ok(w) = ahead.window.await else {
             return false;
         };
-        // Asked for past the known region, which only a window taken in moves.
-        if w.members
-            .first()
-            .is_some_and(|(m, s)| z.known.covers(*s, m))
-        {
-            return false;
-        }
         z.extend(w.members, w.known, w.fetched, ahead.log);
         self.cache.absorb(w.read);
         Counters::bump(&self.conn.counters().windows_ahead);
