@@ -63,29 +63,33 @@ pub(crate) struct Window {
 /// was just sent leaves) that is half claimed, with more past it, and none asked for yet.
 /// Each read is polled once here, which normally hands its first request to the connection
 /// behind that commit and ahead of the next round's.
-pub(crate) async fn ask(conn: &Conn, keys: &Keys, cache: &mut Cache) {
+pub(crate) async fn ask(conn: &Conn, campaign: &str, cache: &mut Cache) {
     let Some(Some(meta)) = &cache.meta else {
         return;
     };
+    // Most rounds ask for nothing: the campaign's keys are named only for a set that qualifies.
+    let due: Vec<(&String, f64, usize)> = cache
+        .zsets()
+        .filter(|(_, z)| z.ahead.is_none() && z.scores.len() * 2 <= z.fetched)
+        .filter_map(|(key, z)| match z.known {
+            Known::Until(Score(after), _) => Some((key, after, z.fetched)),
+            Known::Through(_) => None,
+        })
+        .collect();
+    if due.is_empty() {
+        return;
+    }
+    let keys = Keys::new(campaign);
     let prefix = keys.ready_prefix();
     let members = cache.members();
-    let mut asks = Vec::new();
-    for (key, z) in cache.zsets() {
-        let Known::Until(Score(after), _) = z.known else {
-            continue;
-        };
-        if z.ahead.is_some() || z.scores.len() * 2 > z.fetched {
-            continue;
-        }
-        let Some(queue) = key
-            .strip_prefix(prefix.as_str())
-            .and_then(|q| q.parse::<Queue>().ok())
-        else {
-            continue;
-        };
-        let size = scan_size(0, 0, Some(z.fetched), members);
-        asks.push((key.clone(), queue.unit(), after, size));
-    }
+    let asks: Vec<(String, Unit, f64, usize)> = due
+        .into_iter()
+        .filter_map(|(key, after, fetched)| {
+            let queue = key.strip_prefix(prefix.as_str())?.parse::<Queue>().ok()?;
+            let size = scan_size(0, 0, Some(fetched), members);
+            Some((key.clone(), queue.unit(), after, size))
+        })
+        .collect();
     if asks.is_empty() {
         return;
     }

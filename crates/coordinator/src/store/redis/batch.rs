@@ -432,7 +432,7 @@ impl RedisStore {
             Poll::Pending => tokio::spawn(send),
         };
         let mut next = tx.into_cache(leaves, false);
-        ahead::ask(&self.conn, &super::keys::Keys::new(c.as_str()), &mut next).await;
+        ahead::ask(&self.conn, c.as_str(), &mut next).await;
         chain.push_back(InFlight {
             commit,
             settled,
