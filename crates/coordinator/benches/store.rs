@@ -21,8 +21,9 @@
 //! rewrite) on a free loopback port. `LANES_BENCH_LANES=64` (a comma-separated list) runs only
 //! those lane counts, and `LANES_BENCH_EMBEDDED=0` skips the embedded store, e.g. under a profiler.
 //! `LANES_BENCH_COUNT=n` runs only `n` cycles of 64 lanes on Redis, then prints Redis's CPU
-//! and each command's time per cycle (see [`counted`]). `LANES_BENCH_PAYLOAD_BYTES=n` gives
-//! every task a payload of about `n` bytes (none by default).
+//! and each command's time per cycle (see [`counted`]); with `LANES_BENCH_TIMELINE=1` also the
+//! cycles that ended in each 25 ms of that run (where it stalls). `LANES_BENCH_PAYLOAD_BYTES=n`
+//! gives every task a payload of about `n` bytes (none by default).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -154,6 +155,7 @@ async fn cycles_until(
                 o.result.score = Some(1.0);
                 store.complete(&c, o, SystemClock.now_ms()).await.unwrap();
                 done.fetch_add(1, Ordering::Relaxed);
+                timeline_mark(start);
             }
         }));
     }
@@ -162,6 +164,18 @@ async fn cycles_until(
     }
     let n = done.load(Ordering::Relaxed);
     (n as f64 / start.elapsed().as_secs_f64(), n)
+}
+
+/// Cycles that ended in each [`BUCKET`] of a run (`LANES_BENCH_TIMELINE=1` in the counted
+/// mode prints them): where a run stalls.
+static TIMELINE: [AtomicU64; 400] = [const { AtomicU64::new(0) }; 400];
+const BUCKET: Duration = Duration::from_millis(25);
+
+fn timeline_mark(start: Instant) {
+    let i = (start.elapsed().as_millis() / BUCKET.as_millis()) as usize;
+    if let Some(b) = TIMELINE.get(i) {
+        b.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// `used_memory` of the server, from `INFO memory`.
@@ -450,6 +464,11 @@ async fn counted(store: &RedisStore, server: &RedisServer, count: u64) {
         n as f64 / stats.trims.max(1) as f64,
         stats.windows_ahead
     );
+    if std::env::var_os("LANES_BENCH_TIMELINE").is_some() {
+        let counts: Vec<u64> = TIMELINE.iter().map(|b| b.load(Ordering::Relaxed)).collect();
+        let end = counts.iter().rposition(|&c| c > 0).map_or(0, |i| i + 1);
+        println!("cycles per {} ms: {:?}", BUCKET.as_millis(), &counts[..end]);
+    }
     let mut stats = command_stats(server);
     stats.sort_by_key(|s| std::cmp::Reverse(s.2));
     for (name, calls, usec) in stats {
