@@ -2,8 +2,8 @@
 """Runs the workspace's test binaries, the waiting ones beside the rest.
 
 `cargo test` runs one test binary at a time. A few binaries spend most of their time waiting
-on real processes (faults that must land on running work, Sentinel failovers, deployments),
-using a fraction of a core; run one after another they made up half of the suite's time. This
+on real processes (faults that must land on running work, Sentinel failovers, deployments,
+containers), using a fraction of a core; run one after another they made up half of the suite's time. This
 builds every test binary with cargo, then runs each group in `BESIDE` in a lane of its own
 while the other binaries run one at a time in front, as cargo would run them. The lanes' output
 is kept and printed whole once they end, so no two binaries' output interleave. Doc tests run
