@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """Runs the workspace's test binaries, the waiting ones beside the rest.
 
-`cargo test` runs one test binary at a time. A few binaries spend most of their time waiting
-on real processes (faults that must land on running work, Sentinel failovers, deployments,
-containers), using a fraction of a core; run one after another they made up half of the suite's time. This
-builds every test binary with cargo, then runs each group in `BESIDE` in a lane of its own
-while the other binaries run one at a time in front, as cargo would run them. The lanes' output
-is kept and printed whole once they end, so no two binaries' output interleave. Doc tests run
-last, through cargo. Every binary runs even after one fails (as `--no-fail-fast`); the exit
-code is non-zero if any failed, and the failures are listed at the end.
+`cargo test` runs one test binary at a time. A few binaries spend most of their time waiting on
+real processes (faults that must land on running work, Sentinel failovers, deployments,
+containers), using a fraction of a core; run one after another they made up half of the suite's
+time. This builds every test binary with cargo, then runs each group in `BESIDE` in a lane of
+its own while the other binaries run one at a time in front, as cargo would run them. The
+lanes' output is kept and printed whole once they end, so no two binaries' output interleave.
+Doc tests run last, through cargo. Every binary runs even after one fails (as
+`--no-fail-fast`); the exit code is non-zero if any failed, and the failures are listed at the
+end.
 
 Called by `scripts/test.sh` with no arguments; with arguments, that script runs plain
 `cargo test --workspace ARGS` instead.
