@@ -135,6 +135,77 @@ async fn two_replicas_lease_each_trial_once() {
     assert_eq!((st.state, st.trials_counted), (CampaignState::Done, 96));
 }
 
+/// A replica that is the only writer starts each round at the version its last commit left,
+/// without reading it: a claim and an outcome cost a commit each and no `GET`. Before, every
+/// round began with one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sole_writers_rounds_read_no_version() {
+    let h = Harness::redis().await;
+    let c = cid("sole");
+    h.submit(campaign(
+        "sole",
+        &[("a", "pa")],
+        8,
+        "pairing = \"none\"",
+        "",
+    ))
+    .await;
+    let store = replica(&h).await;
+    let shared: Arc<dyn Store> = Arc::new(store.clone());
+    // The first round reads the version: the replica has no cache of the campaign yet.
+    assert_eq!(
+        lane(shared.clone(), c.clone(), "l".into(), h.now(), 1).await,
+        1
+    );
+    let server = h.redis.as_ref().expect("a redis harness");
+    let before = store.stats();
+    log_every_command(server);
+    assert_eq!(lane(shared, c.clone(), "l".into(), h.now(), 5).await, 5);
+    // The commit script reads the version and the lock itself; the replica read neither.
+    let read: Vec<_> = slow_log(&server.url())
+        .await
+        .into_iter()
+        .filter(|(args, client)| args[0].eq_ignore_ascii_case("GET") && client != "?:0")
+        .collect();
+    assert!(read.is_empty(), "{read:?}");
+    let d = store.stats().since(&before);
+    assert_eq!((d.ops, d.conflicts), (10, 0), "{d:?}");
+    each_counted_once(&h, &c, 6).await;
+}
+
+/// Two replicas take turns on one campaign. Each one's first round after the other's commit
+/// conflicts (it trusted its cache's version) and runs again; from then on it reads the
+/// version before each round, so the turns cost no more conflicts: trusting its cache, each
+/// would have conflicted at every turn. A replica trusts its versions again a second after
+/// its last conflict, so a slow machine may see one more conflict per replica per second.
+/// Every trial is counted once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_conflict_a_replica_reads_the_version_before_its_rounds() {
+    let h = Harness::redis().await;
+    let c = cid("turns");
+    h.submit(campaign(
+        "turns",
+        &[("a", "pa")],
+        24,
+        "pairing = \"none\"",
+        "",
+    ))
+    .await;
+    let (ra, rb) = (replica(&h).await, replica(&h).await);
+    let (a, b): (Arc<dyn Store>, Arc<dyn Store>) = (Arc::new(ra.clone()), Arc::new(rb.clone()));
+    let (before_a, before_b) = (ra.stats(), rb.stats());
+    let started = std::time::Instant::now();
+    for _ in 0..10 {
+        assert_eq!(lane(a.clone(), c.clone(), "la".into(), h.now(), 1).await, 1);
+        assert_eq!(lane(b.clone(), c.clone(), "lb".into(), h.now(), 1).await, 1);
+    }
+    let secs = started.elapsed().as_secs();
+    let (da, db) = (ra.stats().since(&before_a), rb.stats().since(&before_b));
+    assert!((1..=1 + secs).contains(&da.conflicts), "{secs} s: {da:?}");
+    assert!((1..=1 + secs).contains(&db.conflicts), "{secs} s: {db:?}");
+    each_counted_once(&h, &c, 20).await;
+}
+
 /// The commit script checks first scored wins itself, before it writes anything: a counted
 /// row for a trial whose `scored` field exists already (here written behind the store's
 /// back) fails the whole commit, and nothing of it is written.
@@ -444,6 +515,39 @@ async fn rounds_that_lose_a_conflict_report_no_events() {
 /// their window, which wait for the commits in flight (from the lowest score, with scores),
 /// and the windows read ahead (past a score, without).
 async fn scans_of(url: &str, key: &str) -> Scans {
+    let mut scans = Scans::default();
+    for (args, _) in slow_log(url).await {
+        if !args[0].eq_ignore_ascii_case("ZRANGEBYSCORE") || args[1] != key {
+            continue;
+        }
+        let size = args
+            .last()
+            .and_then(|n| n.parse().ok())
+            .expect("a LIMIT count");
+        match (args.len(), args[2].as_str()) {
+            (8, "-inf") => scans.stopping.push(size),
+            (7, after) if after.starts_with('(') => scans.ahead.push(size),
+            _ => panic!("an unexpected scan: {args:?}"),
+        }
+    }
+    scans
+}
+
+/// Has the server log every command from now on in its slow log ([`slow_log`]).
+fn log_every_command(server: &lanes_tests::redis_server::RedisServer) {
+    assert_eq!(
+        server.commands(&[
+            &["CONFIG", "SET", "slowlog-max-len", "100000"],
+            &["CONFIG", "SET", "slowlog-log-slower-than", "0"],
+            &["SLOWLOG", "RESET"],
+        ]),
+        ["+OK", "+OK", "+OK"]
+    );
+}
+
+/// The commands in the server's slow log, oldest first: each one's arguments and its
+/// client's address (`?:0` for a command a script ran).
+async fn slow_log(url: &str) -> Vec<(Vec<String>, String)> {
     use ::redis::Value;
     let client = ::redis::Client::open(url).expect("a redis url");
     let mut conn = client.get_multiplexed_async_connection().await.unwrap();
@@ -460,30 +564,19 @@ async fn scans_of(url: &str, key: &str) -> Scans {
         Value::SimpleString(s) => s.clone(),
         _ => String::new(),
     };
-    let mut scans = Scans::default();
     // Newest first; each entry: id, time, duration, arguments, client address, client name.
-    for entry in log.iter().rev() {
-        let Value::Array(fields) = entry else {
-            continue;
-        };
-        let Some(Value::Array(args)) = fields.get(3) else {
-            continue;
-        };
-        let args: Vec<String> = args.iter().map(text).collect();
-        if !args[0].eq_ignore_ascii_case("ZRANGEBYSCORE") || args[1] != key {
-            continue;
-        }
-        let size = args
-            .last()
-            .and_then(|n| n.parse().ok())
-            .expect("a LIMIT count");
-        match (args.len(), args[2].as_str()) {
-            (8, "-inf") => scans.stopping.push(size),
-            (7, after) if after.starts_with('(') => scans.ahead.push(size),
-            _ => panic!("an unexpected scan: {args:?}"),
-        }
-    }
-    scans
+    log.iter()
+        .rev()
+        .filter_map(|entry| match entry {
+            Value::Array(fields) => match (fields.get(3), fields.get(4)) {
+                (Some(Value::Array(args)), Some(client)) => {
+                    Some((args.iter().map(text).collect(), text(client)))
+                }
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect()
 }
 
 /// A ready queue's scans, by kind ([`scans_of`]).
@@ -542,14 +635,7 @@ async fn busy_campaign(h: &Harness, name: &str, trials: usize) -> (Scans, RedisS
     ))
     .await;
     let server = h.redis.as_ref().unwrap();
-    assert_eq!(
-        server.commands(&[
-            &["CONFIG", "SET", "slowlog-max-len", "100000"],
-            &["CONFIG", "SET", "slowlog-log-slower-than", "0"],
-            &["SLOWLOG", "RESET"],
-        ]),
-        ["+OK", "+OK", "+OK"]
-    );
+    log_every_command(server);
     let replica = replica(h).await;
     let before = replica.stats();
     let shared: Arc<dyn Store> = Arc::new(replica.clone());

@@ -24,6 +24,11 @@
 //! lock and stage nothing are chained; a round with nothing to write is validated by
 //! re-reading the version after the commits in flight.
 //!
+//! A round chained behind commits in flight waits for the campaign's busy lanes that those
+//! commits do not hold, up to half of them ([`BusyLanes`], [`round_bounds`]): the lanes then
+//! travel as two groups, one in Redis while the other comes back and is built, and each
+//! commit (each fsync) carries half the lanes' operations.
+//!
 //! A round of renewals alone lingers only with no commit in flight. A solo operation (a
 //! submit, a retry pass) waits for the commits in flight, then runs alone, from no cache
 //! ([`RedisStore::run_alone`]).
@@ -46,6 +51,7 @@ use lanes_common::ids::{CampaignId, TrialId};
 
 use super::RedisStore;
 use super::ahead;
+use super::busy_lanes::BusyLanes;
 use super::cache::Cache;
 use super::commit::{Committed, send};
 use super::conn::hand_over;
@@ -84,15 +90,27 @@ fn round_size(queued: usize, in_flight: usize) -> usize {
         .min(group::MAX_BATCH)
 }
 
-/// The least and the most operations the next round takes. Behind a commit in flight it
-/// waits for [`round_size`]; alone it starts with whatever is queued. Either way it leaves
-/// operations past [`round_size`] to the next round only when they make a round of their
+/// The least and the most operations the next round takes. Alone (`chained_behind` is
+/// `None`) it starts with whatever is queued. Behind commits in flight it waits for the busy
+/// lanes (`Some`, [`BusyLanes`]) that those commits do not hold, so the lanes travel as two
+/// groups, one in Redis while the other is built. With three groups (one in Redis, one
+/// built, one on its way back), every commit took a third of the lanes, and each cost a
+/// whole fsync with `appendfsync always`. When the busy lanes do not say (no more of them
+/// than the operations in flight, say renewals), it waits for [`round_size`]. Either way it
+/// leaves operations past that size to the next round only when they make a round of their
 /// own (at least [`MIN_CHAINED`]).
-fn round_bounds(queued: usize, in_flight: usize, chained: bool) -> (usize, usize) {
+fn round_bounds(queued: usize, in_flight: usize, chained_behind: Option<usize>) -> (usize, usize) {
     let size = round_size(queued, in_flight);
-    let min = if chained { size } else { 1 };
-    let max = if queued >= size + MIN_CHAINED {
-        size
+    let min = match chained_behind {
+        None => 1,
+        Some(lanes) if lanes > in_flight => (lanes - in_flight)
+            .min(lanes.div_ceil(2))
+            .clamp(MIN_CHAINED, group::MAX_BATCH),
+        Some(_) => size,
+    };
+    let take = min.max(size);
+    let max = if queued >= take + MIN_CHAINED {
+        take
     } else {
         group::MAX_BATCH
     };
@@ -113,6 +131,8 @@ struct CampaignQueue {
     running: bool,
     /// The cache between rounds (taken by the running round).
     cache: Option<Cache>,
+    /// The lanes whose claims it queued lately.
+    lanes: BusyLanes,
     /// Wakes the running driver: an operation was queued, or a commit ended.
     wake: Arc<Notify>,
 }
@@ -201,7 +221,11 @@ impl RedisStore {
             }
             let q = queues.get_mut(op.campaign()).expect("just made");
             let start = (!std::mem::replace(&mut q.running, true)).then(|| op.campaign().clone());
-            let answer = q.queue.push(op, Instant::now());
+            let now = Instant::now();
+            if let CampaignOp::Claim { req, .. } = &op {
+                q.lanes.claimed((&req.host, &req.lane), now);
+            }
+            let answer = q.queue.push(op, now);
             q.wake.notify_one();
             (answer, start)
         };
@@ -245,8 +269,12 @@ impl RedisStore {
                     false => std::time::Duration::ZERO,
                 };
                 let in_flight = chain.iter().map(|f| f.ops).sum();
-                let (min, max) = round_bounds(q.queue.len(), in_flight, !chain.is_empty());
-                q.queue.take(Instant::now(), linger, min, max)
+                let now = Instant::now();
+                let (min, max) = match chain.is_empty() {
+                    true => round_bounds(q.queue.len(), in_flight, None),
+                    false => round_bounds(q.queue.len(), in_flight, Some(q.lanes.count(now))),
+                };
+                q.queue.take(now, linger, min, max)
             };
             let batch = match take {
                 Take::Batch(batch) => batch,
@@ -628,34 +656,60 @@ mod tests {
     fn busy_lanes_split_into_two_rounds_of_about_the_same_size() {
         // 64 operations queued, nothing in flight: a round of half of them starts at once,
         // and the other half is a chained round of its own.
-        assert_eq!(round_bounds(64, 0, false), (1, 32));
-        assert_eq!(round_bounds(32, 32, true), (32, group::MAX_BATCH));
+        assert_eq!(round_bounds(64, 0, None), (1, 32));
+        assert_eq!(round_bounds(32, 32, Some(0)), (32, group::MAX_BATCH));
         // Behind a round of 32, the answers of the other one come back a few at a time: the
         // next round waits until it holds about half of what is queued or in flight.
-        assert_eq!(round_bounds(5, 32, true).0, 18);
-        assert_eq!(round_bounds(28, 32, true).0, 30);
+        assert_eq!(round_bounds(5, 32, Some(0)).0, 18);
+        assert_eq!(round_bounds(28, 32, Some(0)).0, 30);
         // An odd total: the half left behind is enough for the chained round.
-        assert_eq!(round_bounds(33, 0, false), (1, 16));
-        assert_eq!(round_bounds(17, 16, true).0, 16);
+        assert_eq!(round_bounds(33, 0, None), (1, 16));
+        assert_eq!(round_bounds(17, 16, Some(0)).0, 16);
         // More lanes, larger rounds.
-        assert_eq!(round_bounds(256, 0, false), (1, 128));
+        assert_eq!(round_bounds(256, 0, None), (1, 128));
         // Never more than a batch, so a chained round never waits for more than it may take.
         assert_eq!(
-            round_bounds(300, 256, true),
+            round_bounds(300, 256, Some(0)),
             (group::MAX_BATCH, group::MAX_BATCH)
         );
-        assert_eq!(round_bounds(600, 0, false), (1, group::MAX_BATCH));
+        assert_eq!(round_bounds(600, 0, None), (1, group::MAX_BATCH));
     }
 
     #[test]
     fn few_operations_are_not_split_and_a_chained_round_is_never_tiny() {
         // Alone, a few operations go at once, all of them.
-        assert_eq!(round_bounds(3, 0, false), (1, group::MAX_BATCH));
+        assert_eq!(round_bounds(3, 0, None), (1, group::MAX_BATCH));
         // 40 queued: 20 and 20 would each be worth a round.
-        assert_eq!(round_bounds(40, 0, false), (1, 20));
+        assert_eq!(round_bounds(40, 0, None), (1, 20));
         // 20 queued: 16 and 4 would not; all 20 go.
-        assert_eq!(round_bounds(20, 0, false), (1, group::MAX_BATCH));
+        assert_eq!(round_bounds(20, 0, None), (1, group::MAX_BATCH));
         // Behind a commit in flight, never fewer than MIN_CHAINED.
-        assert_eq!(round_bounds(2, 4, true).0, MIN_CHAINED);
+        assert_eq!(round_bounds(2, 4, Some(0)).0, MIN_CHAINED);
+    }
+
+    #[test]
+    fn behind_a_commit_a_round_waits_for_the_busy_lanes_that_commit_does_not_hold() {
+        // 64 busy lanes, 21 of them in a commit in flight: the round waits for half the
+        // lanes, and takes what is queued by then.
+        assert_eq!(round_bounds(21, 21, Some(64)), (32, group::MAX_BATCH));
+        // 43 in flight: the other 21 are the next round, on their own.
+        assert_eq!(round_bounds(21, 43, Some(64)), (21, group::MAX_BATCH));
+        // A round of one lane went alone, and the other 63 came back behind it: they split
+        // into two halves, so the lanes end up as two groups of about the same size.
+        assert_eq!(round_bounds(63, 1, Some(64)), (32, 32));
+        // Never a tiny round, and never more than a batch: 1,000 lanes travel in rounds of
+        // a batch each.
+        assert_eq!(round_bounds(4, 60, Some(64)).0, MIN_CHAINED);
+        assert_eq!(
+            round_bounds(700, 256, Some(1000)),
+            (group::MAX_BATCH, group::MAX_BATCH)
+        );
+        // Busy lanes that do not say more than what is in flight: half of what is queued or
+        // in flight, as without them.
+        assert_eq!(
+            round_bounds(40, 40, Some(30)),
+            round_bounds(40, 40, Some(0))
+        );
+        assert_eq!(round_bounds(40, 40, Some(30)).0, 40);
     }
 }

@@ -3,9 +3,11 @@
 //! # How an operation runs
 //! Every key of a campaign carries the hash tag `{c:<id>}` (see [`keys`]), so one script can
 //! touch any of them, on Redis Cluster too. An operation:
-//! 1. reads the campaign's version. The first attempt is optimistic; a retry after a
-//!    conflict first takes the campaign's lock (`SET lock <token> NX PX`), so contending
-//!    operations queue instead of retrying each other out;
+//! 1. reads the campaign's version, or takes the one its cache was left at, unread, while
+//!    none of the replica's commits lost to another writer in the last second. The first
+//!    attempt is optimistic; a retry after a conflict first takes the campaign's lock
+//!    (`SET lock <token> NX PX`), so contending operations queue instead of retrying each
+//!    other out;
 //! 2. runs the shared engine (the same transitions as the embedded backend, with the same
 //!    pure policy), whose reads go to Redis and whose writes are buffered ([`tx`]);
 //! 3. commits through **one Lua script**, `commit.lua`, loaded once and called by SHA (reloaded
@@ -57,6 +59,7 @@
 
 mod ahead;
 mod batch;
+mod busy_lanes;
 mod cache;
 mod commit;
 mod conn;
@@ -76,7 +79,7 @@ mod stream;
 mod tx;
 mod writes;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use self::batch::Rounds;
@@ -108,6 +111,11 @@ const LOCK_WAIT: Duration = Duration::from_secs(10);
 /// How long an acknowledged write waits for its replicas (`--redis-wait`) before it counts as
 /// not acknowledged. Short, because the wait holds up the connection's later requests.
 const WAIT_TIMEOUT_MS: u64 = 1_000;
+/// How long a replica reads the version at the start of each transaction after one of its
+/// commits lost to another writer, instead of trusting the version its cache was left at.
+/// Trusting it saves a round trip per round while the replica is the only writer; while
+/// another is busy too, it would make every round conflict once.
+const READ_VERSIONS_AFTER_CONFLICT: Duration = Duration::from_secs(1);
 
 /// Server error codes that describe the server's health, not the request: the same request
 /// succeeds once the server has finished loading its AOF (`LOADING`), a failover has settled
@@ -228,6 +236,8 @@ pub struct RedisStore {
     opts: RedisOptions,
     /// Told about each committed transaction's events, and about conflicts.
     observer: ObserverSlot,
+    /// When a commit of this replica last lost to another writer ([`Self::begin`]).
+    conflicted_at: Arc<Mutex<Option<std::time::Instant>>>,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -307,6 +317,7 @@ impl RedisStore {
             script: redis::Script::new(include_str!("commit.lua")),
             opts,
             observer: ObserverSlot::default(),
+            conflicted_at: Arc::default(),
         })
     }
 
@@ -392,7 +403,14 @@ impl RedisStore {
         } else {
             String::new()
         };
-        let version = self.read_version(campaign).await?;
+        let version = match &cache {
+            // Optimistic: the version this replica's last commit left, unread. A commit of
+            // another writer since then makes this transaction's commit conflict, and it runs
+            // again from a version read; after a conflict the version is read for a while, so
+            // busy replicas sharing a campaign do not conflict at every round.
+            Some(c) if !locked && self.trusts_its_versions() => c.version.clone(),
+            _ => self.read_version(campaign).await?,
+        };
         // A cache grown too large is trimmed to its windows' read-ahead (nothing is in
         // flight behind a cache `begin` is given), or dropped.
         let cache = match cache {
@@ -445,6 +463,18 @@ impl RedisStore {
     fn conflicted(&self) {
         Counters::bump(&self.counters.conflicts);
         self.observer.conflicted();
+        *self.conflicted_at.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some(std::time::Instant::now());
+    }
+
+    /// Whether a transaction may start at the version its cache was left at without reading
+    /// it: not within [`READ_VERSIONS_AFTER_CONFLICT`] of a lost commit, when other writers
+    /// are likely busy on the same campaigns.
+    fn trusts_its_versions(&self) -> bool {
+        self.conflicted_at
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_none_or(|t| t.elapsed() >= READ_VERSIONS_AFTER_CONFLICT)
     }
 }
 
