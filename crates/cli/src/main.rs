@@ -10,6 +10,7 @@ mod coordinator;
 mod drain;
 mod driver;
 mod exit;
+mod interrupt;
 mod local_api;
 mod metrics;
 mod progress;

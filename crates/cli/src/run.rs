@@ -20,6 +20,7 @@ use lanes_worker::metrics::WorkerMetrics;
 use lanes_worker::{Drivers, WorkerConfig, load_drivers_file};
 
 use crate::exit::Code;
+use crate::interrupt::Interrupt;
 use crate::local_api::{LocalApi, addr_file, private_dir};
 use crate::telemetry::Service;
 use crate::tokens;
@@ -346,6 +347,9 @@ async fn run_async(args: Args, campaign: spec::Campaign, drivers: Drivers) -> an
     // lines otherwise.
     let mut view = std::io::IsTerminal::is_terminal(&std::io::stdout())
         .then(|| crate::progress::View::new(args.lanes));
+    // Ctrl-C (or SIGTERM) drains it: caught from here on, so one that comes while the status
+    // is read is not lost.
+    let mut interrupt = Interrupt::install()?;
     let mut interrupted = false;
     let mut last = String::new();
     let status = loop {
@@ -373,7 +377,7 @@ async fn run_async(args: Args, campaign: spec::Campaign, drivers: Drivers) -> an
         }
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_millis(500)) => {}
-            _ = tokio::signal::ctrl_c(), if !interrupted => {
+            () = interrupt.recv(), if !interrupted => {
                 interrupted = true;
                 out!("interrupted: draining; in-flight attempts finish, then it stops");
                 store.stop(&id, StopMode::Drain, clock.now_ms()).await?;

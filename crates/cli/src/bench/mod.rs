@@ -18,7 +18,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
@@ -26,6 +25,7 @@ use lanes_common::proto as pb;
 use lanes_dial::ClientTls;
 
 use crate::exit::Code;
+use crate::interrupt::Interrupt;
 use coordinator_proc::{CoordinatorProc, StoreTarget};
 use lanes::{LanePlan, LaneStats};
 use report::{CoordinatorFigures, Ending, Report, StoreKind};
@@ -271,29 +271,6 @@ async fn redis_memory(store: &StoreTarget) -> anyhow::Result<Option<u64>> {
 /// Waits for every lane to end.
 async fn join_all(set: &mut JoinSet<()>) {
     while set.join_next().await.is_some() {}
-}
-
-/// SIGINT (Ctrl-C) and SIGTERM, caught from the start: the default action would end this
-/// process without killing the coordinator child, which runs in its own process group.
-struct Interrupt {
-    int: Signal,
-    term: Signal,
-}
-
-impl Interrupt {
-    fn install() -> anyhow::Result<Self> {
-        Ok(Self {
-            int: signal(SignalKind::interrupt()).context("cannot catch SIGINT")?,
-            term: signal(SignalKind::terminate()).context("cannot catch SIGTERM")?,
-        })
-    }
-
-    async fn recv(&mut self) {
-        tokio::select! {
-            _ = self.int.recv() => {}
-            _ = self.term.recv() => {}
-        }
-    }
 }
 
 /// The coordinator with the bench campaign submitted to it.
