@@ -70,7 +70,9 @@ use crate::store::tx::R;
 /// rounds twice as large as four would leave (`docs/PERFORMANCE.md`, "Two commits in
 /// flight"). Three, since claims past their window no longer stop the pipeline (`ahead.rs`):
 /// the rounds then waited on Redis a third of a run, and a third commit in flight ran 1.12×
-/// the cycles per second ("The next window, read ahead").
+/// the cycles per second ("The next window, read ahead"). With rounds waiting for half the
+/// busy lanes (`round_bounds`), two are in flight most of the time; the third serves a
+/// round that started unbalanced, and more lanes than two batches hold.
 const DEPTH: usize = 3;
 /// The fewest operations a round chained behind a commit in flight takes ([`round_size`]).
 /// A round costs CPU of its own (client and script), so tiny rounds sent as soon as one

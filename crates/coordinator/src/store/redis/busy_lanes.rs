@@ -1,11 +1,14 @@
 //! How many lanes a campaign's rounds serve in this replica: the distinct lanes whose claims
 //! it queued in the last second or so.
 //!
-//! A busy lane has one operation outstanding at a time (a claim, then its outcome, then the
-//! next claim), so this is how many operations the rounds can expect between two commits:
-//! a round chained behind a commit in flight waits for the lanes that commit does not hold
-//! (`batch.rs`, `round_bounds`). Lanes are counted in windows of [`WINDOW`], this one and the
-//! one before, so a lane that stopped claiming stops counting within two windows. Lanes are
+//! A lane that claims, completes and claims again without a pause (no-op trials, a bench) has
+//! one operation outstanding at a time, so under load this is how many operations the rounds
+//! can expect between two commits: a round chained behind a commit in flight waits for the
+//! lanes that commit does not hold, up to half of them (`batch.rs`, `round_bounds`). Lanes at
+//! work on long trials count too, though they send nothing meanwhile: then a chained round
+//! only waits for the commit before it, and the rounds go one commit at a time, as they would
+//! under that load anyway. Lanes are counted in windows of [`WINDOW`], this one and the one
+//! before, so a lane that stopped claiming counts for one to three windows more. Lanes are
 //! kept as hashes: counting costs no allocation per claim, and a collision only undercounts.
 
 use std::collections::HashSet;
@@ -14,7 +17,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-/// How long a lane counts after its last claim, at least (at most twice as long).
+/// How long a lane counts after its last claim, at least (at most three times as long).
 const WINDOW: Duration = Duration::from_secs(1);
 
 /// The lanes seen claiming lately.

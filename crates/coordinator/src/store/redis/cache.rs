@@ -1,12 +1,13 @@
 //! What a replica knows of one campaign's committed state at one version: the parsed meta,
 //! hash fields it read or wrote, and the lowest members of sorted sets it scanned.
 //!
-//! A round of operations starts from its campaign's cache if the stored version still equals
-//! the cache's, and hands the cache back, with its own writes applied, once its commit bumped
-//! the version by exactly that commit. Every read the cache answers is therefore a read of the
-//! committed state the round's commit validates, as a read from Redis would be; only the
-//! round trip is saved. A version written by anyone else (another replica, a submit) drops
-//! the whole cache.
+//! A round of operations starts from its campaign's cache at the cache's version (read again
+//! first only after the replica lost a commit lately), and hands the cache back, with its own
+//! writes applied, once its commit bumped the version by exactly that commit. Every read the
+//! cache answers is therefore a read of the committed state the round's commit (or, for a
+//! round that writes nothing, its version read) validates, as a read from Redis would be; only
+//! the round trip is saved. A version written by anyone else (another replica, a submit)
+//! fails that check, and the round runs again from a version read and no cache.
 
 use std::cmp::Ordering;
 use std::collections::BTreeSet;

@@ -385,8 +385,8 @@ impl RedisStore {
         Ok(version.unwrap_or_else(|| "0".into()))
     }
 
-    /// Starts a transaction at the current version, from `cache` if it is of that version.
-    /// The first attempt of an operation is optimistic (no lock, so no extra write); after a
+    /// Starts a transaction at the stored version, from `cache` if it is of that version; or,
+    /// unlocked and trusting its versions, at `cache`'s version unread. The first attempt of an operation is optimistic (no lock, so no extra write); after a
     /// conflict it takes the campaign lock so contending operations queue instead of
     /// retrying each other out.
     async fn begin(

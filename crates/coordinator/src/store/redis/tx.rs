@@ -138,7 +138,8 @@ pub(crate) struct RedisTx {
     conn: Conn,
     keys: Keys,
     lock_token: String,
-    /// Committed state at the version this transaction read; its commit checks that version.
+    /// Committed state at the version this transaction starts at (read, or its cache's); its
+    /// commit checks that version.
     cache: Cache,
     writes: Writes,
     /// Set when `cache` is the state a commit still in flight will leave (a pipelined round):
@@ -213,7 +214,7 @@ impl RedisTx {
         !self.lock_token.is_empty()
     }
 
-    /// The version this transaction read at.
+    /// The version this transaction starts at.
     pub(crate) fn version(&self) -> &str {
         &self.cache.version
     }

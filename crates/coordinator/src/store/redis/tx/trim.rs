@@ -14,7 +14,7 @@
 //! It is only sound on a cache no commit in flight builds on: a round chained behind a commit
 //! reads a field its cache does not hold straight from Redis, which is right only because
 //! every field that commit writes is in that cache. The store trims when it starts a
-//! transaction from a landed cache at the stored version.
+//! transaction from a landed cache (with no commit in flight).
 
 use foldhash::HashSet;
 use lanes_common::schedule::{block_name, from_position_key};
