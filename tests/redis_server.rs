@@ -314,10 +314,28 @@ impl Drop for RedisServer {
     }
 }
 
+/// How long a started server may take to answer at all.
+const START_LIMIT: Duration = Duration::from_secs(20);
+/// How long a server that answers `LOADING` may take to load its data: a restart over a
+/// large AOF takes seconds here and several times that on a slow CI machine.
+const LOADING_LIMIT: Duration = Duration::from_secs(180);
+
 /// Waits until `child` answers on `port`: a `PONG` from another process that holds the
 /// port does not count. `Err` if the child exited first.
 pub(crate) fn wait_until_ready(child: &mut Child, port: u16, dir: &Path) -> Result<(), String> {
-    let deadline = Instant::now() + Duration::from_secs(20);
+    wait_until_ready_within(child, port, dir, START_LIMIT, LOADING_LIMIT)
+}
+
+/// [`wait_until_ready`], with its limits given.
+fn wait_until_ready_within(
+    child: &mut Child,
+    port: u16,
+    dir: &Path,
+    start_limit: Duration,
+    loading_limit: Duration,
+) -> Result<(), String> {
+    let started = Instant::now();
+    let mut loading = false;
     loop {
         if let Ok(Some(status)) = child.try_wait() {
             return Err(format!(
@@ -325,30 +343,56 @@ pub(crate) fn wait_until_ready(child: &mut Child, port: u16, dir: &Path) -> Resu
                 dir.display()
             ));
         }
-        // Ours, and done loading its data (`PING` answers `-LOADING` until then).
-        if answering_pid(port) == Some(child.id()) && pongs(port) {
-            return Ok(());
+        if answering_pid(port) == Some(child.id()) {
+            // Ours, and done loading its data (`PING` answers `-LOADING` until then).
+            match ping(port) {
+                Ping::Pong => return Ok(()),
+                Ping::Loading => loading = true,
+                Ping::Other => {}
+            }
         }
+        let limit = if loading { loading_limit } else { start_limit };
         assert!(
-            Instant::now() < deadline,
-            "redis-server on port {port} (dir {}) did not answer within 20 s",
-            dir.display()
+            started.elapsed() < limit,
+            "redis-server on port {port} (dir {}) did not answer within {:.1} s{}",
+            dir.display(),
+            limit.as_secs_f64(),
+            if loading {
+                " (still loading its data)"
+            } else {
+                ""
+            }
         );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
 
-/// Whether the server on `port` answers `PING` with `PONG`.
-fn pongs(port: u16) -> bool {
+/// What a server answered to `PING`.
+#[derive(Debug, PartialEq)]
+enum Ping {
+    Pong,
+    /// `-LOADING`: up, and still reading its data set.
+    Loading,
+    /// No answer, or any other one.
+    Other,
+}
+
+/// Sends `PING` to the server on `port`.
+fn ping(port: u16) -> Ping {
     use std::io::{Read, Write};
     let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
-        return false;
+        return Ping::Other;
     };
     let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
     let mut buf = [0u8; 64];
-    s.write_all(b"PING\r\n").is_ok()
-        && s.read(&mut buf)
-            .is_ok_and(|n| buf[..n].starts_with(b"+PONG"))
+    if s.write_all(b"PING\r\n").is_err() {
+        return Ping::Other;
+    }
+    match s.read(&mut buf) {
+        Ok(n) if buf[..n].starts_with(b"+PONG") => Ping::Pong,
+        Ok(n) if buf[..n].starts_with(b"-LOADING") => Ping::Loading,
+        _ => Ping::Other,
+    }
 }
 
 /// The `process_id` of the Redis server answering on `port`, if one answers.
@@ -426,5 +470,60 @@ mod tests {
             .unwrap_or_default();
         assert!(msg.contains("Address already in use"), "{msg}");
         assert_eq!(answering_pid(thief.port), Some(thief.pid()));
+    }
+
+    /// A server that answers `-LOADING` for longer than a start may take is waited for
+    /// while it loads; one that never answers fails at the start limit. The fake answers
+    /// `INFO` with the pid of a child that stands in for it.
+    #[test]
+    fn a_server_loading_its_data_is_waited_for_past_the_start_limit() {
+        let mut child = Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .expect("spawn sleep");
+        let loading_until = Instant::now() + Duration::from_millis(1500);
+        let port = fake_server(child.id(), loading_until);
+        let dir = Path::new("/nonexistent");
+        let (start, loading) = (Duration::from_millis(300), Duration::from_secs(30));
+        wait_until_ready_within(&mut child, port, dir, start, loading).expect("ready once loaded");
+        assert!(Instant::now() >= loading_until);
+
+        // Nothing answers on a port nobody listens on.
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let silent_port = silent.local_addr().expect("addr").port();
+        drop(silent);
+        let err = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            wait_until_ready_within(&mut child, silent_port, dir, start, loading)
+        }))
+        .expect_err("a silent port fails at the start limit");
+        let msg = err.downcast_ref::<String>().cloned().unwrap_or_default();
+        assert!(msg.contains("did not answer within 0.3 s"), "{msg}");
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    /// A loopback server that claims to be process `pid` and answers `PING` with
+    /// `-LOADING` until `loading_until`, then `+PONG`.
+    fn fake_server(pid: u32, loading_until: Instant) -> u16 {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(mut conn) = conn else { continue };
+                let mut buf = [0u8; 256];
+                let Ok(n) = conn.read(&mut buf) else { continue };
+                let reply = if buf[..n].starts_with(b"INFO") {
+                    let body = format!("# Server\r\nprocess_id:{pid}\r\n");
+                    format!("${}\r\n{body}\r\n", body.len())
+                } else if Instant::now() < loading_until {
+                    "-LOADING Redis is loading the dataset in memory\r\n".to_owned()
+                } else {
+                    "+PONG\r\n".to_owned()
+                };
+                let _ = conn.write_all(reply.as_bytes());
+            }
+        });
+        port
     }
 }
